@@ -1,0 +1,37 @@
+"""Packaging for tfblocks (dependencies live here; pyproject.toml holds tool settings only)."""
+
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(
+    r'^__version__ = "([^"]+)"', (HERE / "tfblocks" / "__init__.py").read_text(), re.M
+).group(1)
+
+setup(
+    name="tfblocks",
+    version=VERSION,
+    description="Keras 3 / TensorFlow Transformer layers with tensor2tensor semantics.",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    packages=find_packages(include=["tfblocks", "tfblocks.*"]),
+    python_requires=">=3.10,<3.13",
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        "keras>=3.15,<4",
+        "tensorflow-text>=2.21,<2.22",
+        "keras-nlp>=0.32,<0.33",
+        "numpy>=1.26",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6"],
+        "examples": ["matplotlib>=3.8", "sacrebleu>=2.4"],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,14 @@
+"""The tfblocks Keras layers."""
+
+from tfblocks.layers.attention import MultiHeadAttention
+from tfblocks.layers.block import TransformerBlock
+from tfblocks.layers.embedding import SinusoidalEmbedding, timing_signal
+from tfblocks.layers.feed_forward import DenseReluDense
+
+__all__ = [
+    "DenseReluDense",
+    "MultiHeadAttention",
+    "SinusoidalEmbedding",
+    "TransformerBlock",
+    "timing_signal",
+]

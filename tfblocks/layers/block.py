@@ -1,0 +1,229 @@
+"""One Transformer layer: self-attention, optional cross-attention, and the FFN.
+
+Each sub-layer f is wrapped t2t style (`layer_preprocess` / `layer_postprocess`):
+
+- Pre-LN (`norm_first=True`, t2t v2+/`transformer_base`): `x + dropout(f(LN(x)))`.
+  The stack that uses these blocks must end with its own LayerNorm (the model
+  builder adds it), as t2t does.
+- Post-LN (`norm_first=False`, the paper / `transformer_base_v1`): `LN(x + dropout(f(x)))`.
+
+LayerNorm epsilon is 1e-6 as in t2t.
+"""
+
+import keras
+
+from tfblocks.layers import _utils
+from tfblocks.layers.attention import MultiHeadAttention
+from tfblocks.layers.feed_forward import DenseReluDense
+
+
+@keras.saving.register_keras_serializable(package="tfblocks")
+class TransformerBlock(keras.layers.Layer):
+    """A Pre-LN or Post-LN Transformer encoder or decoder layer.
+
+    Args:
+        num_heads: attention heads.
+        filter_size: inner size of the feed-forward network.
+        key_dim: per-head depth; defaults to `hidden_size // num_heads`.
+        dropout: residual dropout (t2t `layer_prepostprocess_dropout`).
+        attention_dropout: dropout on attention weights.
+        relu_dropout: dropout inside the FFN.
+        norm_first: Pre-LN when True, Post-LN when False.
+        causal: self-attention sees only earlier positions (decoder).
+        cross_attention: add attention over a `context` (encoder output). After
+            construction the attribute `cross_attention` holds that sublayer (or
+            None), so its truth value is still this flag.
+        activation: FFN activation, `"relu"` or `"gelu"`.
+        use_bias: biases on the attention projections (the FFN always has them).
+        epsilon: LayerNorm epsilon.
+        kernel_initializer: initializer of every kernel.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        x: `[B, T, d]`.
+        context: `[B, S, d_ctx]`; required when `cross_attention=True`.
+        padding_mask: boolean `[B, T]`; defaults to the Keras mask of `x`.
+        context_padding_mask: boolean `[B, S]`; defaults to the Keras mask of `context`.
+        training: enables dropout.
+
+    Example:
+
+    >>> import numpy as np
+    >>> block = TransformerBlock(num_heads=4, filter_size=64)
+    >>> x = np.random.rand(2, 6, 16).astype("float32")
+    >>> tuple(block(x, padding_mask=np.array([[1] * 6, [1] * 4 + [0] * 2], bool)).shape)
+    (2, 6, 16)
+    >>> decoder = TransformerBlock(4, 64, causal=True, cross_attention=True)
+    >>> tuple(decoder(x[:, :3], context=x).shape)
+    (2, 3, 16)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        filter_size,
+        key_dim=None,
+        dropout=0.0,
+        attention_dropout=0.0,
+        relu_dropout=0.0,
+        norm_first=True,
+        causal=False,
+        cross_attention=False,
+        activation="relu",
+        use_bias=False,
+        epsilon=1e-6,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = _utils.check_positive_int("num_heads", num_heads)
+        self.filter_size = _utils.check_positive_int("filter_size", filter_size)
+        self.key_dim = _utils.check_optional_positive_int("key_dim", key_dim)
+        self.dropout = _utils.check_rate("dropout", dropout)
+        self.attention_dropout = _utils.check_rate("attention_dropout", attention_dropout)
+        self.relu_dropout = _utils.check_rate("relu_dropout", relu_dropout)
+        self.norm_first = bool(norm_first)
+        self.causal = bool(causal)
+        self.activation = activation
+        self.use_bias = bool(use_bias)
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon <= 0:
+            raise ValueError(f"`epsilon` must be a positive float, got epsilon={epsilon!r}.")
+        self.epsilon = float(epsilon)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.supports_masking = True
+
+        def attention(name):
+            return MultiHeadAttention(
+                num_heads=self.num_heads,
+                key_dim=self.key_dim,
+                dropout=self.attention_dropout,
+                use_bias=self.use_bias,
+                kernel_initializer=_utils.clone_initializer(self.kernel_initializer),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        def norm(name):
+            return keras.layers.LayerNormalization(
+                epsilon=self.epsilon, dtype=self.dtype_policy, name=name
+            )
+
+        self.self_attention = attention("self_attention")
+        self.self_attention_norm = norm("self_attention_norm")
+        # `cross_attention` is the sublayer itself when enabled and None otherwise,
+        # so `bool(block.cross_attention)` is the constructor flag.
+        self.cross_attention = attention("cross_attention") if cross_attention else None
+        self.cross_attention_norm = norm("cross_attention_norm") if cross_attention else None
+        self.ffn = DenseReluDense(
+            self.filter_size,
+            activation=activation,
+            dropout=self.relu_dropout,
+            kernel_initializer=_utils.clone_initializer(self.kernel_initializer),
+            dtype=self.dtype_policy,
+            name="ffn",
+        )
+        self.ffn_norm = norm("ffn_norm")
+        self.residual_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="residual_dropout"
+        )
+
+    def build(self, x_shape, context_shape=None):
+        hidden = x_shape[-1]
+        if self.key_dim is None and hidden % self.num_heads != 0:
+            raise ValueError(
+                f"The hidden size ({hidden}) must be divisible by `num_heads`, got "
+                f"num_heads={self.num_heads} (or pass `key_dim`)."
+            )
+        self.self_attention.build(x_shape, x_shape)
+        self.self_attention_norm.build(x_shape)
+        if self.cross_attention is not None and context_shape is not None:
+            self.cross_attention.build(x_shape, context_shape)
+            self.cross_attention_norm.build(x_shape)
+        self.ffn.build(x_shape)
+        self.ffn_norm.build(x_shape)
+        self.residual_dropout.build(None)
+
+    def _sublayer(self, x, norm, fn, training):
+        """Applies `fn` with the Pre-LN or Post-LN residual wrapping."""
+        if self.norm_first:
+            return x + self.residual_dropout(fn(norm(x)), training=training)
+        return norm(x + self.residual_dropout(fn(x), training=training))
+
+    def call(
+        self,
+        x,
+        context=None,
+        padding_mask=None,
+        context_padding_mask=None,
+        training=None,
+    ):
+        if self.cross_attention is not None and context is None:
+            raise ValueError(
+                f"TransformerBlock '{self.name}' has cross_attention=True and must be "
+                "called with `context` (the encoder output), got context=None."
+            )
+        if self.cross_attention is None and context is not None:
+            raise ValueError(
+                f"TransformerBlock '{self.name}' has cross_attention=False but was given "
+                f"a `context` of shape {tuple(context.shape)}; build it with "
+                "cross_attention=True to attend over a context."
+            )
+        if padding_mask is None:
+            padding_mask = _utils.implicit_mask(x)
+        else:
+            _utils.check_mask_shape("padding_mask", padding_mask, tuple(x.shape[:2]))
+        if context_padding_mask is None:
+            context_padding_mask = _utils.implicit_mask(context)
+        elif context is not None:
+            _utils.check_mask_shape(
+                "context_padding_mask", context_padding_mask, tuple(context.shape[:2])
+            )
+
+        def self_attention(h):
+            return self.self_attention(
+                h,
+                h,
+                query_mask=padding_mask,
+                value_mask=padding_mask,
+                use_causal_mask=self.causal,
+                training=training,
+            )
+
+        x = self._sublayer(x, self.self_attention_norm, self_attention, training)
+        if self.cross_attention is not None:
+
+            def cross_attention(h):
+                return self.cross_attention(
+                    h,
+                    context,
+                    query_mask=padding_mask,
+                    value_mask=context_padding_mask,
+                    training=training,
+                )
+
+            x = self._sublayer(x, self.cross_attention_norm, cross_attention, training)
+        return self._sublayer(x, self.ffn_norm, lambda h: self.ffn(h, training=training), training)
+
+    def compute_output_shape(self, x_shape, context_shape=None):
+        return tuple(x_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "filter_size": self.filter_size,
+                "key_dim": self.key_dim,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "relu_dropout": self.relu_dropout,
+                "norm_first": self.norm_first,
+                "causal": self.causal,
+                "cross_attention": self.cross_attention is not None,
+                "activation": self.activation,
+                "use_bias": self.use_bias,
+                "epsilon": self.epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

@@ -1,0 +1,183 @@
+"""Token embedding plus the t2t sinusoidal timing signal, with tied softmax logits.
+
+Mirrors t2t's symbol modality (`bottom`/`top` with shared weights) followed by
+`common_attention.add_timing_signal_1d`: embeddings are initialised N(0, d^-0.5),
+multiplied by √d, zeroed at padding (id 0), the timing signal is added, then dropout
+(t2t `layer_prepostprocess_dropout`). `attend(h)` gives the tied logits `h · Eᵀ`.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from tfblocks.layers import _utils
+
+
+def timing_signal(length, channels, min_timescale=1.0, max_timescale=1e4, start_index=0):
+    """The t2t sinusoidal position signal (`get_timing_signal_1d`).
+
+    For `i < channels // 2`: `inv_timescale_i = min_timescale · exp(−i · log(max/min) /
+    max(channels // 2 − 1, 1))`; position p gets `sin(p · inv_timescale)` in the first
+    half of the channels and `cos(p · inv_timescale)` in the second half (concatenated,
+    not interleaved); one zero channel is appended when `channels` is odd.
+
+    Args:
+        length: number of positions (int or scalar tensor).
+        channels: size of the signal's last axis.
+        min_timescale: shortest wavelength scale.
+        max_timescale: longest wavelength scale.
+        start_index: position of the first row (int or scalar tensor), used when
+            decoding one position at a time.
+
+    Returns:
+        float32 tensor `[1, length, channels]`.
+
+    Example:
+
+    >>> tuple(timing_signal(10, 512).shape)
+    (1, 10, 512)
+    """
+    channels = _utils.check_positive_int("channels", channels)
+    if isinstance(length, int):
+        if isinstance(length, bool) or length < 0:
+            raise ValueError(f"`length` must be a non-negative integer, got length={length!r}.")
+    if not 0 < min_timescale <= max_timescale:
+        raise ValueError(
+            "`min_timescale` and `max_timescale` must satisfy 0 < min <= max, got "
+            f"min_timescale={min_timescale!r}, max_timescale={max_timescale!r}."
+        )
+    num_timescales = channels // 2
+    position = ops.cast(ops.arange(length), "float32") + ops.cast(start_index, "float32")
+    log_increment = math.log(float(max_timescale) / float(min_timescale)) / max(
+        num_timescales - 1, 1
+    )
+    inv_timescales = min_timescale * ops.exp(
+        ops.cast(ops.arange(num_timescales), "float32") * -log_increment
+    )  # [channels // 2]
+    scaled_time = ops.expand_dims(position, 1) * ops.expand_dims(inv_timescales, 0)  # [L, C/2]
+    signal = ops.concatenate([ops.sin(scaled_time), ops.cos(scaled_time)], axis=1)  # [L, 2*(C/2)]
+    if channels % 2:
+        signal = ops.pad(signal, [[0, 0], [0, 1]])  # [L, C]
+    return ops.expand_dims(signal, 0)  # [1, L, C]
+
+
+@keras.saving.register_keras_serializable(package="tfblocks")
+class SinusoidalEmbedding(keras.layers.Layer):
+    """Token embedding × √d + sinusoidal timing signal, with tied output logits.
+
+    Args:
+        vocab_size: number of token ids; id 0 is padding.
+        hidden_size: embedding size d.
+        mask_zero: emit the Keras mask `ids != 0` (padding positions are zeroed
+            before the timing signal is added either way, as in t2t).
+        scale: multiply embeddings by √d (t2t `multiply_embedding_mode="sqrt_depth"`).
+        min_timescale: timing signal's shortest timescale.
+        max_timescale: timing signal's longest timescale.
+        dropout: dropout after adding the signal (t2t `layer_prepostprocess_dropout`).
+        embeddings_initializer: defaults to N(0, hidden_size^-0.5).
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        ids: int `[B, L]`.
+        start_index: position of the first id (for one-step decoding).
+        training: enables dropout.
+
+    Example:
+
+    >>> import numpy as np
+    >>> emb = SinusoidalEmbedding(vocab_size=100, hidden_size=16)
+    >>> h = emb(np.array([[5, 7, 0]]))
+    >>> tuple(h.shape), tuple(emb.attend(h).shape)
+    ((1, 3, 16), (1, 3, 100))
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        mask_zero=True,
+        scale=True,
+        min_timescale=1.0,
+        max_timescale=1e4,
+        dropout=0.0,
+        embeddings_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = _utils.check_positive_int("vocab_size", vocab_size)
+        self.hidden_size = _utils.check_positive_int("hidden_size", hidden_size)
+        self.mask_zero = bool(mask_zero)
+        self.scale = bool(scale)
+        if not 0 < min_timescale <= max_timescale:
+            raise ValueError(
+                "`min_timescale` and `max_timescale` must satisfy 0 < min <= max, got "
+                f"min_timescale={min_timescale!r}, max_timescale={max_timescale!r}."
+            )
+        self.min_timescale = float(min_timescale)
+        self.max_timescale = float(max_timescale)
+        self.dropout = _utils.check_rate("dropout", dropout)
+        if embeddings_initializer is None:
+            embeddings_initializer = keras.initializers.RandomNormal(
+                stddev=self.hidden_size**-0.5
+            )
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.supports_masking = self.mask_zero
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="embedding_dropout"
+        )
+
+    def build(self, ids_shape=None):
+        self.embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.vocab_size, self.hidden_size),
+            initializer=self.embeddings_initializer,
+        )
+        self.dropout_layer.build(None)
+
+    def call(self, ids, start_index=0, training=None):
+        ids = ops.cast(ids, "int32")
+        x = ops.take(self.embeddings, ids, axis=0)  # [B, L, d]
+        if self.scale:
+            x = x * ops.cast(self.hidden_size**0.5, x.dtype)
+        # t2t zeroes the embedding of padding so it carries no signal.
+        x = x * ops.cast(ops.expand_dims(ops.not_equal(ids, 0), -1), x.dtype)
+        signal = timing_signal(
+            ops.shape(ids)[1],
+            self.hidden_size,
+            self.min_timescale,
+            self.max_timescale,
+            start_index=start_index,
+        )  # [1, L, d]
+        x = x + ops.cast(signal, x.dtype)
+        return self.dropout_layer(x, training=training)
+
+    def compute_mask(self, ids, previous_mask=None):
+        if not self.mask_zero:
+            return None
+        return ops.not_equal(ids, 0)
+
+    def compute_output_shape(self, ids_shape):
+        return tuple(ids_shape) + (self.hidden_size,)
+
+    def attend(self, h):
+        """Tied softmax logits `h · Eᵀ`: `[..., d]` → `[..., vocab_size]`."""
+        return ops.matmul(h, ops.transpose(ops.cast(self.embeddings, h.dtype)))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "hidden_size": self.hidden_size,
+                "mask_zero": self.mask_zero,
+                "scale": self.scale,
+                "min_timescale": self.min_timescale,
+                "max_timescale": self.max_timescale,
+                "dropout": self.dropout,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+            }
+        )
+        return config
