@@ -49,7 +49,7 @@ def check_mask_shape(name, mask, expected):
     """Checks the static shape of a mask against `expected` (None = unknown dim)."""
     shape = tuple(mask.shape)
     if len(shape) != len(expected) or any(
-        s is not None and e is not None and s != e for s, e in zip(shape, expected)
+        s is not None and e is not None and s != e for s, e in zip(shape, expected, strict=False)
     ):
         raise ValueError(
             f"`{name}` must have shape {_fmt(expected)} to match the inputs, "

@@ -118,7 +118,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_dense.build(query_shape)
         self.key_dense.build(key_shape)
         self.value_dense.build(value_shape)
-        self.output_dense.build(tuple(query_shape[:-1]) + (self.num_heads * self._value_depth,))
+        self.output_dense.build((*tuple(query_shape[:-1]), self.num_heads * self._value_depth))
         self.dropout_layer.build(None)
 
     def _split_heads(self, x, depth):

@@ -39,9 +39,8 @@ def timing_signal(length, channels, min_timescale=1.0, max_timescale=1e4, start_
     (1, 10, 512)
     """
     channels = _utils.check_positive_int("channels", channels)
-    if isinstance(length, int):
-        if isinstance(length, bool) or length < 0:
-            raise ValueError(f"`length` must be a non-negative integer, got length={length!r}.")
+    if isinstance(length, int) and (isinstance(length, bool) or length < 0):
+        raise ValueError(f"`length` must be a non-negative integer, got length={length!r}.")
     if not 0 < min_timescale <= max_timescale:
         raise ValueError(
             "`min_timescale` and `max_timescale` must satisfy 0 < min <= max, got "
@@ -118,9 +117,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
         self.max_timescale = float(max_timescale)
         self.dropout = _utils.check_rate("dropout", dropout)
         if embeddings_initializer is None:
-            embeddings_initializer = keras.initializers.RandomNormal(
-                stddev=self.hidden_size**-0.5
-            )
+            embeddings_initializer = keras.initializers.RandomNormal(stddev=self.hidden_size**-0.5)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = self.mask_zero
         self.dropout_layer = keras.layers.Dropout(
@@ -158,7 +155,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
         return ops.not_equal(ids, 0)
 
     def compute_output_shape(self, ids_shape):
-        return tuple(ids_shape) + (self.hidden_size,)
+        return (*tuple(ids_shape), self.hidden_size)
 
     def attend(self, h):
         """Tied softmax logits `h · Eᵀ`: `[..., d]` → `[..., vocab_size]`."""
@@ -175,9 +172,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
                 "min_timescale": self.min_timescale,
                 "max_timescale": self.max_timescale,
                 "dropout": self.dropout,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
             }
         )
         return config

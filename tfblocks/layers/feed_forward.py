@@ -82,7 +82,7 @@ class DenseReluDense(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="output_dense",
         )
-        self.output_dense.build(tuple(input_shape[:-1]) + (self.filter_size,))
+        self.output_dense.build((*tuple(input_shape[:-1]), self.filter_size))
         self.dropout_layer.build(None)
 
     def call(self, x, training=None):
@@ -91,7 +91,7 @@ class DenseReluDense(keras.layers.Layer):
         return self.output_dense(h)  # [..., output_size]
 
     def compute_output_shape(self, input_shape):
-        return tuple(input_shape[:-1]) + (self.output_size or input_shape[-1],)
+        return (*tuple(input_shape[:-1]), self.output_size or input_shape[-1])
 
     def get_config(self):
         config = super().get_config()

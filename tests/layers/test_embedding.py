@@ -1,0 +1,127 @@
+"""Tests for tfblocks.SinusoidalEmbedding and tfblocks.timing_signal."""
+
+import keras
+import numpy as np
+import pytest
+
+from tests.layers import reference
+from tests.layers.harness import run_layer_test
+from tfblocks import SinusoidalEmbedding, timing_signal
+
+
+def _np(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+@pytest.mark.parametrize(
+    ("length", "channels", "start_index"),
+    [(7, 16, 0), (5, 9, 0), (4, 12, 10), (3, 2, 0), (3, 1, 5), (6, 3, 2)],
+)
+def test_timing_signal_matches_formula(length, channels, start_index):
+    got = _np(timing_signal(length, channels, start_index=start_index))
+    want = reference.timing_signal(length, channels, start_index=start_index)
+    assert got.shape == (1, length, channels)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_timing_signal_layout_is_sin_then_cos_with_odd_padding():
+    sig = _np(timing_signal(3, 7, min_timescale=1.0, max_timescale=100.0))
+    # Channel 0 has timescale 1: sin(p), channel 3 is its cosine, channel 6 is padding.
+    np.testing.assert_allclose(sig[0, :, 0], np.sin(np.arange(3)), atol=1e-6)
+    np.testing.assert_allclose(sig[0, :, 3], np.cos(np.arange(3)), atol=1e-6)
+    np.testing.assert_array_equal(sig[0, :, 6], 0.0)
+    # Channel 2 (last timescale) uses max_timescale: sin(p / 100).
+    np.testing.assert_allclose(sig[0, :, 2], np.sin(np.arange(3) / 100.0), atol=1e-6)
+
+
+def test_timing_signal_start_index_is_a_shifted_slice():
+    full = _np(timing_signal(10, 8))
+    np.testing.assert_allclose(_np(timing_signal(3, 8, start_index=4)), full[:, 4:7], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"length": 3, "channels": 0}, "channels=0"),
+        ({"length": -1, "channels": 4}, "length=-1"),
+        (
+            {"length": 3, "channels": 4, "min_timescale": 5.0, "max_timescale": 1.0},
+            "min_timescale=5.0",
+        ),
+    ],
+)
+def test_timing_signal_bad_arguments(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        timing_signal(**kwargs)
+
+
+def test_layer_harness(tmp_path):
+    ids = np.array([[5, 7, 9, 0], [3, 0, 0, 0]], "int32")
+    run_layer_test(
+        SinusoidalEmbedding,
+        {"vocab_size": 12, "hidden_size": 8, "dropout": 0.1},
+        ids,
+        expected_output_shape=(2, 4, 8),
+        tmp_path=tmp_path,
+    )
+
+
+def test_values_scale_padding_and_signal():
+    ids = np.array([[5, 7, 0]], "int32")
+    emb = SinusoidalEmbedding(vocab_size=10, hidden_size=6)
+    out = _np(emb(ids))
+    table = _np(emb.embeddings)
+    signal = reference.timing_signal(3, 6)[0]
+    want = np.stack([table[5] * np.sqrt(6), table[7] * np.sqrt(6), np.zeros(6)]) + signal
+    np.testing.assert_allclose(out[0], want, atol=1e-5)
+    # start_index shifts only the signal.
+    shifted = _np(emb(ids, start_index=4))
+    np.testing.assert_allclose(
+        shifted[0, 0], table[5] * np.sqrt(6) + reference.timing_signal(5, 6)[0, 4], atol=1e-5
+    )
+
+
+def test_unscaled_embedding():
+    emb = SinusoidalEmbedding(vocab_size=10, hidden_size=4, scale=False)
+    out = _np(emb(np.array([[3]])))
+    np.testing.assert_allclose(
+        out[0, 0], _np(emb.embeddings)[3] + reference.timing_signal(1, 4)[0, 0], atol=1e-6
+    )
+
+
+def test_initializer_is_normal_with_stddev_d_to_minus_half():
+    emb = SinusoidalEmbedding(vocab_size=4000, hidden_size=64)
+    emb.build((None, None))
+    std = _np(emb.embeddings).std()
+    assert abs(std - 64**-0.5) < 0.02 * 64**-0.5
+
+
+def test_mask_and_tied_logits():
+    ids = np.array([[5, 7, 0]], "int32")
+    emb = SinusoidalEmbedding(vocab_size=10, hidden_size=6)
+    h = emb(ids)
+    np.testing.assert_array_equal(_np(h._keras_mask), ids != 0)
+    logits = _np(emb.attend(h))
+    np.testing.assert_allclose(logits, _np(h) @ _np(emb.embeddings).T, atol=1e-5)
+    assert SinusoidalEmbedding(10, 6, mask_zero=False).compute_mask(ids) is None
+
+
+def test_tied_logits_under_mixed_precision():
+    emb = SinusoidalEmbedding(vocab_size=10, hidden_size=8, dtype="mixed_bfloat16")
+    h = emb(np.array([[1, 2]]))
+    assert keras.backend.standardize_dtype(h.dtype) == "bfloat16"
+    assert keras.backend.standardize_dtype(emb.attend(h).dtype) == "bfloat16"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"vocab_size": 0, "hidden_size": 4}, "vocab_size=0"),
+        ({"vocab_size": 5, "hidden_size": -4}, "hidden_size=-4"),
+        ({"vocab_size": 5, "hidden_size": 4, "dropout": 2}, "dropout=2"),
+        ({"vocab_size": 5, "hidden_size": 4, "min_timescale": 0.0}, "min_timescale=0.0"),
+    ],
+)
+def test_bad_arguments(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        SinusoidalEmbedding(**kwargs)
