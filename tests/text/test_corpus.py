@@ -1,0 +1,106 @@
+"""Tests of the corpus readers: pairs, summaries, and loud errors on bad input."""
+
+import pathlib
+
+import pytest
+
+from tfblocks.text import corpus
+
+DATA = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "small_parallel_enja"
+
+
+def _write(path, text):
+    path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+    return path
+
+
+def test_read_parallel_joins_japanese_and_counts_empty_pairs(tmp_path):
+    ja = _write(
+        tmp_path / "x.ja",
+        "私 は テニス 部員 で す 。\n\n彼 は CD プレーヤー を 買 っ た 。\r\n空\n",
+    )
+    en = _write(tmp_path / "x.en", "i 'm in the tennis club .\nempty\nhe bought a cd player .\n\n")
+    result = corpus.read_parallel(ja, en)
+    assert result.pairs == [
+        ("私はテニス部員です。", "i 'm in the tennis club ."),
+        ("彼はCDプレーヤーを買った。", "he bought a cd player ."),
+    ]
+    assert (result.lines, result.skipped_empty, len(result)) == (4, 2, 2)
+    assert list(result) == result.pairs and result[1] == result.pairs[1]
+    assert "4 lines, 2 pairs, 2 empty pairs skipped" in result.summary()
+
+
+def test_read_parallel_keeps_spaces_when_asked(tmp_path):
+    ja = _write(tmp_path / "x.ja", "私 は 学生 で す 。\n")
+    en = _write(tmp_path / "x.en", "i am  a student .\n")
+    kept = corpus.read_parallel(ja, en, remove_source_spaces=False)
+    assert kept.pairs == [("私 は 学生 で す 。", "i am  a student .")]
+    swapped = corpus.read_parallel(en, ja)  # the .ja side is joined whichever side it is
+    assert swapped.pairs == [("i am  a student .", "私は学生です。")]
+
+
+def test_remove_japanese_spaces_keeps_latin_words():
+    assert (
+        corpus.remove_japanese_spaces(" 私 は Windows 10 を 使 う 。 ") == "私はWindows 10を使う。"
+    )
+    assert corpus.remove_japanese_spaces("ＩＴ 企業 で 働 く") == "ＩＴ企業で働く"
+
+
+def test_different_line_counts_name_both_files(tmp_path):
+    ja = _write(tmp_path / "a.ja", "一\n二\n三\n")
+    en = _write(tmp_path / "a.en", "one\ntwo\n")
+    with pytest.raises(ValueError, match=r"a\.ja has 3 lines but .*a\.en has 2 lines"):
+        corpus.read_parallel(ja, en)
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    ja = _write(tmp_path / "b.ja", "一\n二\n".encode() + b"\xff\xfe bad\n")
+    en = _write(tmp_path / "b.en", "one\ntwo\nthree\n")
+    with pytest.raises(ValueError, match=r"b\.ja, line 3: invalid UTF-8"):
+        corpus.read_parallel(ja, en)
+
+
+def test_read_tsv_manythings_layout(tmp_path):
+    path = _write(
+        tmp_path / "jpn.txt",
+        "Hi.\tこんにちは。\tCC-BY 2.0 (France) #1\n\nGo.\t\tCC-BY\nRun!\t走れ！\tCC-BY\n",
+    )
+    result = corpus.read_tsv(path, src_column=1, tgt_column=0)
+    assert result.pairs == [("こんにちは。", "Hi."), ("走れ！", "Run!")]
+    assert (result.lines, result.skipped_empty) == (4, 2)
+
+
+def test_read_tsv_too_few_columns_names_line(tmp_path):
+    path = _write(tmp_path / "pairs.tsv", "a\tb\tc\nd\te\n")
+    assert len(corpus.read_tsv(path, 0, 1)) == 2
+    with pytest.raises(ValueError, match=r"pairs\.tsv, line 2: expected at least 3 .* found 2"):
+        corpus.read_tsv(path, 2, 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"src_column": -1, "tgt_column": 0}, "src_column=-1"),
+        ({"src_column": 0, "tgt_column": "1"}, "tgt_column='1'"),
+        ({"src_column": 1, "tgt_column": 1}, "both are 1"),
+        ({"src_column": 0, "tgt_column": 1, "remove_source_spaces": "yes"}, "='yes'"),
+    ],
+)
+def test_read_tsv_bad_arguments(tmp_path, kwargs, match):
+    path = _write(tmp_path / "p.tsv", "a\tb\n")
+    with pytest.raises((TypeError, ValueError), match=match):
+        corpus.read_tsv(path, **kwargs)
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="small_parallel_enja is not beside the checkout")
+def test_small_parallel_enja_splits():
+    counts = {}
+    for split in ("train", "dev", "test"):
+        result = corpus.read_parallel(DATA / f"{split}.ja", DATA / f"{split}.en")
+        counts[split] = (len(result), result.skipped_empty)
+        assert not [ja for ja, _ in result.pairs if " " in ja]  # raw Japanese, as users type it
+        assert all(" " in en for _, en in result.pairs[:100])  # English keeps its spaces
+    assert counts == {"train": (50_000, 0), "dev": (500, 0), "test": (500, 0)}
+    assert result.pairs[0][0] == corpus.remove_japanese_spaces(
+        (DATA / "test.ja").read_text(encoding="utf-8").split("\n")[0]
+    )

@@ -1,0 +1,202 @@
+"""Readers for parallel corpora: line-aligned file pairs and tab-separated files.
+
+Both readers fail loudly instead of losing data: files with different line counts, bytes that are
+not UTF-8 and TSV rows with too few columns raise `ValueError` naming the file (and line). A pair
+with an empty side is skipped and counted in the returned `Corpus`, never silently dropped.
+
+Pre-tokenized Japanese (`私 は テニス 部員 で す 。`, as in small_parallel_enja) can be read back as
+raw text (`私はテニス部員です。`), which is what users type and what the SentencePiece tokenizers
+are trained on. A space is kept only between two ASCII letters or digits (`Windows 10`).
+"""
+
+import dataclasses
+import os
+import re
+
+# Whitespace that does not sit between two ASCII letters/digits.
+_JOINABLE_SPACE = re.compile(r"(?<![A-Za-z0-9])\s+|\s+(?![A-Za-z0-9])")
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    """Sentence pairs read from disk, with what the reader did to them.
+
+    Iterating a `Corpus` (or `len`, indexing) goes over `pairs`, so it can be passed wherever a
+    list of `(source, target)` pairs is expected.
+
+    Attributes:
+        pairs: list of `(source, target)` string tuples, in file order.
+        lines: number of lines (rows) read.
+        skipped_empty: number of rows skipped because a side was empty.
+        paths: the file(s) read.
+    """
+
+    pairs: list
+    lines: int
+    skipped_empty: int
+    paths: tuple
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __iter__(self):
+        return iter(self.pairs)
+
+    def __getitem__(self, index):
+        return self.pairs[index]
+
+    def summary(self):
+        """One line saying what was read, e.g. for a training log."""
+        return (
+            f"{' + '.join(self.paths)}: {self.lines} lines, {len(self.pairs)} pairs, "
+            f"{self.skipped_empty} empty pairs skipped"
+        )
+
+
+def remove_japanese_spaces(text):
+    """Joins pre-tokenized Japanese back into raw text, keeping spaces inside Latin runs.
+
+    Args:
+        text: a string such as `"私 は Windows 10 を 使 う 。"`.
+
+    Returns:
+        The string without the spaces that separate tokens.
+
+    Example:
+
+    >>> remove_japanese_spaces("私 は Windows 10 を 使 う 。")
+    '私はWindows 10を使う。'
+    """
+    return _JOINABLE_SPACE.sub("", text.strip())
+
+
+def _read_lines(path):
+    """The decoded lines of a file (without line ends); errors name the file and line."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{os.fspath(path)}, line {line}: invalid UTF-8 ({error.reason}, "
+            f"byte {data[error.start : error.start + 1]!r})."
+        ) from None
+    if text.startswith("\ufeff"):  # a byte-order mark is not part of the first sentence
+        text = text[1:]
+    lines = text.split("\n")
+    if lines and lines[-1] == "":  # the newline ending the last line
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]
+
+
+def _check_flag(name, value):
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be True, False or None, got {name}={value!r}.")
+
+
+def _collect(rows, paths, lines, remove_source_spaces, remove_target_spaces):
+    pairs, skipped = [], 0
+    for source, target in rows:
+        source = remove_japanese_spaces(source) if remove_source_spaces else source.strip()
+        target = remove_japanese_spaces(target) if remove_target_spaces else target.strip()
+        if source and target:
+            pairs.append((source, target))
+        else:
+            skipped += 1
+    return Corpus(pairs, lines, skipped, tuple(os.fspath(p) for p in paths))
+
+
+def read_parallel(src_path, tgt_path, *, remove_source_spaces=None, remove_target_spaces=None):
+    """Reads line-aligned files: line N of `src_path` translates to line N of `tgt_path`.
+
+    Args:
+        src_path: source-language file (e.g. `train.ja`), UTF-8, one sentence a line.
+        tgt_path: target-language file (e.g. `train.en`) with the same number of lines.
+        remove_source_spaces: join pre-tokenized Japanese on the source side
+            (`remove_japanese_spaces`); None (default) means "if `src_path` ends in `.ja`".
+        remove_target_spaces: the same for the target side.
+
+    Returns:
+        A `Corpus`; pairs with an empty side are skipped and counted in `skipped_empty`.
+
+    Raises:
+        ValueError: if the files have different line counts (both files and counts are named) or
+            a file is not valid UTF-8 (file and line are named).
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.ja").write_text("今日 の ランチ は カレー だ 。\\n\\n", encoding="utf-8")
+    >>> _ = (folder / "a.en").write_text("Today's lunch is curry.\\n\\n", encoding="utf-8")
+    >>> corpus = read_parallel(folder / "a.ja", folder / "a.en")
+    >>> corpus.pairs, corpus.skipped_empty
+    ([('今日のランチはカレーだ。', "Today's lunch is curry.")], 1)
+    """
+    _check_flag("remove_source_spaces", remove_source_spaces)
+    _check_flag("remove_target_spaces", remove_target_spaces)
+    if remove_source_spaces is None:
+        remove_source_spaces = os.fspath(src_path).endswith(".ja")
+    if remove_target_spaces is None:
+        remove_target_spaces = os.fspath(tgt_path).endswith(".ja")
+    sources, targets = _read_lines(src_path), _read_lines(tgt_path)
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"Line-aligned files differ in length: {os.fspath(src_path)} has {len(sources)} "
+            f"lines but {os.fspath(tgt_path)} has {len(targets)} lines."
+        )
+    rows = zip(sources, targets, strict=True)
+    paths = (src_path, tgt_path)
+    return _collect(rows, paths, len(sources), remove_source_spaces, remove_target_spaces)
+
+
+def read_tsv(
+    path, src_column, tgt_column, *, remove_source_spaces=False, remove_target_spaces=False
+):
+    """Reads tab-separated pairs, e.g. Tatoeba / manythings `English<TAB>Japanese<TAB>credit`.
+
+    Args:
+        path: UTF-8 file with one pair a line, columns separated by tabs.
+        src_column: 0-based column of the source sentence (1 for Japanese in manythings files).
+        tgt_column: 0-based column of the target sentence (0 for English in manythings files).
+        remove_source_spaces: join pre-tokenized Japanese on the source side.
+        remove_target_spaces: the same for the target side.
+
+    Returns:
+        A `Corpus`; blank lines and pairs with an empty side are skipped and counted.
+
+    Raises:
+        ValueError: if a non-blank row has too few columns (the line is named) or the file is
+            not valid UTF-8 (the line is named).
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "jpn.txt"
+    >>> _ = path.write_text("Go.\\t行け。\\tCC-BY 2.0 (France)\\n", encoding="utf-8")
+    >>> read_tsv(path, src_column=1, tgt_column=0).pairs
+    [('行け。', 'Go.')]
+    """
+    for name, value in (("src_column", src_column), ("tgt_column", tgt_column)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"`{name}` must be an int >= 0, got {name}={value!r}.")
+    if src_column == tgt_column:
+        raise ValueError(f"`src_column` and `tgt_column` must differ, both are {src_column}.")
+    _check_flag("remove_source_spaces", remove_source_spaces)
+    _check_flag("remove_target_spaces", remove_target_spaces)
+    lines = _read_lines(path)
+    needed = max(src_column, tgt_column) + 1
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            rows.append(("", ""))
+            continue
+        columns = line.split("\t")
+        if len(columns) < needed:
+            raise ValueError(
+                f"{os.fspath(path)}, line {number}: expected at least {needed} tab-separated "
+                f"columns, found {len(columns)}."
+            )
+        rows.append((columns[src_column], columns[tgt_column]))
+    return _collect(rows, (path,), len(lines), remove_source_spaces, remove_target_spaces)
