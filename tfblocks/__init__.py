@@ -7,14 +7,46 @@ from tfblocks.layers import (
     TransformerBlock,
     timing_signal,
 )
+from tfblocks.models import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    HParams,
+    build_transformer,
+    encoder_decoder,
+    hparams,
+)
+from tfblocks.training import (
+    MaskedAccuracy,
+    NoamSchedule,
+    Perplexity,
+    RsqrtDecay,
+    SmoothedCrossEntropy,
+    compile_transformer,
+)
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "UNK_ID",
     "DenseReluDense",
+    "HParams",
+    "MaskedAccuracy",
     "MultiHeadAttention",
+    "NoamSchedule",
+    "Perplexity",
+    "RsqrtDecay",
     "SinusoidalEmbedding",
+    "SmoothedCrossEntropy",
     "TransformerBlock",
     "__version__",
+    "build_transformer",
+    "compile_transformer",
+    "encoder_decoder",
+    "hparams",
     "timing_signal",
 ]

@@ -1,0 +1,161 @@
+"""Tests for tfblocks.models.transformer: structure, parameter counts, masking, ties."""
+
+import keras
+import numpy as np
+import pytest
+
+from tfblocks.models.hparams import PRESETS, hparams
+from tfblocks.models.transformer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    build_transformer,
+    encoder_decoder,
+)
+
+VOCAB = 37
+
+
+def expected_params(hp):
+    """What t2t's architecture implies: bias-free attention, FFN with biases, LN γ/β."""
+    d, f, v = hp.hidden_size, hp.filter_size, hp.vocab_size
+    ffn = d * f + f + f * d + d
+    layer_norm = 2 * d
+    encoder_layer = 4 * d * d + ffn + 2 * layer_norm
+    decoder_layer = 8 * d * d + ffn + 3 * layer_norm
+    final_norms = 2 * layer_norm if hp.norm_first else 0
+    embeddings = v * d if hp.shared_embedding_and_softmax_weights else 3 * v * d
+    return (
+        embeddings
+        + hp.num_encoder_layers * encoder_layer
+        + hp.num_decoder_layers * decoder_layer
+        + final_norms
+    )
+
+
+def tiny(**overrides):
+    return hparams(
+        "transformer_tiny", vocab_size=VOCAB, hidden_size=32, filter_size=64, **overrides
+    )
+
+
+def batch(rng, b=2, s=7, t=6):
+    src = rng.integers(4, VOCAB, (b, s)).astype("int32")
+    tgt = rng.integers(4, VOCAB, (b, t)).astype("int32")
+    src[1, 4:] = PAD_ID
+    tgt[1, 3] = EOS_ID
+    tgt[1, 4:] = PAD_ID
+    return {"inputs": src, "targets": tgt}
+
+
+def test_ids():
+    assert (PAD_ID, EOS_ID, UNK_ID, BOS_ID) == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_count_params_matches_t2t_formula(name):
+    hp = hparams(name)
+    assert build_transformer(hp).count_params() == expected_params(hp)
+
+
+def test_count_params_untied_embeddings():
+    hp = tiny(shared_embedding_and_softmax_weights=False)
+    model = build_transformer(hp)
+    assert model.count_params() == expected_params(hp)
+    names = {layer.name for layer in model.layers}
+    assert {"source_embedding", "target_embedding", "softmax"} <= names
+
+
+def test_outputs_float32_logits_without_mask():
+    model = build_transformer(tiny())
+    assert sorted(model.input) == ["inputs", "targets"]
+    assert all(keras.backend.standardize_dtype(t.dtype) == "int32" for t in model.inputs)
+    logits = model(batch(np.random.default_rng(0)))
+    assert tuple(logits.shape) == (2, 6, VOCAB)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    assert getattr(logits, "_keras_mask", None) is None
+
+
+def test_targets_are_shifted_right_with_bos():
+    model = build_transformer(tiny())
+    shifted = model.get_layer("shift_right")(np.array([[5, 6, 1, 0]], "int32"))
+    np.testing.assert_array_equal(np.asarray(shifted), [[BOS_ID, 5, 6, 1]])
+
+
+def test_decoder_is_causal_and_sees_the_previous_target():
+    model = build_transformer(tiny())
+    x = batch(np.random.default_rng(1))
+    base = np.asarray(model(x))
+    changed = {k: v.copy() for k, v in x.items()}
+    changed["targets"][0, 2] = (changed["targets"][0, 2] + 1 - 4) % (VOCAB - 4) + 4
+    out = np.asarray(model(changed))
+    # Position t reads targets[:t]: positions 0..2 are unchanged, 3 changes.
+    np.testing.assert_allclose(out[0, :3], base[0, :3], atol=1e-5)
+    assert np.abs(out[0, 3] - base[0, 3]).max() > 1e-4
+    np.testing.assert_allclose(out[1], base[1], atol=1e-5)
+
+
+def test_padding_does_not_change_real_positions():
+    model = build_transformer(tiny())
+    x = batch(np.random.default_rng(2))
+    base = np.asarray(model(x))
+    padded = {k: np.pad(v, [(0, 0), (0, 3)]) for k, v in x.items()}
+    out = np.asarray(model(padded))
+    np.testing.assert_allclose(out[0, :6], base[0], atol=1e-4)
+    np.testing.assert_allclose(out[1, :4], base[1, :4], atol=1e-4)
+
+
+def test_tied_softmax_is_decoder_output_times_embedding_transpose():
+    model = build_transformer(tiny())
+    x = batch(np.random.default_rng(3))
+    hidden = keras.Model(model.inputs, model.get_layer("decoder_norm").output)
+    h = np.asarray(hidden(x), "float64")
+    embeddings = np.asarray(model.get_layer("embedding").embeddings, "float64")
+    np.testing.assert_allclose(np.asarray(model(x)), h @ embeddings.T, rtol=1e-4, atol=1e-4)
+    assert sum("embeddings" in w.path for w in model.weights) == 1
+
+
+def test_post_ln_has_no_final_norms():
+    hp = hparams("transformer_base_v1", vocab_size=VOCAB, hidden_size=32, filter_size=64)
+    names = {layer.name for layer in build_transformer(hp).layers}
+    assert "encoder_norm" not in names and "decoder_norm" not in names
+    names = {layer.name for layer in build_transformer(tiny()).layers}
+    assert {"encoder_norm", "decoder_norm"} <= names
+
+
+def test_encoder_decoder_reproduce_the_model(tmp_path):
+    model = build_transformer(tiny())
+    x = batch(np.random.default_rng(4))
+    path = tmp_path / "model.keras"
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    expected = np.asarray(model(x))
+    np.testing.assert_array_equal(np.asarray(reloaded(x)), expected)
+    encoder, decoder = encoder_decoder(reloaded)
+    decoder_inputs = np.asarray(reloaded.get_layer("shift_right")(x["targets"]))
+    logits = decoder(
+        {
+            "decoder_inputs": decoder_inputs,
+            "encoder_output": np.asarray(encoder({"inputs": x["inputs"]})),
+            "inputs": x["inputs"],
+        }
+    )
+    np.testing.assert_allclose(np.asarray(logits), expected, atol=1e-5)
+    assert encoder.count_params() + decoder.count_params() > model.count_params()
+
+
+def test_encoder_decoder_rejects_other_models():
+    inputs = keras.Input((3,))
+    with pytest.raises(ValueError, match="build_transformer"):
+        encoder_decoder(keras.Model(inputs, keras.layers.Dense(2)(inputs)))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_logits_are_float32(policy):
+    keras.config.set_dtype_policy(policy)
+    model = build_transformer(tiny())
+    logits = model(batch(np.random.default_rng(5)))
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    assert np.isfinite(np.asarray(logits)).all()
+    assert model.get_layer("encoder_layer_0").compute_dtype == policy.split("_")[1]

@@ -1,0 +1,200 @@
+"""Hyper-parameter presets mirroring t2t `models/transformer.py`.
+
+`hparams(name, **overrides)` returns a frozen :class:`HParams` whose field names are
+t2t's. The presets and what they set:
+
+====================  ======  =====  ======  =====  =======  ========================
+preset                layers  d      filter  heads  LN       dropout (prepost/att/relu)
+====================  ======  =====  ======  =====  =======  ========================
+transformer_tiny      2       128    512     4      pre      0.1 / 0.1 / 0.1
+transformer_small     2       256    1024    4      pre      0.1 / 0.1 / 0.1
+transformer_base_v1   6       512    2048    8      post     0.1 / 0.0 / 0.0
+transformer_base      6       512    2048    8      pre      0.1 / 0.1 / 0.1
+transformer_big       6       1024   4096    16     pre      0.3 / 0.1 / 0.1
+====================  ======  =====  ======  =====  =======  ========================
+
+`transformer_base` is t2t's v3: Adam β₂ = 0.997 and the learning rate
+`constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size` with constant 2 and 8000 warmup
+steps. `transformer_base_v1` is the paper's recipe: Post-LN, β₂ = 0.98 and the legacy
+"noam" schedule (`learning_rate` 0.1, 4000 warmup steps). Departures from t2t: the
+layer counts are explicit (`num_encoder_layers`/`num_decoder_layers` instead of
+`num_hidden_layers` with 0 = fall back), `norm_first` replaces
+`layer_preprocess_sequence`/`layer_postprocess_sequence`, and `vocab_size`
+(in t2t a property of the problem) lives here because the builder needs it.
+"""
+
+import dataclasses
+
+RSQRT_DECAY = "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size"
+LEGACY_NOAM = "legacy"
+_SCHEDULES = (RSQRT_DECAY, LEGACY_NOAM)
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+    """The Transformer's hyper-parameters, with t2t names. Build one with `hparams()`.
+
+    Attributes:
+        vocab_size: size of the (shared) source/target vocabulary.
+        hidden_size: d_model.
+        filter_size: inner size of the feed-forward network.
+        num_heads: attention heads.
+        num_encoder_layers: blocks in the encoder stack.
+        num_decoder_layers: blocks in the decoder stack.
+        layer_prepostprocess_dropout: residual and embedding dropout.
+        attention_dropout: dropout on attention weights.
+        relu_dropout: dropout inside the FFN.
+        norm_first: Pre-LN (t2t v2+) when True, Post-LN (the paper, v1) when False.
+        label_smoothing: ε of `SmoothedCrossEntropy`.
+        learning_rate_schedule: `RSQRT_DECAY` (t2t's factor string) or `"legacy"`
+            (t2t's legacy schedule with `learning_rate_decay_scheme="noam"`).
+        learning_rate: multiplier of the legacy schedule.
+        learning_rate_constant: the `constant` factor of `RSQRT_DECAY`.
+        learning_rate_warmup_steps: warm-up steps of either schedule.
+        optimizer_adam_beta1: Adam β₁.
+        optimizer_adam_beta2: Adam β₂.
+        optimizer_adam_epsilon: Adam ε.
+        shared_embedding_and_softmax_weights: one embedding matrix for source,
+            target and the softmax.
+        batch_size: tokens per batch (t2t's meaning; used by data pipelines).
+        max_length: longest sequence in tokens (used by data pipelines).
+
+    Example:
+
+    >>> hp = hparams("transformer_tiny", vocab_size=1000)
+    >>> hp.hidden_size, hp.norm_first, hp.vocab_size
+    (128, True, 1000)
+    """
+
+    vocab_size: int = 32000
+    hidden_size: int = 512
+    filter_size: int = 2048
+    num_heads: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    layer_prepostprocess_dropout: float = 0.1
+    attention_dropout: float = 0.0
+    relu_dropout: float = 0.0
+    norm_first: bool = False
+    label_smoothing: float = 0.1
+    learning_rate_schedule: str = LEGACY_NOAM
+    learning_rate: float = 0.1
+    learning_rate_constant: float = 1.0
+    learning_rate_warmup_steps: int = 4000
+    optimizer_adam_beta1: float = 0.9
+    optimizer_adam_beta2: float = 0.98
+    optimizer_adam_epsilon: float = 1e-9
+    shared_embedding_and_softmax_weights: bool = True
+    batch_size: int = 4096
+    max_length: int = 256
+
+    def __post_init__(self):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "filter_size",
+            "num_heads",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "learning_rate_warmup_steps",
+            "batch_size",
+            "max_length",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, got {name}={value!r}.")
+        for name in (
+            "layer_prepostprocess_dropout",
+            "attention_dropout",
+            "relu_dropout",
+            "label_smoothing",
+            "optimizer_adam_beta1",
+            "optimizer_adam_beta2",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"`{name}` must be a float in [0, 1), got {name}={value!r}.")
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be a float in [0, 1), got {name}={value!r}.")
+        for name in ("learning_rate", "learning_rate_constant", "optimizer_adam_epsilon"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive float, got {name}={value!r}.")
+        for name in ("norm_first", "shared_embedding_and_softmax_weights"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool, got {name}={getattr(self, name)!r}.")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                "`hidden_size` must be divisible by `num_heads`, got "
+                f"hidden_size={self.hidden_size}, num_heads={self.num_heads}."
+            )
+        if self.learning_rate_schedule not in _SCHEDULES:
+            raise ValueError(
+                f"`learning_rate_schedule` must be one of {_SCHEDULES}, got "
+                f"learning_rate_schedule={self.learning_rate_schedule!r}."
+            )
+
+
+_BASE_V1 = {}
+_BASE = {
+    "norm_first": True,
+    "attention_dropout": 0.1,
+    "relu_dropout": 0.1,
+    "learning_rate_warmup_steps": 8000,
+    "learning_rate": 0.2,
+    "optimizer_adam_beta2": 0.997,
+    "learning_rate_schedule": RSQRT_DECAY,
+    "learning_rate_constant": 2.0,
+}
+_TWO_LAYERS = {"num_encoder_layers": 2, "num_decoder_layers": 2, "num_heads": 4}
+
+PRESETS = {
+    "transformer_tiny": {**_BASE, **_TWO_LAYERS, "hidden_size": 128, "filter_size": 512},
+    "transformer_small": {**_BASE, **_TWO_LAYERS, "hidden_size": 256, "filter_size": 1024},
+    "transformer_base_v1": _BASE_V1,
+    "transformer_base": _BASE,
+    "transformer_big": {
+        **_BASE,
+        "hidden_size": 1024,
+        "filter_size": 4096,
+        "num_heads": 16,
+        "layer_prepostprocess_dropout": 0.3,
+        "batch_size": 2048,
+    },
+}
+
+
+def hparams(name, **overrides):
+    """Returns the preset `name` with `overrides` applied, as a frozen `HParams`.
+
+    Args:
+        name: one of `PRESETS` (`transformer_tiny`, `transformer_small`,
+            `transformer_base_v1`, `transformer_base`, `transformer_big`).
+        **overrides: `HParams` fields to change.
+
+    Returns:
+        A frozen `HParams`.
+
+    Raises:
+        ValueError: an unknown preset or field name (the message lists the valid
+            ones), or an invalid value.
+
+    Example:
+
+    >>> hparams("transformer_base").optimizer_adam_beta2
+    0.997
+    >>> hparams("transformer_base", hidden_size=256).hidden_size
+    256
+    """
+    if name not in PRESETS:
+        raise ValueError(
+            f"Unknown hparams preset name={name!r}; valid presets: {', '.join(sorted(PRESETS))}."
+        )
+    fields = [f.name for f in dataclasses.fields(HParams)]
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"Unknown HParams field(s) {unknown} for preset {name!r}; valid fields: "
+            f"{', '.join(fields)}."
+        )
+    return HParams(**{**PRESETS[name], **overrides})

@@ -1,0 +1,16 @@
+"""The t2t training recipe: loss, metrics, schedules, compile, and tf.distribute."""
+
+from tfblocks.training.losses import SmoothedCrossEntropy
+from tfblocks.training.metrics import MaskedAccuracy, Perplexity
+from tfblocks.training.recipe import compile_transformer, learning_rate_schedule
+from tfblocks.training.schedules import NoamSchedule, RsqrtDecay
+
+__all__ = [
+    "MaskedAccuracy",
+    "NoamSchedule",
+    "Perplexity",
+    "RsqrtDecay",
+    "SmoothedCrossEntropy",
+    "compile_transformer",
+    "learning_rate_schedule",
+]

@@ -1,0 +1,115 @@
+"""t2t's label-smoothed cross-entropy (`common_layers.smoothing_cross_entropy`).
+
+The target class gets probability `1 − ε`, every other class `ε / (V − 1)` (not Keras'
+`label_smoothing`, which spreads ε over all V classes including the target), and the
+entropy of that soft target is subtracted so that a perfect prediction scores 0.
+Padding positions (`y_true == PAD_ID`) do not count; the result is the mean over the
+real tokens of the *global* batch, also under `tf.distribute`.
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+PAD_ID = 0  # Same as tfblocks.models.transformer.PAD_ID (training must not import models).
+
+
+def _check_smoothing(label_smoothing):
+    if (
+        isinstance(label_smoothing, bool)
+        or not isinstance(label_smoothing, (int, float))
+        or not 0.0 <= label_smoothing < 1.0
+    ):
+        raise ValueError(
+            f"`label_smoothing` must be a float in [0, 1), got label_smoothing={label_smoothing!r}."
+        )
+    return float(label_smoothing)
+
+
+def smoothed_token_losses(y_true, logits, label_smoothing):
+    """Per-token t2t smoothed cross-entropy minus its minimum, `[B, T]`, float32.
+
+    Args:
+        y_true: int `[B, T]` target ids.
+        logits: `[B, T, V]` unnormalised scores.
+        label_smoothing: ε in [0, 1).
+
+    Returns:
+        float32 `[B, T]`: `H(q, p) − H(q)` with q the smoothed target distribution;
+        0 for a prediction equal to q. Padding positions are *not* zeroed here.
+    """
+    logits = ops.cast(logits, "float32")
+    vocab = logits.shape[-1]
+    confidence = 1.0 - label_smoothing
+    low = label_smoothing / (vocab - 1)
+    # Entropy of the soft target, t2t's "normalizing" constant (1e-20 avoids log 0).
+    normalizing = -(confidence * ops.log(confidence) + (vocab - 1) * low * ops.log(low + 1e-20))
+    log_probs = ops.log_softmax(logits, axis=-1)  # [B, T, V]
+    ids = ops.expand_dims(ops.cast(y_true, "int32"), -1)  # [B, T, 1]
+    target = ops.squeeze(ops.take_along_axis(log_probs, ids, axis=-1), -1)  # [B, T]
+    total = ops.sum(log_probs, axis=-1)  # [B, T]
+    cross_entropy = -(confidence * target + low * (total - target))
+    return cross_entropy - normalizing
+
+
+def global_token_mean(total, count):
+    """`total / count` where `count` is summed over all replicas, Keras-scaled.
+
+    Keras sums the gradients of the per-replica losses and divides the reported loss
+    by the replica count, expecting each replica to return its share of the global
+    mean. Returning `replica_total / global_count` makes the sum over replicas the
+    exact token mean of the global batch, however tokens are spread over replicas.
+    """
+    replica = tf.distribute.get_replica_context()
+    if replica is not None and tf.distribute.get_strategy().num_replicas_in_sync > 1:
+        count = replica.all_reduce(tf.distribute.ReduceOp.SUM, count)
+    return ops.divide_no_nan(total, count)
+
+
+@keras.saving.register_keras_serializable(package="tfblocks")
+class SmoothedCrossEntropy(keras.losses.Loss):
+    """t2t label-smoothed cross-entropy over non-padding tokens.
+
+    `loss = Σ_real (H(q, p) − H(q)) / #real` with `q = 1 − ε` on the target and
+    `ε / (V − 1)` elsewhere; `y_true == 0` is padding. `sample_weight` (`[B]` or
+    `[B, T]`) multiplies each token's weight. Under `tf.distribute` the token count
+    is all-reduced so the mean is over the global batch.
+
+    Args:
+        label_smoothing: ε in [0, 1); t2t's default is 0.1.
+        name: loss name.
+        dtype: dtype of the loss computations (float32 by default).
+
+    Example:
+
+    >>> import numpy as np
+    >>> loss = SmoothedCrossEntropy(label_smoothing=0.1)
+    >>> y = np.array([[2, 1, 0]])
+    >>> perfect = np.log(np.where(np.eye(4)[y] > 0, 0.9, 0.1 / 3))
+    >>> round(float(loss(y, perfect)), 6)
+    0.0
+    """
+
+    def __init__(self, label_smoothing=0.1, name="smoothed_cross_entropy", dtype=None):
+        super().__init__(name=name, reduction="sum_over_batch_size", dtype=dtype)
+        self.label_smoothing = _check_smoothing(label_smoothing)
+
+    def call(self, y_true, y_pred):
+        """Per-token losses `[B, T]`, 0 at padding."""
+        losses = smoothed_token_losses(y_true, y_pred, self.label_smoothing)
+        return losses * ops.cast(ops.not_equal(y_true, PAD_ID), losses.dtype)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with keras.name_scope(self.name):
+            losses = smoothed_token_losses(y_true, y_pred, self.label_smoothing)
+            weights = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")  # [B, T]
+            if sample_weight is not None:
+                sample_weight = ops.cast(sample_weight, "float32")
+                if len(sample_weight.shape) == 1:
+                    sample_weight = ops.expand_dims(sample_weight, -1)  # [B, 1]
+                weights = weights * sample_weight
+            loss = global_token_mean(ops.sum(losses * weights), ops.sum(weights))
+            return ops.cast(loss, self.dtype)
+
+    def get_config(self):
+        return {"name": self.name, "label_smoothing": self.label_smoothing, "dtype": self.dtype}
