@@ -1,0 +1,90 @@
+"""Tests for tfblocks.training.losses against a NumPy reference of t2t's formula."""
+
+import keras
+import numpy as np
+import pytest
+
+from tfblocks.training.losses import SmoothedCrossEntropy
+
+
+def reference(y, logits, eps, sample_weight=None):
+    """t2t smoothing_cross_entropy minus its normalizing constant, mean over real tokens."""
+    v = logits.shape[-1]
+    q = np.full(logits.shape, eps / (v - 1))
+    np.put_along_axis(q, y[..., None], 1.0 - eps, axis=-1)
+    logits = logits.astype("float64")
+    log_p = logits - logits.max(-1, keepdims=True)
+    log_p = log_p - np.log(np.exp(log_p).sum(-1, keepdims=True))
+    cross_entropy = -(q * log_p).sum(-1)
+    entropy = -(q * np.log(q + 1e-20)).sum(-1)
+    weights = (y != 0).astype("float64")
+    if sample_weight is not None:
+        weights = weights * np.reshape(sample_weight, (len(y), -1))
+    return ((cross_entropy - entropy) * weights).sum() / weights.sum()
+
+
+def sample(rng, b=3, t=5, v=11):
+    y = rng.integers(1, v, (b, t))
+    y[0, 3:] = 0
+    y[2, 1:] = 0
+    return y, rng.normal(size=(b, t, v)).astype("float32") * 3
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_matches_numpy_reference(eps):
+    y, logits = sample(np.random.default_rng(0))
+    got = float(SmoothedCrossEntropy(eps)(y, logits))
+    np.testing.assert_allclose(got, reference(y, logits, eps), rtol=1e-5)
+
+
+def test_perfect_prediction_scores_zero_and_anything_else_more():
+    y, _ = sample(np.random.default_rng(1))
+    q = np.where(np.eye(11)[y] > 0, 0.9, 0.1 / 10)
+    loss = SmoothedCrossEntropy(0.1)
+    assert abs(float(loss(y, np.log(q)))) < 1e-6
+    assert float(loss(y, np.log(q) + np.random.default_rng(2).normal(size=q.shape))) > 1e-3
+
+
+def test_no_smoothing_is_sparse_cross_entropy_over_real_tokens():
+    y, logits = sample(np.random.default_rng(3))
+    real = y != 0
+    keras_ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    expected = float(keras_ce(y[real], logits[real]))
+    np.testing.assert_allclose(float(SmoothedCrossEntropy(0.0)(y, logits)), expected, rtol=1e-5)
+
+
+def test_padding_is_excluded():
+    y, logits = sample(np.random.default_rng(4))
+    noisy = logits.copy()
+    noisy[y == 0] = 100.0 * np.random.default_rng(5).normal(size=noisy[y == 0].shape)
+    loss = SmoothedCrossEntropy(0.1)
+    np.testing.assert_allclose(float(loss(y, noisy)), float(loss(y, logits)), rtol=1e-6)
+    assert float(loss(np.zeros_like(y), logits)) == 0.0  # all padding: 0, not NaN
+
+
+@pytest.mark.parametrize("shape", [(3,), (3, 5)])
+def test_sample_weight(shape):
+    y, logits = sample(np.random.default_rng(6))
+    weight = np.random.default_rng(7).uniform(0.5, 2.0, shape).astype("float32")
+    got = float(SmoothedCrossEntropy(0.1)(y, logits, sample_weight=weight))
+    np.testing.assert_allclose(got, reference(y, logits, 0.1, weight), rtol=1e-5)
+
+
+def test_call_gives_per_token_losses_zero_at_padding():
+    y, logits = sample(np.random.default_rng(8))
+    per_token = np.asarray(SmoothedCrossEntropy(0.1).call(y, logits))
+    assert per_token.shape == y.shape
+    assert (per_token[y == 0] == 0).all() and (per_token[y != 0] > 0).all()
+
+
+def test_serialization_round_trip():
+    loss = SmoothedCrossEntropy(0.2, name="xent")
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+    assert isinstance(restored, SmoothedCrossEntropy)
+    assert (restored.label_smoothing, restored.name) == (0.2, "xent")
+
+
+@pytest.mark.parametrize("value", [1.0, -0.1, "0.1", True])
+def test_invalid_label_smoothing(value):
+    with pytest.raises(ValueError, match=f"label_smoothing={value!r}"):
+        SmoothedCrossEntropy(value)
