@@ -1,15 +1,36 @@
 """Text pipeline: the embedded phrasebook, corpus readers, subword tokenizers and tf.data."""
 
+from tfblocks.text.corpus import Corpus, read_parallel, read_tsv, remove_japanese_spaces
 from tfblocks.text.phrasebook import (
     RUNNING_EXAMPLE,
     PhrasePair,
     generate_phrasebook,
     load_phrasebook,
 )
+from tfblocks.text.tokenizers import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    SubwordTokenizer,
+    train_tokenizer,
+    train_tokenizers,
+)
 
 __all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
     "RUNNING_EXAMPLE",
+    "UNK_ID",
+    "Corpus",
     "PhrasePair",
+    "SubwordTokenizer",
     "generate_phrasebook",
     "load_phrasebook",
+    "read_parallel",
+    "read_tsv",
+    "remove_japanese_spaces",
+    "train_tokenizer",
+    "train_tokenizers",
 ]

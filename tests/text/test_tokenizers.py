@@ -1,0 +1,149 @@
+"""Tests of the SentencePiece tokenizers: id conventions, round trips, graphs and SavedModels."""
+
+import io
+import pathlib
+
+import numpy as np
+import pytest
+import sentencepiece
+import tensorflow as tf
+
+from tfblocks.text import corpus, phrasebook, tokenizers
+
+DATA = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "small_parallel_enja"
+EXAMPLE_JA, EXAMPLE_EN = phrasebook.RUNNING_EXAMPLE
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return phrasebook.load_phrasebook(seed=0, size=3000)["train"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(pairs):
+    source, target = tokenizers.train_tokenizers(pairs, vocab_size=400)
+    assert source is target
+    return source
+
+
+def _texts(ragged_or_tensor):
+    return [s.decode("utf-8") for s in ragged_or_tensor.numpy()]
+
+
+def test_ids_follow_the_project_convention(tokenizer):
+    ids = tokenizer.tokenize([EXAMPLE_JA, EXAMPLE_EN, ""])
+    rows = ids.to_list()
+    assert [row[-1] for row in rows] == [tokenizers.EOS_ID] * 3
+    assert rows[2] == [tokenizers.EOS_ID]  # the empty string is just EOS
+    flat = np.concatenate([np.array(r[:-1]) for r in rows[:2]])
+    assert not np.isin(flat, [0, 1, 2, 3]).any()  # no pad, EOS, unknown or BOS inside
+    assert ids.dtype == tf.int32 and tokenizer.vocabulary_size == 400
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.proto)
+    assert [processor.id_to_piece(i) for i in range(4)] == ["<pad>", "</s>", "<unk>", "<s>"]
+
+
+def test_round_trip_is_exact_on_training_text(tokenizer, pairs):
+    texts = [text for pair in pairs for text in pair]
+    ids = tokenizer.tokenize(texts)
+    assert _texts(tokenizer.detokenize(ids.to_tensor())) == texts
+    assert int(tf.reduce_sum(tf.cast(ids.flat_values == tokenizers.UNK_ID, tf.int32))) == 0
+
+
+def test_detokenize_stops_at_eos_and_skips_pad_and_bos(tokenizer):
+    body = tokenizer.tokenize([EXAMPLE_JA]).to_list()[0][:-1]
+    noisy = [tokenizers.BOS_ID, *body, tokenizers.EOS_ID, *body, tokenizers.PAD_ID]
+    padded = body + [tokenizers.PAD_ID] * (len(noisy) - len(body))
+    out = tokenizer.detokenize(tf.constant([noisy, padded], tf.int32))
+    assert _texts(out) == [EXAMPLE_JA, EXAMPLE_JA]
+
+
+def test_unknown_characters_map_to_unk(tokenizer):
+    ids = tokenizer.tokenize(["象"]).to_list()[0]  # never in the phrasebook
+    assert tokenizers.UNK_ID in ids and ids[-1] == tokenizers.EOS_ID
+
+
+def test_runs_in_tf_function_and_tf_data(tokenizer):
+    @tf.function
+    def lengths(strings):
+        return tokenizer.tokenize(strings).row_lengths()
+
+    expected = tokenizer.tokenize([EXAMPLE_JA, EXAMPLE_EN]).row_lengths().numpy()
+    np.testing.assert_array_equal(lengths(tf.constant([EXAMPLE_JA, EXAMPLE_EN])), expected)
+    dataset = tf.data.Dataset.from_tensor_slices([EXAMPLE_JA, EXAMPLE_EN]).batch(2)
+    dataset = dataset.map(lambda s: tokenizer.tokenize(s).row_lengths())
+    np.testing.assert_array_equal(next(iter(dataset)), expected)
+
+
+def test_saved_model_and_proto_file_round_trip(tokenizer, tmp_path):
+    expected = tokenizer.tokenize([EXAMPLE_JA, EXAMPLE_EN])
+    tf.saved_model.save(tokenizer, str(tmp_path / "saved"))
+    restored = tf.saved_model.load(str(tmp_path / "saved"))
+    assert restored.tokenize([EXAMPLE_JA, EXAMPLE_EN]).to_list() == expected.to_list()
+    assert _texts(restored.detokenize(expected.to_tensor())) == [EXAMPLE_JA, EXAMPLE_EN]
+    assert restored.model_proto.numpy() == tokenizer.proto
+
+    tokenizer.save(tmp_path / "shared.model")
+    loaded = tokenizers.SubwordTokenizer.load(tmp_path / "shared.model")
+    assert loaded.proto == tokenizer.proto
+    assert loaded.tokenize([EXAMPLE_EN]).to_list() == expected.to_list()[1:]
+
+
+def test_separate_vocabularies(pairs):
+    source, target = tokenizers.train_tokenizers(
+        pairs[:1000], vocab_size=200, model_type="bpe", shared=False
+    )
+    assert source is not target and source.proto != target.proto
+    # Each side only knows its own script: English letters are unknown to the Japanese side.
+    assert tokenizers.UNK_ID in source.tokenize(["lunch"]).to_list()[0]
+    assert tokenizers.UNK_ID not in target.tokenize(["lunch"]).to_list()[0]
+
+
+def test_rejects_a_proto_with_other_ids():
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(["abc def"] * 10), model_writer=model, vocab_size=10,
+        hard_vocab_limit=False, minloglevel=2,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"pad, EOS, unknown, BOS = \(-1, 2, 0, 1\)"):
+        tokenizers.SubwordTokenizer(model.getvalue())
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"lines": ["a"], "vocab_size": 4}, "vocab_size=4"),
+        ({"lines": ["a"], "vocab_size": 10, "model_type": "wordpiece"}, "'wordpiece'"),
+        ({"lines": "abc", "vocab_size": 10}, "single str"),
+        ({"lines": ["a", 3], "vocab_size": 10}, "int: 3"),
+        ({"lines": ["", " "], "vocab_size": 10}, "no non-empty line"),
+        ({"lines": ["a"], "vocab_size": 10, "character_coverage": 0}, "character_coverage=0"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        tokenizers.train_tokenizer(**kwargs)
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="small_parallel_enja is not beside the checkout")
+def test_small_parallel_enja_vocabulary_and_unknown_share(record_property):
+    splits = {
+        s: corpus.read_parallel(DATA / f"{s}.ja", DATA / f"{s}.en") for s in ("train", "test")
+    }
+    assert (len(splits["train"]), len(splits["test"])) == (50_000, 500)
+    tokenizer, _ = tokenizers.train_tokenizers(splits["train"], vocab_size=8000)
+    assert tokenizer.vocabulary_size == 8000
+    train_ja = tokenizer.tokenize([ja for ja, _ in splits["train"].pairs])
+    train_en = tokenizer.tokenize([en for _, en in splits["train"].pairs])
+    test_ids = tokenizer.tokenize([text for pair in splits["test"] for text in pair]).flat_values
+    unknown_share = float(np.mean(test_ids.numpy() == tokenizers.UNK_ID))
+    stats = {
+        "vocabulary_size": tokenizer.vocabulary_size,
+        "tokens_per_sentence_ja": float(np.mean(train_ja.row_lengths())),
+        "tokens_per_sentence_en": float(np.mean(train_en.row_lengths())),
+        "test_unknown_share": unknown_share,
+    }
+    for key, value in stats.items():
+        record_property(key, value)
+    print(stats)
+    assert unknown_share < 0.01, stats
+    assert 5 < stats["tokens_per_sentence_ja"] < 30 and 5 < stats["tokens_per_sentence_en"] < 30

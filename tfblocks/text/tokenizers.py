@@ -1,0 +1,218 @@
+"""SentencePiece subword tokenizers that run inside the TensorFlow graph.
+
+Training uses the `sentencepiece` package; tokenizing and detokenizing use tensorflow-text's
+`SentencepieceTokenizer`, so both work inside `tf.function`, `tf.data` and SavedModels, and raw
+Japanese (no spaces) is split into subwords directly. Nothing here is hand-written tokenization.
+
+Ids follow the project convention: 0 = pad, 1 = EOS, 2 = unknown, 3 = BOS. `tokenize` appends EOS
+and never emits BOS (the model prepends BOS as the decoder's start symbol); `detokenize` stops at
+the first EOS and skips pad and BOS. The trained model proto travels with the tokenizer: `save`
+writes it to a file, and it is a variable of the `tf.Module`, so a SavedModel holding the
+tokenizer holds the proto (it is never re-trained when loaded).
+"""
+
+import io
+import os
+
+import sentencepiece
+import tensorflow as tf
+import tensorflow_text
+
+PAD_ID, EOS_ID, UNK_ID, BOS_ID = 0, 1, 2, 3
+_MODEL_TYPES = ("unigram", "bpe", "char", "word")
+
+
+class SubwordTokenizer(tf.Module):
+    """A trained SentencePiece model as a graph-friendly tokenizer.
+
+    Args:
+        proto: the serialized SentencePiece model (bytes), e.g. from `train_tokenizer`.
+        name: name of the `tf.Module`.
+
+    Attributes:
+        vocabulary_size: number of ids, including pad, EOS, unknown and BOS.
+        model_proto: a string `tf.Variable` holding `proto`, so SavedModels carry it.
+
+    Example:
+
+    >>> tokenizer = train_tokenizer(["今日のランチはカレーだ。", "Today's lunch is curry."] * 50,
+    ...                             vocab_size=60)
+    >>> ids = tokenizer.tokenize(["今日のランチはカレーだ。"])
+    >>> int(ids[0, -1]) == EOS_ID
+    True
+    >>> tokenizer.detokenize(ids.to_tensor()).numpy()[0].decode()
+    '今日のランチはカレーだ。'
+    """
+
+    def __init__(self, proto, name=None):
+        super().__init__(name=name)
+        if not isinstance(proto, bytes) or not proto:
+            raise TypeError(f"`proto` must be non-empty bytes, got {type(proto).__name__}.")
+        processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
+        ids = (processor.pad_id(), processor.eos_id(), processor.unk_id(), processor.bos_id())
+        if ids != (PAD_ID, EOS_ID, UNK_ID, BOS_ID):
+            raise ValueError(
+                "`proto` must use pad=0, EOS=1, unknown=2, BOS=3 (train it with "
+                f"`train_tokenizer`), got pad, EOS, unknown, BOS = {ids}."
+            )
+        self._proto = proto
+        self.vocabulary_size = processor.get_piece_size()
+        self.model_proto = tf.Variable(proto, trainable=False, name="sentencepiece_model")
+
+    def _sentencepiece(self):
+        # The tensorflow-text op keeps the parsed model in a kernel-owned resource. Created
+        # eagerly, that resource dies with `keras.utils.clear_session()` (which clears the kernel
+        # cache); created here, inside each traced function, it is part of the function's graph
+        # and lives as long as the function (and any SavedModel traced from it).
+        return tensorflow_text.SentencepieceTokenizer(
+            model=self._proto, out_type=tf.int32, add_eos=True
+        )
+
+    @property
+    def proto(self):
+        """The serialized SentencePiece model (bytes)."""
+        return self._proto
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(self, strings):
+        """Splits a batch of strings into subword ids with EOS appended.
+
+        Args:
+            strings: 1-D string tensor (or list of str), raw text.
+
+        Returns:
+            An int32 `tf.RaggedTensor` `[batch, (length)]`, each row ending with EOS (1).
+        """
+        return self._sentencepiece().tokenize(strings)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def detokenize(self, ids):
+        """Turns padded id rows back into strings, stopping at EOS and skipping pad and BOS.
+
+        Args:
+            ids: int32 `[batch, length]`; pad with 0 (for a ragged tensor, `ids.to_tensor()`).
+
+        Returns:
+            A 1-D string tensor `[batch]`.
+        """
+        # [B, T]: True up to (not including) the first EOS of each row.
+        before_eos = tf.math.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1) == 0
+        keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
+        return self._sentencepiece().detokenize(tf.ragged.boolean_mask(ids, keep))
+
+    def save(self, path):
+        """Writes the SentencePiece model proto to `path` (conventionally `*.model`)."""
+        with open(path, "wb") as f:
+            f.write(self._proto)
+
+    @classmethod
+    def load(cls, path):
+        """Reads a tokenizer written by `save` (or any SentencePiece `.model` with our ids)."""
+        with open(path, "rb") as f:
+            return cls(f.read(), name=os.path.splitext(os.path.basename(os.fspath(path)))[0])
+
+
+def train_tokenizer(
+    lines,
+    vocab_size,
+    model_type="unigram",
+    *,
+    character_coverage=1.0,
+    normalization="nmt_nfkc",
+    num_threads=2,
+    trainer_options=None,
+):
+    """Trains a SentencePiece model on raw text and returns it as a `SubwordTokenizer`.
+
+    Args:
+        lines: iterable of str, one sentence each (raw Japanese needs no pre-tokenization).
+        vocab_size: the largest vocabulary wanted, >= 8; a smaller one is returned when the text
+            does not support that many pieces (SentencePiece's `hard_vocab_limit=False`).
+        model_type: `"unigram"` (default), `"bpe"`, `"char"` or `"word"`.
+        character_coverage: share of the training characters given their own piece; the
+            rarest others become unknown (id 2). 1.0 (default) keeps every character seen,
+            0.9995 is SentencePiece's advice for large Japanese corpora.
+        normalization: SentencePiece normalization rule; `"nmt_nfkc"` (default) makes text such as
+            full-width ASCII round-trip to its NFKC form, `"identity"` keeps every text exact.
+        num_threads: training threads.
+        trainer_options: optional dict of further `sentencepiece.SentencePieceTrainer` options.
+
+    Returns:
+        A `SubwordTokenizer` with pad 0, EOS 1, unknown 2, BOS 3.
+
+    Example:
+
+    >>> tokenizer = train_tokenizer(["今日のランチはカレーだ。"] * 20, vocab_size=30)
+    >>> 8 <= tokenizer.vocabulary_size <= 30
+    True
+    """
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 8:
+        raise ValueError(f"`vocab_size` must be an int >= 8, got vocab_size={vocab_size!r}.")
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"`model_type` must be one of {_MODEL_TYPES}, got {model_type!r}.")
+    if not 0.0 < character_coverage <= 1.0:
+        raise ValueError(
+            "`character_coverage` must be in (0, 1], "
+            f"got character_coverage={character_coverage!r}."
+        )
+    if isinstance(lines, str):
+        raise TypeError("`lines` must be an iterable of strings, got a single str.")
+    lines = list(lines)
+    bad = [line for line in lines if not isinstance(line, str)]
+    if bad:
+        raise TypeError(f"`lines` must hold only str, got {type(bad[0]).__name__}: {bad[0]!r}.")
+    if not any(line.strip() for line in lines):
+        raise ValueError("`lines` has no non-empty line to train on.")
+    options = dict(trainer_options or {})
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        normalization_rule_name=normalization,
+        pad_id=PAD_ID,
+        eos_id=EOS_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        hard_vocab_limit=False,
+        num_threads=num_threads,
+        minloglevel=options.pop("minloglevel", 2),
+        **options,
+    )
+    return SubwordTokenizer(model.getvalue())
+
+
+def train_tokenizers(pairs, vocab_size, model_type="unigram", *, shared=True, **kwargs):
+    """Trains the source and target tokenizers of a parallel corpus.
+
+    Args:
+        pairs: iterable of `(source, target)` strings (a list, a `Corpus`, a phrasebook split).
+        vocab_size: the largest vocabulary of each tokenizer (see `train_tokenizer`).
+        model_type: SentencePiece model type.
+        shared: one vocabulary trained on both sides (default; lets the model tie its source,
+            target and softmax embeddings), or one tokenizer per side.
+        **kwargs: further `train_tokenizer` arguments.
+
+    Returns:
+        `(source_tokenizer, target_tokenizer)`; the same object twice when `shared`.
+
+    Example:
+
+    >>> pairs = [("今日のランチはカレーだ。", "Today's lunch is curry.")] * 20
+    >>> source, target = train_tokenizers(pairs, vocab_size=40)
+    >>> source is target
+    True
+    """
+    if not isinstance(shared, bool):
+        raise TypeError(f"`shared` must be a bool, got shared={shared!r}.")
+    pairs = list(pairs)
+    sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+    if shared:
+        tokenizer = train_tokenizer(sources + targets, vocab_size, model_type, **kwargs)
+        return tokenizer, tokenizer
+    return (
+        train_tokenizer(sources, vocab_size, model_type, **kwargs),
+        train_tokenizer(targets, vocab_size, model_type, **kwargs),
+    )
