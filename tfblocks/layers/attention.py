@@ -45,6 +45,11 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask: forbid query i from attending key j > i.
         return_attention_scores: also return the `[B, H, T, S]` attention weights.
         training: enables dropout.
+        cache: a K/V cache from `init_cache` (with `cache_index`: incremental
+            self-attention) or `compute_cache` (without: attention over fixed k/v).
+            With a cache the call returns `(output, cache)`, or
+            `(output, scores, cache)` with `return_attention_scores=True`.
+        cache_index: position of the first query in the sequence being decoded.
 
     Example:
 
@@ -100,7 +105,12 @@ class MultiHeadAttention(keras.layers.Layer):
             name=name,
         )
 
-    def build(self, query_shape, value_shape, key_shape=None):
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        if value_shape is None:
+            raise ValueError(
+                f"MultiHeadAttention '{self.name}' must be built (called once with a "
+                "`value`) before it is called with a `cache`; got value=None."
+            )
         key_shape = value_shape if key_shape is None else key_shape
         in_dim = query_shape[-1]
         if self.key_dim is None and in_dim % self.num_heads != 0:
@@ -129,7 +139,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def call(
         self,
         query,
-        value,
+        value=None,
         key=None,
         query_mask=None,
         value_mask=None,
@@ -138,7 +148,22 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask=False,
         return_attention_scores=False,
         training=None,
+        cache=None,
+        cache_index=None,
     ):
+        if cache is not None:
+            return self._call_cached(
+                query,
+                value,
+                cache,
+                cache_index,
+                value_mask,
+                attention_mask,
+                return_attention_scores,
+                training,
+            )
+        if value is None:
+            raise ValueError("`value` is required unless a `cache` is given, got value=None.")
         if key is None:
             key = value
             key_mask = None  # the key is the value: its mask is `value_mask`.
@@ -156,12 +181,83 @@ class MultiHeadAttention(keras.layers.Layer):
         k = self._split_heads(self.key_dense(key), self._key_depth)  # [B, S, H, dk]
         v = self._split_heads(self.value_dense(value), self._value_depth)  # [B, S, H, dv]
         output, weights = self.attend(q, k, v, mask, training=training)  # [B, T, H, dv]
-        shape = ops.shape(output)
-        output = ops.reshape(output, (shape[0], shape[1], -1))  # [B, T, H*dv]
-        output = self.output_dense(output)
+        output = self._combine_heads(output)  # [B, T, out]
         if return_attention_scores:
             return output, weights
         return output
+
+    def _combine_heads(self, x):
+        shape = ops.shape(x)
+        x = ops.reshape(x, (shape[0], shape[1], -1))  # [B, T, H, dv] -> [B, T, H*dv]
+        return self.output_dense(x)
+
+    def _call_cached(
+        self, query, value, cache, cache_index, value_mask, attention_mask, return_scores, training
+    ):
+        """Attention over a K/V cache (t2t `fast_decode`); see `init_cache`/`compute_cache`."""
+        if not self.built:
+            raise ValueError(
+                f"MultiHeadAttention '{self.name}' must be built (called once) before it is "
+                "called with a `cache`."
+            )
+        if not isinstance(cache, dict) or set(cache) != {"key", "value"}:
+            got = sorted(cache) if isinstance(cache, dict) else type(cache).__name__
+            raise ValueError(
+                f"`cache` must be a dict with the entries 'key' and 'value', got cache={got}."
+            )
+        q = self._split_heads(self.query_dense(query), self._key_depth)  # [B, T, H, dk]
+        k, v = cache["key"], cache["value"]  # [B, S_max, H, dk], [B, S_max, H, dv]
+        if cache_index is None:
+            # A static cache (cross-attention over a fixed encoder output).
+            mask = _utils.merge_attention_masks(
+                query, k, value_mask=value_mask, attention_mask=attention_mask
+            )
+        else:
+            # Incremental self-attention: write the new positions' k/v at cache_index,
+            # then let query t (absolute position cache_index + t) see slots <= itself.
+            source = query if value is None else value
+            index = ops.cast(cache_index, "int32")
+            start = (0, index, 0, 0)
+            k_new = self._split_heads(self.key_dense(source), self._key_depth)  # [B, T, H, dk]
+            v_new = self._split_heads(self.value_dense(source), self._value_depth)
+            k = ops.slice_update(k, start, ops.cast(k_new, k.dtype))  # [B, S_max, H, dk]
+            v = ops.slice_update(v, start, ops.cast(v_new, v.dtype))  # [B, S_max, H, dv]
+            rows = index + ops.expand_dims(ops.arange(ops.shape(query)[1], dtype="int32"), 1)
+            cols = ops.expand_dims(ops.arange(ops.shape(k)[1], dtype="int32"), 0)
+            mask = ops.expand_dims(cols <= rows, 0)  # [1, T, S_max]
+            if attention_mask is not None:
+                mask = ops.logical_and(mask, ops.cast(attention_mask, "bool"))
+            cache = {"key": k, "value": v}
+        output, weights = self.attend(q, k, v, mask, training=training)  # [B, T, H, dv]
+        output = self._combine_heads(output)
+        if return_scores:
+            return output, weights, cache
+        return output, cache
+
+    def init_cache(self, batch_size, max_length):
+        """An empty self-attention cache: zeros `[batch_size, max_length, H, depth]`.
+
+        Used with `call(x, cache=cache, cache_index=i)`, which writes the k/v of the new
+        positions at `i` and returns `(output, updated_cache)`. The shapes never change,
+        so a decoding loop over it compiles with XLA.
+        """
+        dtype = self.compute_dtype
+        return {
+            "key": ops.zeros((batch_size, max_length, self.num_heads, self._key_depth), dtype),
+            "value": ops.zeros((batch_size, max_length, self.num_heads, self._value_depth), dtype),
+        }
+
+    def compute_cache(self, value, key=None):
+        """The projected k/v of a fixed `value` (e.g. the encoder output), computed once.
+
+        Used with `call(query, cache=cache, value_mask=...)` (no `cache_index`), which
+        returns `(output, cache)`.
+        """
+        key = value if key is None else key
+        return {
+            "key": self._split_heads(self.key_dense(key), self._key_depth),  # [B, S, H, dk]
+            "value": self._split_heads(self.value_dense(value), self._value_depth),
+        }
 
     def attend(self, q, k, v, mask=None, training=None):
         """Scaled dot-product attention on split heads.

@@ -44,6 +44,9 @@ class TransformerBlock(keras.layers.Layer):
         context: `[B, S, d_ctx]`; required when `cross_attention=True`.
         padding_mask: boolean `[B, T]`; defaults to the Keras mask of `x`.
         context_padding_mask: boolean `[B, S]`; defaults to the Keras mask of `context`.
+        cache: decoding caches from `init_cache`; the call then returns
+            `(output, new_cache)` for the positions `cache_index, cache_index + 1, ...`.
+        cache_index: position of the first row of `x` in the decoded sequence.
         training: enables dropout.
 
     Example:
@@ -155,8 +158,12 @@ class TransformerBlock(keras.layers.Layer):
         context=None,
         padding_mask=None,
         context_padding_mask=None,
+        cache=None,
+        cache_index=None,
         training=None,
     ):
+        if cache is not None:
+            return self._call_cached(x, context, context_padding_mask, cache, cache_index, training)
         if self.cross_attention is not None and context is None:
             raise ValueError(
                 f"TransformerBlock '{self.name}' has cross_attention=True and must be "
@@ -203,6 +210,62 @@ class TransformerBlock(keras.layers.Layer):
 
             x = self._sublayer(x, self.cross_attention_norm, cross_attention, training)
         return self._sublayer(x, self.ffn_norm, lambda h: self.ffn(h, training=training), training)
+
+    def _call_cached(self, x, context, context_padding_mask, cache, cache_index, training):
+        """One incremental decoding step over the caches made by `init_cache`."""
+        if cache_index is None:
+            raise ValueError("`cache_index` is required with a `cache`, got cache_index=None.")
+        new_cache = {}
+
+        def self_attention(h):
+            out, new_cache["self"] = self.self_attention(
+                h, cache=cache["self"], cache_index=cache_index, training=training
+            )
+            return out
+
+        x = self._sublayer(x, self.self_attention_norm, self_attention, training)
+        if self.cross_attention is not None:
+            if "cross" not in cache:
+                cache = {**cache, "cross": self.cross_attention.compute_cache(context)}
+            new_cache["cross"] = cache["cross"]
+
+            def cross_attention(h):
+                out, _ = self.cross_attention(
+                    h, cache=cache["cross"], value_mask=context_padding_mask, training=training
+                )
+                return out
+
+            x = self._sublayer(x, self.cross_attention_norm, cross_attention, training)
+        x = self._sublayer(x, self.ffn_norm, lambda h: self.ffn(h, training=training), training)
+        return x, new_cache
+
+    def init_cache(self, batch_size, max_length, context=None):
+        """Caches for incremental decoding (t2t `fast_decode`).
+
+        Args:
+            batch_size: decoding batch size (× beam size for beam search).
+            max_length: the most positions that will be decoded.
+            context: the encoder output; its cross-attention k/v are computed once here.
+
+        Returns:
+            `{"self": {"key", "value"}}` preallocated to `max_length` (plus `"cross"`
+            for a cross-attention block given `context`). Pass it with `cache_index=i`
+            to `block(x_i, cache=cache, cache_index=i, context_padding_mask=...)`,
+            which returns `(output, new_cache)`.
+        """
+        if not self.built:
+            raise ValueError(
+                f"TransformerBlock '{self.name}' must be built (called once) before init_cache()."
+            )
+        cache = {"self": self.self_attention.init_cache(batch_size, max_length)}
+        if self.cross_attention is not None:
+            if context is None:
+                raise ValueError(
+                    f"TransformerBlock '{self.name}' has cross-attention: init_cache() needs "
+                    "the encoder output as `context`, got context=None."
+                )
+            cache["cross"] = self.cross_attention.compute_cache(context)
+        return cache
 
     def compute_output_shape(self, x_shape, context_shape=None):
         return tuple(x_shape)
