@@ -125,3 +125,15 @@ def large_negative(dtype):
     """
     dtype = keras.backend.standardize_dtype(dtype)
     return float(ml_dtypes.finfo(dtype).min) * 0.5
+
+
+def masked_softmax(logits, mask=None):
+    """Softmax over the last axis in float32, with a boolean mask (True = keep).
+
+    The mask becomes an additive bias of `large_negative("float32")`, so a row with
+    nothing to attend gives a uniform distribution, never NaN.
+    """
+    logits = ops.cast(logits, "float32")
+    if mask is not None:
+        logits = logits + ops.where(mask, 0.0, large_negative("float32"))
+    return ops.softmax(logits, axis=-1)

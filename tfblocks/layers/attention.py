@@ -10,7 +10,7 @@ yields a uniform average of the values instead of depending on a literal -1e9.
 import keras
 from keras import ops
 
-from tfblocks.layers import _utils
+from tfblocks.layers import _local, _utils
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -33,6 +33,13 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_initializer: initializer of the projection biases.
         kernel_regularizer: optional regularizer of the projection kernels.
         bias_regularizer: optional regularizer of the projection biases.
+        attention_window: when set to r, restricted (local) self-attention, t2t
+            `masked_local_attention_1d` (causal) / `local_attention_1d`: the sequence
+            is cut into blocks of r positions and each query sees its own block and
+            the previous one (and the next one when not causal). Cost O(n·r), not
+            O(n²). Query and value must then have the same length; `attention_mask`
+            is not supported, and the returned scores are blocked:
+            `[B, H, ceil(T / r), r, 2r]` (causal) or `[..., 3r]`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -75,6 +82,7 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
+        attention_window=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -88,6 +96,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.attention_window = _utils.check_optional_positive_int(
+            "attention_window", attention_window
+        )
         self.supports_masking = True
         self.dropout_layer = keras.layers.Dropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
@@ -169,22 +180,50 @@ class MultiHeadAttention(keras.layers.Layer):
             key_mask = None  # the key is the value: its mask is `value_mask`.
         if key_mask is not None:
             value_mask = key_mask if value_mask is None else ops.logical_and(value_mask, key_mask)
-        mask = _utils.merge_attention_masks(
-            query,
-            value,
-            query_mask=query_mask,
-            value_mask=value_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-        )
+        if self.attention_window is not None:
+            self._check_local_inputs(query, value, attention_mask)
+        else:
+            mask = _utils.merge_attention_masks(
+                query,
+                value,
+                query_mask=query_mask,
+                value_mask=value_mask,
+                attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask,
+            )
         q = self._split_heads(self.query_dense(query), self._key_depth)  # [B, T, H, dk]
         k = self._split_heads(self.key_dense(key), self._key_depth)  # [B, S, H, dk]
         v = self._split_heads(self.value_dense(value), self._value_depth)  # [B, S, H, dv]
-        output, weights = self.attend(q, k, v, mask, training=training)  # [B, T, H, dv]
+        if self.attention_window is not None:
+            output, weights = _local.local_attention(
+                q * ops.cast(self._key_depth**-0.5, q.dtype),
+                k,
+                v,
+                self.attention_window,
+                causal=use_causal_mask,
+                query_mask=query_mask,
+                value_mask=value_mask,
+                dropout=lambda w: self.dropout_layer(w, training=training),
+            )  # [B, T, H, dv]
+        else:
+            output, weights = self.attend(q, k, v, mask, training=training)  # [B, T, H, dv]
         output = self._combine_heads(output)  # [B, T, out]
         if return_attention_scores:
             return output, weights
         return output
+
+    def _check_local_inputs(self, query, value, attention_mask):
+        if attention_mask is not None:
+            raise ValueError(
+                "`attention_mask` is not supported with local attention "
+                f"(attention_window={self.attention_window}); use padding masks."
+            )
+        t_len, s_len = query.shape[1], value.shape[1]
+        if t_len is not None and s_len is not None and t_len != s_len:
+            raise ValueError(
+                f"Local attention (attention_window={self.attention_window}) needs query and "
+                f"value of the same length, got {t_len} and {s_len}."
+            )
 
     def _combine_heads(self, x):
         shape = ops.shape(x)
@@ -224,7 +263,12 @@ class MultiHeadAttention(keras.layers.Layer):
             v = ops.slice_update(v, start, ops.cast(v_new, v.dtype))  # [B, S_max, H, dv]
             rows = index + ops.expand_dims(ops.arange(ops.shape(query)[1], dtype="int32"), 1)
             cols = ops.expand_dims(ops.arange(ops.shape(k)[1], dtype="int32"), 0)
-            mask = ops.expand_dims(cols <= rows, 0)  # [1, T, S_max]
+            allowed = cols <= rows  # [T, S_max]
+            if self.attention_window is not None:
+                # The block-local window of masked_local_attention_1d: own + previous block.
+                window = self.attention_window
+                allowed = ops.logical_and(allowed, cols // window >= rows // window - 1)
+            mask = ops.expand_dims(allowed, 0)  # [1, T, S_max]
             if attention_mask is not None:
                 mask = ops.logical_and(mask, ops.cast(attention_mask, "bool"))
             cache = {"key": k, "value": v}
@@ -275,15 +319,9 @@ class MultiHeadAttention(keras.layers.Layer):
         q = q * ops.cast(self._key_depth**-0.5, q.dtype)
         logits = ops.einsum("bthd,bshd->bhts", q, k)  # [B, H, T, S]
         # Softmax in float32 even under mixed precision: float16 logits overflow.
-        logits = ops.cast(logits, "float32")
         if mask is not None:
-            bias = ops.where(
-                ops.expand_dims(mask, 1),  # [B|1, 1, T, S]
-                0.0,
-                _utils.large_negative("float32"),
-            )
-            logits = logits + ops.cast(bias, "float32")
-        weights = ops.softmax(logits, axis=-1)  # [B, H, T, S], float32
+            mask = ops.expand_dims(mask, 1)  # [B|1, 1, T, S]
+        weights = _utils.masked_softmax(logits, mask)  # [B, H, T, S], float32
         dropped = self.dropout_layer(ops.cast(weights, v.dtype), training=training)
         output = ops.einsum("bhts,bshd->bthd", dropped, v)  # [B, T, H, dv]
         return output, weights
@@ -298,6 +336,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "output_dim": self.output_dim,
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
+                "attention_window": self.attention_window,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),

@@ -37,6 +37,8 @@ class TransformerBlock(keras.layers.Layer):
         use_bias: biases on the attention projections (the FFN always has them).
         epsilon: LayerNorm epsilon.
         kernel_initializer: initializer of every kernel.
+        attention_window: restricted (local) self-attention over blocks of this many
+            positions (see `MultiHeadAttention`); cross-attention stays full.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -76,6 +78,7 @@ class TransformerBlock(keras.layers.Layer):
         use_bias=False,
         epsilon=1e-6,
         kernel_initializer="glorot_uniform",
+        attention_window=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -93,15 +96,19 @@ class TransformerBlock(keras.layers.Layer):
             raise ValueError(f"`epsilon` must be a positive float, got epsilon={epsilon!r}.")
         self.epsilon = float(epsilon)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.attention_window = _utils.check_optional_positive_int(
+            "attention_window", attention_window
+        )
         self.supports_masking = True
 
-        def attention(name):
+        def attention(name, window=None):
             return MultiHeadAttention(
                 num_heads=self.num_heads,
                 key_dim=self.key_dim,
                 dropout=self.attention_dropout,
                 use_bias=self.use_bias,
                 kernel_initializer=_utils.clone_initializer(self.kernel_initializer),
+                attention_window=window,
                 dtype=self.dtype_policy,
                 name=name,
             )
@@ -111,7 +118,7 @@ class TransformerBlock(keras.layers.Layer):
                 epsilon=self.epsilon, dtype=self.dtype_policy, name=name
             )
 
-        self.self_attention = attention("self_attention")
+        self.self_attention = attention("self_attention", self.attention_window)
         self.self_attention_norm = norm("self_attention_norm")
         # `cross_attention` is the sublayer itself when enabled and None otherwise,
         # so `bool(block.cross_attention)` is the constructor flag.
@@ -287,6 +294,7 @@ class TransformerBlock(keras.layers.Layer):
                 "use_bias": self.use_bias,
                 "epsilon": self.epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "attention_window": self.attention_window,
             }
         )
         return config
