@@ -1,6 +1,7 @@
 """Text pipeline: the embedded phrasebook, corpus readers, subword tokenizers and tf.data."""
 
 from tfblocks.text.corpus import Corpus, read_parallel, read_tsv, remove_japanese_spaces
+from tfblocks.text.dataset import bucket_boundaries, length_summary, make_dataset
 from tfblocks.text.phrasebook import (
     RUNNING_EXAMPLE,
     PhrasePair,
@@ -26,8 +27,11 @@ __all__ = [
     "Corpus",
     "PhrasePair",
     "SubwordTokenizer",
+    "bucket_boundaries",
     "generate_phrasebook",
+    "length_summary",
     "load_phrasebook",
+    "make_dataset",
     "read_parallel",
     "read_tsv",
     "remove_japanese_spaces",
