@@ -1,6 +1,7 @@
 """The t2t training recipe in one call: `compile_transformer(model, hp)`."""
 
 import keras
+import tensorflow as tf
 
 from tfblocks.models.hparams import LEGACY_NOAM
 from tfblocks.training.losses import SmoothedCrossEntropy
@@ -38,10 +39,16 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
     Under a `mixed_float16` policy Keras wraps the optimizer in a
     `LossScaleOptimizer` itself. Call it inside `strategy.scope()` when distributing.
 
+    XLA is the default, but under a `tf.distribute` strategy `jit_compile` is turned
+    off, as Keras' own `jit_compile="auto"` does: Keras would compile the whole
+    multi-device `strategy.run` with XLA, which fails ("Trying to access resource
+    ... located in device CPU:1 from device CPU:0"). A TPU strategy compiles the
+    step with XLA regardless.
+
     Args:
         model: a model from `build_transformer`.
         hp: the `HParams` it was built from.
-        jit_compile: compile the train step with XLA.
+        jit_compile: compile the train step with XLA (ignored under a strategy).
         learning_rate: optional float or schedule replacing the preset's schedule
             (e.g. for a short run that cannot afford thousands of warm-up steps).
         **compile_kwargs: passed on to `model.compile` (e.g. `steps_per_execution`).
@@ -57,6 +64,8 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
     >>> float(model.optimizer.beta_2), model.loss.label_smoothing
     (0.997, 0.1)
     """
+    if tf.distribute.has_strategy() or getattr(model, "_distribute_strategy", None):
+        jit_compile = False
     optimizer = keras.optimizers.Adam(
         learning_rate=learning_rate_schedule(hp) if learning_rate is None else learning_rate,
         beta_1=hp.optimizer_adam_beta1,

@@ -1,0 +1,129 @@
+"""Choosing a `tf.distribute` strategy, and the static-shape batches TPUs need.
+
+Build and compile the model inside `strategy.scope()`; `model.fit` does the rest:
+
+    strategy = get_strategy("auto")
+    with strategy.scope():
+        model = compile_transformer(build_transformer(hp), hp)
+    model.fit(static_batches(dataset, batch_size=64, max_length=64), epochs=...)
+
+Losses and metrics in `tfblocks.training` are exact over the *global* batch (token
+counts are all-reduced / summed across replicas), so a mirrored run matches a
+single-device run on the same global batch up to floating-point summation order.
+"""
+
+import os
+
+import tensorflow as tf
+
+KINDS = ("auto", "default", "mirrored", "tpu", "multi_worker")
+
+
+def _tpu_strategy(tpu=""):
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _tpu_available():
+    if tf.config.list_logical_devices("TPU"):
+        return True
+    if not (os.environ.get("TPU_NAME") or os.environ.get("COLAB_TPU_ADDR")):
+        return False
+    try:
+        tf.distribute.cluster_resolver.TPUClusterResolver()
+    except (ValueError, tf.errors.NotFoundError):
+        return False
+    return True
+
+
+def get_strategy(kind="auto", devices=None):
+    """Returns a `tf.distribute.Strategy`.
+
+    Args:
+        kind: `"default"` (no distribution), `"mirrored"` (all local GPUs, or
+            `devices`), `"tpu"` (`TPUClusterResolver`: a Cloud TPU named by
+            `TPU_NAME` or a local TPU VM), `"multi_worker"`
+            (`MultiWorkerMirroredStrategy` configured by `TF_CONFIG`), or `"auto"`: TPU if
+            present, else all GPUs mirrored, else default.
+        devices: device names for `"mirrored"` (e.g. two logical CPUs in tests).
+
+    Returns:
+        The strategy.
+
+    Raises:
+        ValueError: an unknown `kind`, or `devices` given for another kind.
+
+    Example:
+
+    >>> get_strategy("default").num_replicas_in_sync
+    1
+    """
+    if kind not in KINDS:
+        raise ValueError(f"`kind` must be one of {KINDS}, got kind={kind!r}.")
+    if devices is not None and kind != "mirrored":
+        raise ValueError(f"`devices` applies to kind='mirrored' only, got kind={kind!r}.")
+    if kind == "auto":
+        if _tpu_available():
+            kind = "tpu"
+        elif tf.config.list_physical_devices("GPU"):
+            kind = "mirrored"
+        else:
+            kind = "default"
+    if kind == "default":
+        return tf.distribute.get_strategy()
+    if kind == "mirrored":
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if kind == "tpu":
+        return _tpu_strategy()
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def static_batches(dataset, batch_size, max_length, drop_remainder=True):
+    """Pads and batches `({"inputs", "targets"}, targets)` examples to fixed shapes.
+
+    TPUs (and XLA without recompiling) need every batch to have the same shape:
+    sequences longer than `max_length` are dropped, the rest are padded with 0 to
+    exactly `max_length`, and the last partial batch is dropped.
+
+    Args:
+        dataset: a `tf.data.Dataset` of `({"inputs": [S], "targets": [T]}, [T])`
+            (un-batched, int ids).
+        batch_size: examples per (global) batch.
+        max_length: the fixed length of both `inputs` and `targets`.
+        drop_remainder: drop the last partial batch (required on TPU).
+
+    Returns:
+        A dataset whose element spec has fully static shapes
+        `[batch_size, max_length]` (when `drop_remainder`).
+
+    Example:
+
+    >>> ds = tf.data.Dataset.from_tensor_slices(
+    ...     ({"inputs": [[4, 5, 0]] * 5, "targets": [[6, 1, 0]] * 5}, [[6, 1, 0]] * 5))
+    >>> spec = static_batches(ds, batch_size=2, max_length=8).element_spec
+    >>> spec[0]["inputs"].shape, spec[1].shape
+    (TensorShape([2, 8]), TensorShape([2, 8]))
+    """
+    for name, value in (("batch_size", batch_size), ("max_length", max_length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"`{name}` must be a positive integer, got {name}={value!r}.")
+
+    def short_enough(features, labels):
+        return tf.logical_and(
+            tf.shape(features["inputs"])[0] <= max_length,
+            tf.shape(features["targets"])[0] <= max_length,
+        )
+
+    def pad(features, labels):
+        def fixed(ids):
+            ids = tf.cast(ids, tf.int32)
+            ids = tf.pad(ids, [[0, max_length - tf.shape(ids)[0]]])  # [max_length]
+            return tf.ensure_shape(ids, [max_length])
+
+        padded = {"inputs": fixed(features["inputs"]), "targets": fixed(features["targets"])}
+        return padded, fixed(labels)
+
+    dataset = dataset.filter(short_enough).map(pad, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.batch(batch_size, drop_remainder=drop_remainder)
