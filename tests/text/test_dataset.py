@@ -44,8 +44,9 @@ def test_bucketed_batches_respect_the_token_budget_and_lose_nothing(pairs, token
     dataset = text_dataset.make_dataset(
         pairs, tokenizer, tokenizer, batch_tokens=256, max_length=40, seed=1
     )
-    real = padded = 0
+    real = padded = batches = 0
     for features, labels in dataset:
+        batches += 1
         assert features["inputs"].dtype == tf.int32 and labels.dtype == tf.int32
         for ids in (features["inputs"], labels):
             batch, length = ids.shape
@@ -53,6 +54,7 @@ def test_bucketed_batches_respect_the_token_budget_and_lose_nothing(pairs, token
             assert all(row[-1] == EOS for row in _rows(ids))  # EOS ends every row
             real, padded = real + int(tf.math.count_nonzero(ids)), padded + batch * length
     assert real / padded > 0.8  # bucketing keeps padding low
+    assert batches == int(dataset.cardinality()) == len(dataset)  # known despite bucketing
     sources, targets = _all_rows(dataset)
     assert sorted(sources) == sorted(_expected_rows(tokenizer, pairs, 0))
     assert sorted(zip(sources, targets, strict=True)) == sorted(
@@ -84,7 +86,7 @@ def test_static_shapes_for_xla(pairs, tokenizer):
     assert features_spec["inputs"].shape == features_spec["targets"].shape == (16, 32)
     assert labels_spec.shape == (16, 32)
     kept = text_dataset.length_summary(pairs, tokenizer, tokenizer, 32)["kept"]
-    assert sum(1 for _ in dataset) == kept // 16  # the partial last batch is dropped
+    assert sum(1 for _ in dataset) == len(dataset) == kept // 16  # the partial batch is dropped
     features, _ = next(iter(dataset))  # without shuffling the order is the input order
     assert _rows(features["inputs"])[0] == _expected_rows(tokenizer, pairs[:1], 0)[0]
 
@@ -105,6 +107,7 @@ def test_input_context_shards_the_pairs(pairs, tokenizer):
             pairs, tokenizer, tokenizer, batch_tokens=512, max_length=40, input_context=context
         )
         shards.append(_all_rows(dataset)[0])
+        assert len(dataset) == sum(1 for _ in dataset)
     assert abs(len(shards[0]) - len(shards[1])) <= 1
     assert sorted(shards[0] + shards[1]) == sorted(_expected_rows(tokenizer, pairs, 0))
 

@@ -9,6 +9,7 @@ model shifts the targets right itself.
 
 import logging
 
+import numpy as np
 import tensorflow as tf
 
 from tfblocks.text.tokenizers import PAD_ID
@@ -37,7 +38,8 @@ def length_summary(pairs, source_tokenizer, target_tokenizer, max_length):
 
     Returns:
         A dict with `pairs`, `kept`, `dropped` (longer than `max_length`), the longest
-        `source_length` and `target_length`, and `keep`, a list of booleans per pair.
+        `source_length` and `target_length`, and per pair `keep` (booleans) and `lengths`
+        (the longer side's length).
 
     Example:
 
@@ -59,6 +61,7 @@ def length_summary(pairs, source_tokenizer, target_tokenizer, max_length):
         "source_length": int(source_lengths.max()),
         "target_length": int(target_lengths.max()),
         "keep": keep.tolist(),
+        "lengths": np.maximum(source_lengths, target_lengths).tolist(),
     }
 
 
@@ -71,11 +74,24 @@ def _check_positive(name, value):
 def bucket_boundaries(max_length, min_length=8, step=1.1):
     """t2t's length buckets: 8, 9, …, then growing by 10 % up to `max_length`.
 
+    Args:
+        max_length: boundaries stay below this length.
+        min_length: the first boundary.
+        step: growth factor between boundaries, > 1.
+
+    Returns:
+        A list of increasing ints; bucket i holds lengths from boundary i-1 up to (excluding)
+        boundary i.
+
     Example:
 
     >>> bucket_boundaries(24)
     [8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22]
     """
+    _check_positive("max_length", max_length)
+    _check_positive("min_length", min_length)
+    if not step > 1:
+        raise ValueError(f"`step` must be > 1, got step={step!r}.")
     boundaries, length = [], min_length
     while length < max_length:
         boundaries.append(length)
@@ -190,4 +206,19 @@ def make_dataset(
             padding_values=(PAD_ID, PAD_ID),
         )
     dataset = dataset.map(lambda source, target: ({"inputs": source, "targets": target}, target))
+    # Bucketing hides the number of batches from tf.data; it only depends on how many pairs
+    # fall in each bucket, so state it (Keras then shows progress and does not warn).
+    lengths = np.array(
+        [n for n, keep in zip(summary["lengths"], summary["keep"], strict=True) if keep]
+    )
+    if input_context is not None:
+        lengths = lengths[input_context.input_pipeline_id :: input_context.num_input_pipelines]
+    if static_shapes:
+        batches = len(lengths) // batch_size
+    else:
+        counts = np.bincount(
+            np.searchsorted(boundaries, lengths, side="right"), minlength=len(sizes)
+        )
+        batches = int(sum(-(-count // size) for count, size in zip(counts, sizes, strict=True)))
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(tf.data.AUTOTUNE)
