@@ -1,5 +1,6 @@
 """tfblocks: Keras 3 / TensorFlow Transformer layers with tensor2tensor semantics."""
 
+from tfblocks import text
 from tfblocks.layers import (
     DenseReluDense,
     MultiHeadAttention,
@@ -48,5 +49,6 @@ __all__ = [
     "compile_transformer",
     "encoder_decoder",
     "hparams",
+    "text",
     "timing_signal",
 ]
