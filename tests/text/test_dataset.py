@@ -67,7 +67,7 @@ def test_long_pairs_are_filtered_and_counted(pairs, tokenizer, caplog):
     assert 0 < summary["dropped"] < len(pairs) and summary["kept"] + summary["dropped"] == len(
         pairs
     )
-    with caplog.at_level(logging.INFO, logger="tfblocks.text.dataset"):
+    with caplog.at_level(logging.WARNING, logger="tfblocks.text.dataset"):
         dataset = text_dataset.make_dataset(
             pairs, tokenizer, tokenizer, batch_tokens=100, max_length=10, shuffle=False
         )

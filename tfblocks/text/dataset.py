@@ -116,7 +116,8 @@ def make_dataset(
     Tokenization runs inside the `tf.data` graph (strings go in, int32 ids with EOS come out).
     Pairs whose source or target is longer than `max_length` ids (EOS included) are filtered
     out, not truncated, since a cut sentence would teach a wrong translation; how many were
-    dropped is logged and available from `length_summary`. With `static_shapes=False` examples
+    dropped is logged (as a warning of the `tfblocks.text.dataset` logger when any were) and
+    available from `length_summary`. With `static_shapes=False` examples
     are grouped into t2t length buckets and each batch holds at most `batch_tokens` tokens per
     side (batch size × padded length); with `static_shapes=True` every batch is exactly
     `[batch_tokens // max_length, max_length]` and the last partial batch is dropped, as TPUs
@@ -162,7 +163,8 @@ def make_dataset(
     pairs = _check_pairs(pairs)
     summary = length_summary(pairs, source_tokenizer, target_tokenizer, max_length)
     kept = [pair for pair, keep in zip(pairs, summary["keep"], strict=True) if keep]
-    _LOG.info(
+    _LOG.log(
+        logging.WARNING if summary["dropped"] else logging.INFO,  # visible without log setup
         "make_dataset: %d pairs, %d kept, %d longer than max_length=%d dropped.",
         summary["pairs"], summary["kept"], summary["dropped"], max_length,
     )  # fmt: skip
