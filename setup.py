@@ -24,6 +24,7 @@ setup(
         "keras>=3.15,<4",
         "tensorflow-text>=2.21,<2.22",
         "keras-nlp>=0.32,<0.33",
+        "sentencepiece>=0.2",  # trains the subword models of tfblocks.text
         "numpy>=1.26",
     ],
     extras_require={
