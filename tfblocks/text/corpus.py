@@ -29,6 +29,12 @@ class Corpus:
         lines: number of lines (rows) read.
         skipped_empty: number of rows skipped because a side was empty.
         paths: the file(s) read.
+
+    Example:
+
+    >>> corpus = Corpus([("行け。", "Go.")], lines=2, skipped_empty=1, paths=("jpn.txt",))
+    >>> len(corpus), list(corpus), corpus.summary()
+    (1, [('行け。', 'Go.')], 'jpn.txt: 2 lines, 1 pairs, 1 empty pairs skipped')
     """
 
     pairs: list

@@ -152,7 +152,14 @@ _DEV_SHARE, _TEST_SHARE = 0.02, 0.025  # shares of the occurring combinations he
 
 class PhrasePair(NamedTuple):
     """One generated pair: `source` (Japanese), `target` (English), its content `words`
-    (a frozenset of `"category:japanese"` strings) and its `split` ("train", "dev", "test")."""
+    (a frozenset of `"category:japanese"` strings) and its `split` ("train", "dev", "test").
+
+    Example:
+
+    >>> pair = generate_phrasebook(seed=0, size=1000)[0]
+    >>> sorted(pair.words), pair.split
+    (['food:カレー', 'meal:ランチ', 'time:今日'], 'train')
+    """
 
     source: str
     target: str
