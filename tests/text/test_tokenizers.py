@@ -3,6 +3,7 @@
 import io
 import pathlib
 
+import keras
 import numpy as np
 import pytest
 import sentencepiece
@@ -72,6 +73,13 @@ def test_runs_in_tf_function_and_tf_data(tokenizer):
     dataset = tf.data.Dataset.from_tensor_slices([EXAMPLE_JA, EXAMPLE_EN]).batch(2)
     dataset = dataset.map(lambda s: tokenizer.tokenize(s).row_lengths())
     np.testing.assert_array_equal(next(iter(dataset)), expected)
+
+
+def test_survives_keras_clear_session(pairs):
+    tokenizer = tokenizers.train_tokenizer([ja for ja, _ in pairs[:200]], vocab_size=100)
+    expected = tokenizer.tokenize([EXAMPLE_JA]).to_list()
+    keras.utils.clear_session()  # clears TensorFlow's kernel cache, too
+    assert tokenizer.tokenize([EXAMPLE_JA]).to_list() == expected
 
 
 def test_saved_model_and_proto_file_round_trip(tokenizer, tmp_path):
