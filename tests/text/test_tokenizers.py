@@ -76,7 +76,7 @@ def test_runs_in_tf_function_and_tf_data(tokenizer):
 
 
 def test_survives_keras_clear_session(pairs):
-    tokenizer = tokenizers.train_tokenizer([ja for ja, _ in pairs[:200]], vocab_size=100)
+    tokenizer = tokenizers.train_tokenizer([ja for ja, _ in pairs[:200]], vocab_size=300)
     expected = tokenizer.tokenize([EXAMPLE_JA]).to_list()
     keras.utils.clear_session()  # clears TensorFlow's kernel cache, too
     assert tokenizer.tokenize([EXAMPLE_JA]).to_list() == expected
@@ -125,6 +125,7 @@ def test_rejects_a_proto_with_other_ids():
         ({"lines": ["a", 3], "vocab_size": 10}, "int: 3"),
         ({"lines": ["", " "], "vocab_size": 10}, "no non-empty line"),
         ({"lines": ["a"], "vocab_size": 10, "character_coverage": 0}, "character_coverage=0"),
+        ({"lines": ["abcdefghijklmnop"], "vocab_size": 10}, "vocab_size=10 is smaller than"),
     ],
 )
 def test_bad_arguments(kwargs, match):

@@ -168,22 +168,31 @@ def train_tokenizer(
         raise ValueError("`lines` has no non-empty line to train on.")
     options = dict(trainer_options or {})
     model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_writer=model,
-        vocab_size=vocab_size,
-        model_type=model_type,
-        character_coverage=character_coverage,
-        normalization_rule_name=normalization,
-        pad_id=PAD_ID,
-        eos_id=EOS_ID,
-        unk_id=UNK_ID,
-        bos_id=BOS_ID,
-        hard_vocab_limit=False,
-        num_threads=num_threads,
-        minloglevel=options.pop("minloglevel", 2),
-        **options,
-    )
+    try:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            normalization_rule_name=normalization,
+            pad_id=PAD_ID,
+            eos_id=EOS_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            hard_vocab_limit=False,
+            num_threads=num_threads,
+            minloglevel=options.pop("minloglevel", 2),
+            **options,
+        )
+    except RuntimeError as error:
+        if "required_chars" not in str(error):
+            raise
+        # SentencePiece needs one piece per kept character before any subword.
+        raise ValueError(
+            f"vocab_size={vocab_size} is smaller than the number of distinct characters to "
+            f"keep; raise `vocab_size` or lower `character_coverage`. SentencePiece: {error}"
+        ) from None
     return SubwordTokenizer(model.getvalue())
 
 
