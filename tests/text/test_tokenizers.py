@@ -43,6 +43,13 @@ def test_ids_follow_the_project_convention(tokenizer):
     assert [processor.id_to_piece(i) for i in range(4)] == ["<pad>", "</s>", "<unk>", "<s>"]
 
 
+def test_ids_match_the_model():
+    import tfblocks  # the model is a later stage; only the test may look at it
+
+    ids = (tokenizers.PAD_ID, tokenizers.EOS_ID, tokenizers.UNK_ID, tokenizers.BOS_ID)
+    assert ids == (tfblocks.PAD_ID, tfblocks.EOS_ID, tfblocks.UNK_ID, tfblocks.BOS_ID)
+
+
 def test_round_trip_is_exact_on_training_text(tokenizer, pairs):
     texts = [text for pair in pairs for text in pair]
     ids = tokenizer.tokenize(texts)
