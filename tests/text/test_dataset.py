@@ -131,6 +131,8 @@ def test_distribute_datasets_from_function(pairs, tokenizer):
         ({"batch_tokens": 0}, "batch_tokens=0"),
         ({"max_length": 2.5}, "max_length=2.5"),
         ({"seed": "1"}, "seed='1'"),
+        ({"shuffle": 1}, "shuffle=1"),
+        ({"static_shapes": "yes"}, "static_shapes='yes'"),
         ({"max_length": 1}, "No pair fits in max_length=1"),
     ],
 )

@@ -117,11 +117,13 @@ def make_dataset(
     Pairs whose source or target is longer than `max_length` ids (EOS included) are filtered
     out, not truncated, since a cut sentence would teach a wrong translation; how many were
     dropped is logged (as a warning of the `tfblocks.text.dataset` logger when any were) and
-    available from `length_summary`. With `static_shapes=False` examples
-    are grouped into t2t length buckets and each batch holds at most `batch_tokens` tokens per
-    side (batch size × padded length); with `static_shapes=True` every batch is exactly
-    `[batch_tokens // max_length, max_length]` and the last partial batch is dropped, as TPUs
-    and XLA need.
+    available from `length_summary`.
+
+    With `static_shapes=False` examples are grouped into t2t length buckets and each batch holds
+    at most `batch_tokens` tokens per side (batch size × padded length); with
+    `static_shapes=True` every batch is exactly `[batch_tokens // max_length, max_length]` and
+    the last partial batch is dropped, as TPUs and XLA need. Either way the dataset knows its
+    number of batches (`len(dataset)`).
 
     Args:
         pairs: `(source, target)` string pairs (a list, a `Corpus`, a phrasebook split).
@@ -158,6 +160,9 @@ def make_dataset(
             f"`batch_tokens` must be >= `max_length` so that a longest pair fits in a batch, "
             f"got batch_tokens={batch_tokens}, max_length={max_length}."
         )
+    for name, value in (("shuffle", shuffle), ("static_shapes", static_shapes)):
+        if not isinstance(value, bool):
+            raise TypeError(f"`{name}` must be a bool, got {name}={value!r}.")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise TypeError(f"`seed` must be an int or None, got seed={seed!r}.")
     pairs = _check_pairs(pairs)
