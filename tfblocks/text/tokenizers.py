@@ -57,7 +57,8 @@ class SubwordTokenizer(tf.Module):
             )
         self._proto = proto
         self.vocabulary_size = processor.get_piece_size()
-        self.model_proto = tf.Variable(proto, trainable=False, name="sentencepiece_model")
+        with tf.device("CPU:0"):  # string variables have no accelerator kernels
+            self.model_proto = tf.Variable(proto, trainable=False, name="sentencepiece_model")
 
     def _sentencepiece(self):
         # The tensorflow-text op keeps the parsed model in a kernel-owned resource. Created
