@@ -25,6 +25,8 @@ from tfblocks.training import (
     RsqrtDecay,
     SmoothedCrossEntropy,
     compile_transformer,
+    get_strategy,
+    static_batches,
 )
 
 __version__ = "0.1.0.dev0"
@@ -48,7 +50,9 @@ __all__ = [
     "build_transformer",
     "compile_transformer",
     "encoder_decoder",
+    "get_strategy",
     "hparams",
+    "static_batches",
     "text",
     "timing_signal",
 ]

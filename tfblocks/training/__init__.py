@@ -1,5 +1,6 @@
 """The t2t training recipe: loss, metrics, schedules, compile, and tf.distribute."""
 
+from tfblocks.training.distribute import get_strategy, static_batches
 from tfblocks.training.losses import SmoothedCrossEntropy
 from tfblocks.training.metrics import MaskedAccuracy, Perplexity
 from tfblocks.training.recipe import compile_transformer, learning_rate_schedule
@@ -12,5 +13,7 @@ __all__ = [
     "RsqrtDecay",
     "SmoothedCrossEntropy",
     "compile_transformer",
+    "get_strategy",
     "learning_rate_schedule",
+    "static_batches",
 ]

@@ -45,7 +45,8 @@ def get_strategy(kind="auto", devices=None):
         kind: `"default"` (no distribution), `"mirrored"` (all local GPUs, or
             `devices`), `"tpu"` (`TPUClusterResolver`: a Cloud TPU named by
             `TPU_NAME` or a local TPU VM), `"multi_worker"`
-            (`MultiWorkerMirroredStrategy` configured by `TF_CONFIG`), or `"auto"`: TPU if
+            (`MultiWorkerMirroredStrategy` configured by `TF_CONFIG`, with
+            `tfblocks.training.multi_worker.patch_keras` applied), or `"auto"`: TPU if
             present, else all GPUs mirrored, else default.
         devices: device names for `"mirrored"` (e.g. two logical CPUs in tests).
 
@@ -77,6 +78,9 @@ def get_strategy(kind="auto", devices=None):
         return tf.distribute.MirroredStrategy(devices=devices)
     if kind == "tpu":
         return _tpu_strategy()
+    from tfblocks.training import multi_worker  # only needed for this kind
+
+    multi_worker.patch_keras()
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
