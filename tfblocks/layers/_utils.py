@@ -134,6 +134,9 @@ def masked_softmax(logits, mask=None):
     nothing to attend gives a uniform distribution, never NaN.
     """
     logits = ops.cast(logits, "float32")
+    if logits.shape[-1] == 1:
+        # One key: the weight is exactly 1 (keras.ops.softmax warns on a size-1 axis).
+        return ops.ones_like(logits)
     if mask is not None:
         logits = logits + ops.where(mask, 0.0, large_negative("float32"))
     return ops.softmax(logits, axis=-1)

@@ -1,0 +1,176 @@
+"""Decoding: cached equals uncached, beam search semantics, sampling, batch independence."""
+
+import keras
+import numpy as np
+import pytest
+
+import tfblocks
+from tfblocks import decoding
+from tfblocks.decoding import Decoder
+
+VOCAB = 16
+RNG = np.random.default_rng(21)
+
+
+def _sources(rng, n, low=4, high=VOCAB, max_len=7):
+    """Random source ids ending with EOS, right-padded with 0."""
+    lengths = rng.integers(2, max_len, size=n)
+    out = np.zeros((n, max_len + 1), "int32")
+    for row, length in enumerate(lengths):
+        out[row, :length] = rng.integers(low, high, size=length)
+        out[row, length] = tfblocks.EOS_ID
+    return out
+
+
+def uncached_greedy(model, source, max_length):
+    """What the TensorFlow tutorial ships: re-run the whole model for every new token."""
+    generated = np.zeros((len(source), 0), "int32")
+    finished = np.zeros(len(source), bool)
+    for i in range(max_length):
+        targets = np.concatenate([generated, np.zeros((len(source), 1), "int32")], axis=1)
+        logits = keras.ops.convert_to_numpy(model({"inputs": source, "targets": targets}))[:, i]
+        logits[:, [tfblocks.PAD_ID, tfblocks.BOS_ID]] = -1e9
+        token = np.where(finished, 0, logits.argmax(-1)).astype("int32")
+        finished |= token == tfblocks.EOS_ID
+        generated = np.concatenate([generated, token[:, None]], axis=1)
+    return generated
+
+
+@pytest.fixture(scope="module")
+def reverser():
+    """A tiny model trained to reverse its input (a few seconds of training)."""
+    keras.utils.set_random_seed(0)
+    hp = tfblocks.hparams(
+        "transformer_tiny",
+        vocab_size=VOCAB,
+        hidden_size=64,
+        filter_size=128,
+        layer_prepostprocess_dropout=0.0,
+        attention_dropout=0.0,
+        relu_dropout=0.0,
+    )
+    model = tfblocks.build_transformer(hp)
+    tfblocks.compile_transformer(model, hp, learning_rate=3e-3)
+    rng = np.random.default_rng(0)
+    source = _sources(rng, 4096)
+    target = np.zeros_like(source)
+    for row, ids in enumerate(source):
+        n = int(np.argmax(ids == tfblocks.EOS_ID))
+        target[row, :n] = ids[:n][::-1]
+        target[row, n] = tfblocks.EOS_ID
+    model.fit({"inputs": source, "targets": target}, target, batch_size=64, epochs=6, verbose=0)
+    return model
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm_first": False, "shared_embedding_and_softmax_weights": False},
+    ],
+)
+def test_cached_greedy_equals_uncached_argmax(overrides):
+    keras.utils.set_random_seed(3)
+    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB,
+                                                        **overrides))  # fmt: skip
+    source = _sources(RNG, 4)
+    ids, scores = Decoder(model, max_length=9).greedy(source)
+    np.testing.assert_array_equal(ids.numpy(), uncached_greedy(model, source, 9))
+    assert np.all(np.isfinite(scores.numpy())) and np.all(scores.numpy() < 0)
+
+
+def test_beam_of_one_without_length_penalty_is_greedy(reverser):
+    # Holds whenever greedy reaches EOS: t2t beam search prefers a finished hypothesis
+    # to an unfinished one, so when greedy runs out of max_length they may differ.
+    source = _sources(np.random.default_rng(5), 32)
+    decoder = Decoder(reverser, max_length=10)
+    greedy_ids, greedy_scores = decoder.greedy(source)
+    assert np.all((greedy_ids.numpy() == tfblocks.EOS_ID).any(-1))
+    beam_ids, beam_scores = decoder.beam_search(source, beam_size=1, alpha=0.0)
+    np.testing.assert_array_equal(beam_ids.numpy(), greedy_ids.numpy())
+    np.testing.assert_allclose(beam_scores.numpy(), greedy_scores.numpy(), rtol=1e-5)
+
+
+def test_sampling_is_seeded_and_top_k_one_is_greedy():
+    keras.utils.set_random_seed(5)
+    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
+    source = _sources(RNG, 3)
+    decoder = Decoder(model, max_length=8)
+    a, _ = decoder.sample(source, temperature=2.0, seed=1)
+    b, _ = decoder.sample(source, temperature=2.0, seed=1)
+    c, _ = decoder.sample(source, temperature=2.0, seed=2)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert not np.array_equal(a.numpy(), c.numpy())
+    one, _ = decoder.sample(source, top_k=1, seed=9)
+    np.testing.assert_array_equal(one.numpy(), decoder.greedy(source)[0].numpy())
+    assert not np.isin(a.numpy(), [tfblocks.BOS_ID]).any()
+
+
+def test_bad_arguments():
+    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
+    with pytest.raises(ValueError, match="max_length=0"):
+        Decoder(model, max_length=0)
+    decoder = Decoder(model, max_length=4)
+    with pytest.raises(ValueError, match="beam_size=0"):
+        decoder.beam_search(_sources(RNG, 1), beam_size=0)
+    with pytest.raises(ValueError, match="temperature=0"):
+        decoder.sample(_sources(RNG, 1), temperature=0)
+    with pytest.raises(ValueError, match="top_k=-1"):
+        decoder.sample(_sources(RNG, 1), top_k=-1)
+    with pytest.raises(ValueError, match="alpha=-1"):
+        decoder.beam_search(_sources(RNG, 1), alpha=-1)
+
+
+def test_mixed_precision_decoding_is_finite():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
+    ids, scores = decoding.beam_search(model, _sources(RNG, 2), max_length=6, beam_size=3)
+    assert ids.shape == (2, 6) and np.all(np.isfinite(scores.numpy()))
+
+
+def _penalized(scores, ids, alpha):
+    lengths = np.minimum((ids != 0).sum(-1), ids.shape[1])
+    return scores / ((5.0 + lengths) / 6.0) ** alpha
+
+
+def test_trained_model_beam_never_worse_than_greedy(reverser):
+    source = _sources(np.random.default_rng(99), 64)
+    decoder = Decoder(reverser, max_length=10)
+    greedy_ids, greedy_scores = decoder.greedy(source)
+    beam_ids, beam_scores = decoder.beam_search(source, beam_size=4, alpha=0.6)
+    greedy_ids, beam_ids = greedy_ids.numpy(), beam_ids.numpy()
+    # The model really learned: most greedy outputs are the exact reversal.
+    expected = [[*row[: np.argmax(row == 1)][::-1], 1] for row in source]
+    exact = np.mean([list(g[: len(e)]) == e for g, e in zip(greedy_ids, expected, strict=True)])
+    assert exact >= 0.9, exact
+    assert np.all((greedy_ids == tfblocks.EOS_ID).any(-1))
+    greedy_penalized = _penalized(greedy_scores.numpy(), greedy_ids, 0.6)
+    assert np.all(beam_scores.numpy() >= greedy_penalized - 1e-4)
+    # The beam's score is its own sequence's log-probability, length-penalized.
+    own = _penalized(sequence_log_prob(reverser, source, beam_ids), beam_ids, 0.6)
+    np.testing.assert_allclose(beam_scores.numpy(), own, rtol=1e-4, atol=1e-4)
+
+
+def sequence_log_prob(model, source, ids):
+    """Sum of log p(token) over each row of `ids` up to its EOS, by teacher forcing."""
+    logits = keras.ops.convert_to_numpy(model({"inputs": source, "targets": ids}))
+    logits[..., [tfblocks.PAD_ID, tfblocks.BOS_ID]] = -1e9
+    logits = logits - logits.max(-1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_probs, ids[..., None], axis=-1)[..., 0]
+    return (picked * (ids != 0)).sum(-1)
+
+
+def test_translation_does_not_depend_on_batch_mates(reverser):
+    source = _sources(np.random.default_rng(7), 6)
+    decoder = Decoder(reverser, max_length=10)
+    beam_together = decoder.beam_search(source, beam_size=3)[0].numpy()
+    greedy_together = decoder.greedy(source)[0].numpy()
+    # Alone in the batch (same padded width), and alone without any padding.
+    alone_rows = [source[row : row + 1] for row in range(3)]
+    alone_rows.append(source[:1, : int(np.argmax(source[0] == tfblocks.EOS_ID)) + 1])
+    for row, alone in zip([0, 1, 2, 0], alone_rows, strict=True):
+        np.testing.assert_array_equal(
+            decoder.beam_search(alone, beam_size=3)[0].numpy()[0], beam_together[row]
+        )
+        np.testing.assert_array_equal(decoder.greedy(alone)[0].numpy()[0], greedy_together[row])
