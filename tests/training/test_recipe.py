@@ -30,7 +30,14 @@ def test_schedule_and_adam_follow_the_preset(name, beta2, cls, peak_step):
 
 
 def test_short_fit_with_xla_lowers_the_loss():
-    hp = hparams("transformer_tiny", vocab_size=16, hidden_size=32, filter_size=64, num_heads=4)
+    hp = hparams(
+        "transformer_tiny",
+        vocab_size=16,
+        hidden_size=32,
+        filter_size=64,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
     rng = np.random.default_rng(0)
     src = rng.integers(4, 16, (32, 6)).astype("int32")
     tgt = np.concatenate([src[:, ::-1], np.ones((32, 1), "int32")], axis=1)
