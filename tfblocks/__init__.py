@@ -1,6 +1,8 @@
 """tfblocks: Keras 3 / TensorFlow Transformer layers with tensor2tensor semantics."""
 
 from tfblocks import text
+from tfblocks.decoding import Decoder
+from tfblocks.export import Translator
 from tfblocks.layers import (
     DenseReluDense,
     MultiHeadAttention,
@@ -36,6 +38,7 @@ __all__ = [
     "EOS_ID",
     "PAD_ID",
     "UNK_ID",
+    "Decoder",
     "DenseReluDense",
     "HParams",
     "MaskedAccuracy",
@@ -46,6 +49,7 @@ __all__ = [
     "SinusoidalEmbedding",
     "SmoothedCrossEntropy",
     "TransformerBlock",
+    "Translator",
     "__version__",
     "build_transformer",
     "compile_transformer",

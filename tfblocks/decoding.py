@@ -169,6 +169,15 @@ class Decoder:
         )
         return fn(tf.convert_to_tensor(source_ids, tf.int32))
 
+    def decode_greedy(self, source_ids):
+        """`greedy` without its own `tf.function`, to be traced into a caller's graph."""
+        return self._sequential(tf.cast(source_ids, tf.int32), None)
+
+    def decode_beam(self, source_ids, beam_size=4, alpha=0.6):
+        """`beam_search` without its own `tf.function`, to be traced into a caller's graph."""
+        _check_positive("beam_size", beam_size)
+        return self._beam_search(tf.cast(source_ids, tf.int32), beam_size, float(alpha))
+
     # Loops ------------------------------------------------------------------------------------
 
     def _sequential(self, source_ids, choose):

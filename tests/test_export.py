@@ -1,0 +1,157 @@
+"""Translator and its SavedModel: strings in, strings out, with nothing but TensorFlow."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfblocks
+from tfblocks.export import Translator
+from tfblocks.text import load_phrasebook, train_tokenizer
+
+SENTENCES = ["今日のランチはカレーだ。", "健太は学校で本を読む。", "私"]
+
+
+@pytest.fixture(scope="module")
+def parts():
+    pairs = load_phrasebook()["train"][:400]
+    tokenizer = train_tokenizer([side for pair in pairs for side in pair], vocab_size=300)
+    hp = tfblocks.hparams("transformer_tiny", vocab_size=tokenizer.vocabulary_size)
+    return tfblocks.build_transformer(hp), tokenizer
+
+
+@pytest.fixture(scope="module")
+def exported(parts, tmp_path_factory):
+    model, tokenizer = parts
+    translator = Translator(model, tokenizer, tokenizer, max_length=10, beam_size=3)
+    path = translator.export(tmp_path_factory.mktemp("export") / "translator")
+    return translator, path
+
+
+def _run(code, *args):
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_reloaded_without_tfblocks_gives_the_same_strings(exported):
+    translator, path = exported
+    want = translator.serve(tf.constant(SENTENCES))
+    out = _run(
+        """
+        import json, sys
+        import tensorflow as tf
+        import tensorflow_text  # registers the SentencePiece ops
+        loaded = tf.saved_model.load(sys.argv[1])
+        result = loaded.signatures["serving_default"](text=tf.constant(json.loads(sys.argv[2])))
+        print(json.dumps({
+            "translation": [t.decode() for t in result["translation"].numpy()],
+            "score": result["score"].numpy().tolist(),
+            "tfblocks_imported": any(m.startswith("tfblocks") for m in sys.modules),
+        }))
+        """,
+        str(path),
+        json.dumps(SENTENCES),
+    )
+    got = json.loads(out.strip().splitlines()[-1])
+    assert not got["tfblocks_imported"]
+    assert got["translation"] == [t.decode() for t in want["translation"].numpy()]
+    np.testing.assert_allclose(got["score"], want["score"].numpy(), rtol=1e-5)
+
+
+def test_saved_model_cli_show_and_run(exported):
+    _, path = exported
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    shown = subprocess.run(
+        [cli, "show", "--all", "--dir", str(path)],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert "inputs['text']" in shown and "DT_STRING" in shown
+    assert "outputs['translation']" in shown and "outputs['score']" in shown
+    # saved_model_cli cannot load custom-op libraries itself: run it with tf-text's ops loaded.
+    ran = _run(
+        """
+        import sys
+        import tensorflow_text
+        from tensorflow.python.tools import saved_model_cli
+        sys.argv = ["saved_model_cli", *sys.argv[1:]]
+        saved_model_cli.main()
+        """,
+        "run", "--dir", str(path), "--tag_set", "serve", "--signature_def", "serving_default",
+        "--input_exprs", 'text=["今日のランチはカレーだ。"]',
+    )  # fmt: skip
+    assert "Result for output key translation" in ran
+    assert "Result for output key score" in ran
+
+
+def test_empty_and_blank_strings_translate_to_empty(exported):
+    translator, _ = exported
+    out = translator.serve(tf.constant(["", "   ", SENTENCES[0]]))
+    assert out["translation"].numpy().tolist()[:2] == [b"", b""]
+    assert out["score"].numpy().tolist()[:2] == [0.0, 0.0]
+    assert translator(tf.constant([], tf.string)).shape == (0,)
+
+
+def test_long_input_is_truncated_to_max_length(exported):
+    translator, _ = exported
+    long = "".join(SENTENCES[:2]) * 20
+    ids = translator.encode_source(tf.constant([long, SENTENCES[2]])).numpy()
+    assert ids.shape[1] == translator.max_length
+    assert ids[0, -1] == tfblocks.EOS_ID
+    assert list(ids[1][ids[1] != 0])[-1] == tfblocks.EOS_ID
+    assert translator([long]).shape == (1,)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_translation_does_not_depend_on_batch_mates(parts, beam_size):
+    model, tokenizer = parts
+    translator = Translator(model, tokenizer, tokenizer, max_length=10, beam_size=beam_size)
+    together = translator(SENTENCES).numpy()
+    alone = [translator([s]).numpy()[0] for s in SENTENCES]
+    assert list(together) == alone
+
+
+def test_bad_input(parts, exported):
+    model, tokenizer = parts
+    translator, path = exported
+    with pytest.raises(ValueError, match=r"`texts`.*int32"):
+        translator(tf.constant([1, 2]))
+    loaded = tf.saved_model.load(str(path))
+    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError), match="string"):
+        loaded.signatures["serving_default"](text=tf.constant([1, 2]))
+    for kwargs, words in [
+        ({"max_length": 1}, "max_length=1"),
+        ({"beam_size": 0}, "beam_size=0"),
+        ({"alpha": -0.5}, "alpha=-0.5"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            Translator(model, tokenizer, tokenizer, **kwargs)
+
+
+def test_export_is_atomic(parts, tmp_path, monkeypatch):
+    model, tokenizer = parts
+    translator = Translator(model, tokenizer, tokenizer, max_length=6, beam_size=1)
+    target = tmp_path / "export"
+    translator.export(target)
+    marker = target / "saved_model.pb"
+    before = marker.read_bytes()
+
+    def broken_save(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tf.saved_model, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        translator.export(target)
+    assert marker.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no staging left over
