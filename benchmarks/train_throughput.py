@@ -13,9 +13,11 @@ through `train_on_batch`, compiled with XLA) for
   with the same Adam and learning-rate schedule, `SparseCategoricalCrossentropy
   (from_logits=True, ignore_class=0)` and `SparseCategoricalAccuracy`, XLA on.
 
-Same vocabulary, hidden size, heads, filter size, layers, batch and lengths; the
-differences that remain are each library's own: keras-hub's attention projections
-have biases and its positions are learned embeddings (t2t: no biases, sinusoids).
+Same vocabulary, hidden size, heads, filter size, layers, batch, lengths and dropout
+rate; the differences that remain are each library's own: keras-hub's attention
+projections have biases, its positions are learned embeddings (t2t: no biases,
+sinusoids), and it has no dropout inside the FFN (t2t's `relu_dropout`, 0.1 in both
+presets; `--dropout 0` turns every dropout of both models off).
 
 Each round runs A then B (then the matmul probe) for `--steps` steps each, after
 `--warmup` untimed steps; the figures are medians over rounds. Tokens are target
@@ -139,6 +141,16 @@ def compile_keras_hub_transformer(model, hp):
     return model
 
 
+def describe(preset, hp, batch, length):
+    """One line with the shape's sizes and dropout rates."""
+    return (
+        f"{preset} vocab={hp.vocab_size} d={hp.hidden_size} filter={hp.filter_size} "
+        f"heads={hp.num_heads} layers={hp.num_encoder_layers}+{hp.num_decoder_layers} "
+        f"batch={batch} length={length} dropout (residual/attention/relu)="
+        f"{hp.layer_prepostprocess_dropout}/{hp.attention_dropout}/{hp.relu_dropout}"
+    )
+
+
 def make_batch(hp, batch, length, seed=0):
     """Random full-length id batches (ids ≥ 4 avoid PAD/EOS/UNK/BOS)."""
     rng = np.random.default_rng(seed)
@@ -171,22 +183,26 @@ def matmul_probe(size, dtype):
     return flops_per_second
 
 
-def run_shape(name, args, probe, matmul_rate):
+def shape_hparams(name, dropout=None):
+    """`(preset, hp, batch, length)` of a `SHAPES` entry; `dropout` sets every rate."""
     preset, overrides, batch, length = SHAPES[name]
+    if dropout is not None:
+        rates = ("layer_prepostprocess_dropout", "attention_dropout", "relu_dropout")
+        overrides = {**overrides, **dict.fromkeys(rates, dropout)}
+    return preset, hparams(preset, **overrides), batch, length
+
+
+def run_shape(name, args, probe, matmul_rate):
+    preset, hp, batch, length = shape_hparams(name, args.dropout)
     batch = args.batch or batch
     length = args.length or length
-    hp = hparams(preset, **overrides)
     x, y = make_batch(hp, batch, length)
     keras.utils.set_random_seed(0)
     models = {
         "tfblocks": compile_transformer(build_transformer(hp), hp, jit_compile=True),
         "keras-hub": compile_keras_hub_transformer(build_keras_hub_transformer(hp, length), hp),
     }
-    print(
-        f"\nshape {name}: {preset} vocab={hp.vocab_size} d={hp.hidden_size} "
-        f"filter={hp.filter_size} heads={hp.num_heads} "
-        f"layers={hp.num_encoder_layers}+{hp.num_decoder_layers} batch={batch} length={length}"
-    )
+    print(f"\nshape {name}: {describe(preset, hp, batch, length)}")
     for label, model in models.items():
         start = time.perf_counter()
         for _ in range(args.warmup):
@@ -257,6 +273,12 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, help="override the shapes' batch size")
     parser.add_argument("--length", type=int, help="override the shapes' source/target length")
     parser.add_argument("--matmul-size", type=int, default=2048)
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        help="set every dropout rate of both models to this value (default: the preset's, "
+        "0.1; keras-hub has no FFN-inner dropout, t2t's relu_dropout)",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: a tiny shape, 2 rounds of 1 step"
     )
