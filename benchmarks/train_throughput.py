@@ -154,9 +154,12 @@ def describe(preset, hp, batch, length):
 def make_batch(hp, batch, length, seed=0):
     """Random full-length id batches (ids ≥ 4 avoid PAD/EOS/UNK/BOS)."""
     rng = np.random.default_rng(seed)
-    ids = lambda: tf.constant(rng.integers(4, hp.vocab_size, (batch, length)), tf.int32)  # noqa: E731
-    target = ids()
-    return {"inputs": ids(), "targets": target}, target
+
+    def ids():
+        return tf.constant(rng.integers(4, hp.vocab_size, (batch, length)), tf.int32)
+
+    source, target = ids(), ids()
+    return {"inputs": source, "targets": target}, target
 
 
 def time_steps(model, x, y, steps):
