@@ -27,24 +27,3 @@ def test_schedule_and_adam_follow_the_preset(name, beta2, cls, peak_step):
     expected_peak = {8000: 2.0 / np.sqrt(8000 * 32), 3999: 1.0 / np.sqrt(4000 * 32)}[peak_step]
     assert float(schedule(peak_step)) == pytest.approx(expected_peak, rel=1e-6)
     assert isinstance(model.loss, SmoothedCrossEntropy) and model.loss.label_smoothing == 0.1
-
-
-def test_short_fit_with_xla_lowers_the_loss():
-    hp = hparams(
-        "transformer_tiny",
-        vocab_size=16,
-        hidden_size=32,
-        filter_size=64,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-    )
-    rng = np.random.default_rng(0)
-    src = rng.integers(4, 16, (32, 6)).astype("int32")
-    tgt = np.concatenate([src[:, ::-1], np.ones((32, 1), "int32")], axis=1)
-    x = {"inputs": src, "targets": tgt}
-    model = compile_transformer(build_transformer(hp), hp, learning_rate=3e-3)
-    assert model.jit_compile
-    history = model.fit(x, tgt, batch_size=16, epochs=6, verbose=0).history
-    assert set(history) == {"loss", "accuracy", "perplexity"}
-    assert history["loss"][-1] < history["loss"][0] - 0.3
-    assert np.isfinite(history["perplexity"]).all()

@@ -5,7 +5,8 @@ Build and compile the model inside `strategy.scope()`; `model.fit` does the rest
     strategy = get_strategy("auto")
     with strategy.scope():
         model = compile_transformer(build_transformer(hp), hp)
-    model.fit(static_batches(dataset, batch_size=64, max_length=64), epochs=...)
+    train = static_batches(dataset, batch_size=64, max_length=64).repeat()
+    model.fit(train, epochs=..., steps_per_epoch=...)
 
 Losses and metrics in `tfblocks.training` are exact over the *global* batch (token
 counts are all-reduced / summed across replicas), so a mirrored run matches a
@@ -100,7 +101,10 @@ def static_batches(dataset, batch_size, max_length, drop_remainder=True):
 
     Returns:
         A dataset whose element spec has fully static shapes
-        `[batch_size, max_length]` (when `drop_remainder`).
+        `[batch_size, max_length]` (when `drop_remainder`). Its length is unknown
+        (long examples are filtered out), so, as on TPUs, `.repeat()` it and pass
+        `steps_per_epoch` to `fit`; otherwise Keras warns "Your input ran out of
+        data" at the end of the first epoch.
 
     Example:
 
