@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-PAD_ID = 0  # Same as tfblocks.models.transformer.PAD_ID (training must not import models).
+from tfblocks.models.transformer import PAD_ID
 
 
 def _check_smoothing(label_smoothing):
