@@ -27,6 +27,8 @@ def main():
         vocab_size=24,
         hidden_size=32,
         filter_size=64,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
         layer_prepostprocess_dropout=0.0,
         attention_dropout=0.0,
         relu_dropout=0.0,

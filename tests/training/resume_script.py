@@ -47,6 +47,8 @@ def main(workdir):
         vocab_size=16,
         hidden_size=32,
         filter_size=64,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
         layer_prepostprocess_dropout=0.0,
         attention_dropout=0.0,
         relu_dropout=0.0,
