@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfblocks.training import distribute
 from tfblocks.training.distribute import get_strategy, static_batches
 
 SCRIPT = pathlib.Path(__file__).with_name("mirrored_script.py")
@@ -21,6 +22,16 @@ LOSS_RTOL = 1e-5
 def test_default_and_auto_on_cpu():
     assert get_strategy("default") is tf.distribute.get_strategy()
     assert get_strategy("auto").num_replicas_in_sync == 1
+
+
+def test_tpu_discovery(monkeypatch):
+    monkeypatch.delenv("TPU_NAME", raising=False)
+    monkeypatch.delenv("COLAB_TPU_ADDR", raising=False)
+    assert distribute._tpu_name() is None  # no TPU here: "auto" must not try one
+    monkeypatch.setenv("COLAB_TPU_ADDR", "10.0.0.2:8470")
+    assert distribute._tpu_name() == ""
+    monkeypatch.setenv("TPU_NAME", "my-tpu")
+    assert distribute._tpu_name() == "my-tpu"
 
 
 def test_invalid_kind_and_devices():

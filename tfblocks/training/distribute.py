@@ -20,23 +20,24 @@ import tensorflow as tf
 KINDS = ("auto", "default", "mirrored", "tpu", "multi_worker")
 
 
-def _tpu_strategy(tpu=""):
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-    tf.config.experimental_connect_to_cluster(resolver)
+def _tpu_name():
+    """The TPU to connect to: `TPU_NAME`, `"local"` on a TPU VM, else None."""
+    if os.environ.get("TPU_NAME"):
+        return os.environ["TPU_NAME"]
+    if tf.config.list_physical_devices("TPU"):
+        return "local"
+    if os.environ.get("COLAB_TPU_ADDR"):
+        return ""  # the resolver reads COLAB_TPU_ADDR itself
+    return None
+
+
+def _tpu_strategy():
+    name = _tpu_name()
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=name or "")
+    if name != "local":
+        tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
-
-
-def _tpu_available():
-    if tf.config.list_logical_devices("TPU"):
-        return True
-    if not (os.environ.get("TPU_NAME") or os.environ.get("COLAB_TPU_ADDR")):
-        return False
-    try:
-        tf.distribute.cluster_resolver.TPUClusterResolver()
-    except (ValueError, tf.errors.NotFoundError):
-        return False
-    return True
 
 
 def get_strategy(kind="auto", devices=None):
@@ -44,8 +45,8 @@ def get_strategy(kind="auto", devices=None):
 
     Args:
         kind: `"default"` (no distribution), `"mirrored"` (all local GPUs, or
-            `devices`), `"tpu"` (`TPUClusterResolver`: a Cloud TPU named by
-            `TPU_NAME` or a local TPU VM), `"multi_worker"`
+            `devices`), `"tpu"` (`TPUClusterResolver`: the Cloud TPU named by
+            `TPU_NAME`, the local chips of a TPU VM, or Colab's), `"multi_worker"`
             (`MultiWorkerMirroredStrategy` configured by `TF_CONFIG`, with
             `tfblocks.training.multi_worker.patch_keras` applied), or `"auto"`: TPU if
             present, else all GPUs mirrored, else default.
@@ -67,7 +68,7 @@ def get_strategy(kind="auto", devices=None):
     if devices is not None and kind != "mirrored":
         raise ValueError(f"`devices` applies to kind='mirrored' only, got kind={kind!r}.")
     if kind == "auto":
-        if _tpu_available():
+        if _tpu_name() is not None:
             kind = "tpu"
         elif tf.config.list_physical_devices("GPU"):
             kind = "mirrored"
