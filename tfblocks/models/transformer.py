@@ -259,10 +259,10 @@ def encoder_decoder(model):
     >>> encoder, decoder = encoder_decoder(model)
     >>> src = np.array([[5, 6, 7, 1]], "int32")
     >>> enc = encoder({"inputs": src})
-    >>> logits = decoder({"decoder_inputs": np.array([[BOS_ID, 9]], "int32"),
+    >>> logits = decoder({"decoder_inputs": np.array([[BOS_ID]], "int32"),
     ...                   "encoder_output": np.asarray(enc), "inputs": src})
     >>> tuple(enc.shape), tuple(logits.shape)
-    ((1, 4, 128), (1, 2, 40))
+    ((1, 4, 128), (1, 1, 40))
     """
     layers = _find_layers(model)
     hidden = layers["source_embedding"].hidden_size
