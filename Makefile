@@ -17,7 +17,7 @@ $(STAMP): $(BIN)/python setup.py
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/python examples/translate.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

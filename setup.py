@@ -29,7 +29,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6"],
-        "examples": ["matplotlib>=3.8", "sacrebleu>=2.4"],
+        "examples": ["matplotlib>=3.8", "sacrebleu>=2.4", "tensorboard>=2.21,<2.22"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

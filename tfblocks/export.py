@@ -87,11 +87,15 @@ class Translator(tf.Module):
         self._decoder = Decoder(model, max_length, jit_compile=self.jit_compile)
 
     def encode_source(self, text):
-        """Source ids `[B, S]` (0-padded, EOS-terminated, at most `max_length` long)."""
+        """Source ids `[B, max_length]` (0-padded, EOS-terminated).
+
+        Padding to the fixed `max_length` keeps one compiled decoder per batch size.
+        """
         ids = self.source_tokenizer.tokenize(text)  # ragged [B, (n)], ends with EOS
         ids = ids[:, :-1][:, : self.max_length - 1]  # [B, (≤ max_length − 1)]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], EOS_ID))
-        return tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)  # [B, S]
+        ids = tf.concat([ids, eos], axis=1)
+        return ids.to_tensor(default_value=PAD_ID, shape=[None, self.max_length])
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
