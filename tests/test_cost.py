@@ -99,3 +99,33 @@ def test_bad_arguments():
         cost.attention_cost(512, 8, 0)
     with pytest.raises(ValueError, match="context_length"):
         cost.block_cost(512, 2048, 8, 10, cross_attention=True)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm_first": False},
+        {"shared_embedding_and_softmax_weights": False},
+    ],
+)
+def test_model_cost_params_equal_count_params(overrides):
+    from tfblocks import build_transformer, hparams
+
+    hp = hparams("transformer_tiny", vocab_size=500, **overrides)
+    costs = cost.model_cost(hp, source_length=12, target_length=9)
+    assert cost.total(costs).params == build_transformer(hp).count_params()
+    assert costs["softmax"].flops == 2 * 9 * hp.hidden_size * 500
+
+
+def test_model_cost_flops_match_the_traced_model():
+    from tfblocks import build_transformer, hparams
+
+    hp = hparams("transformer_tiny", vocab_size=300)
+    model = build_transformer(hp)
+    flops = matmul_flops(
+        lambda src, tgt: model({"inputs": src, "targets": tgt}),
+        tf.TensorSpec((1, 12), tf.int32),
+        tf.TensorSpec((1, 9), tf.int32),
+    )
+    assert cost.total(cost.model_cost(hp, 12, 9)).flops == flops
