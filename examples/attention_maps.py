@@ -1,0 +1,240 @@
+"""Attention maps of a Japanese→English Transformer on 今日のランチはカレーだ。
+
+The study notes draw, by hand, how much each query token attends to each key token.
+This script draws the real thing: it trains a `transformer_tiny` model briefly on the
+embedded phrasebook (or loads `--model`/`--tokenizer`), translates `--sentence` with
+greedy decoding, then runs the model's own layers (found with `model.get_layer`) once
+more over the source and the translation, asking every `MultiHeadAttention` for its
+weights (`return_attention_scores=True`). Each block's output is checked against a
+plain call of the block, and the logits against the greedy translation, so the maps are
+those of the forward pass that produced the translation.
+
+Writes `--output-dir`/encoder_self_attention.png, decoder_self_attention.png and
+cross_attention.png: one heatmap per layer (rows) and head (columns), keys on the x axis,
+queries on the y axis. The decoder's queries are its inputs: <s> then the translation;
+row t predicts the (t+1)-th token. Japanese labels need a CJK font: the script looks for
+one among the system fonts (e.g. Debian's fonts-noto-cjk, `--font PATH` to choose); with
+none it prints the characters it cannot draw as \\u escapes and says so.
+
+Run:  python examples/attention_maps.py [--steps 400] [--sentence 今日のランチはカレーだ。]
+      [--model model.keras --tokenizer tokenizer.model] [--output-dir runs/attention_maps]
+"""
+
+import argparse
+import os
+import re
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras
+import matplotlib
+import numpy as np
+import sentencepiece
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib import font_manager, ft2font
+
+import tfblocks
+from tfblocks import text
+
+CJK_FONT = re.compile(r"cjk|ipa|takao|gothic|mincho|hiragino|meiryo|msgothic", re.IGNORECASE)
+
+
+def train_model(args):
+    """A Pre-LN `--hparams` model trained `--steps` steps on the phrasebook."""
+    splits = text.load_phrasebook(seed=args.seed, size=args.phrasebook_size)
+    tokenizer, _ = text.train_tokenizers(splits["train"], args.vocab_size, model_type="bpe")
+    data = text.make_dataset(
+        splits["train"],
+        tokenizer,
+        tokenizer,
+        batch_tokens=args.batch_tokens,
+        max_length=16,
+        static_shapes=True,
+        seed=args.seed,
+    )
+    keras.utils.set_random_seed(args.seed)
+    hp = tfblocks.hparams(args.hparams, vocab_size=tokenizer.vocabulary_size)
+    model = tfblocks.build_transformer(hp)
+    schedule = tfblocks.RsqrtDecay(hp.hidden_size, args.warmup_steps, args.learning_rate_constant)
+    tfblocks.compile_transformer(model, hp, jit_compile=args.jit_compile, learning_rate=schedule)
+    epochs = max(1, args.steps // 100)
+    model.fit(
+        data.repeat(), epochs=epochs, steps_per_epoch=args.steps // epochs, verbose=2, shuffle=False
+    )
+    return model, tokenizer
+
+
+def sublayer(block, x, norm, fn):
+    """The block's residual wrapping (Pre-LN or Post-LN) around `fn`, which returns (y, w)."""
+    if block.norm_first:
+        y, weights = fn(norm(x))
+        return x + y, weights
+    y, weights = fn(x)
+    return norm(x + y), weights
+
+
+def run_block(block, x, mask, context=None, context_mask=None):
+    """One TransformerBlock, returning its output and its self-/cross-attention weights."""
+
+    def self_attention(h):
+        return block.self_attention(
+            h,
+            h,
+            query_mask=mask,
+            value_mask=mask,
+            use_causal_mask=block.causal,
+            return_attention_scores=True,
+        )
+
+    def cross_attention(h):
+        return block.cross_attention(
+            h, context, query_mask=mask, value_mask=context_mask, return_attention_scores=True
+        )
+
+    y, self_w = sublayer(block, x, block.self_attention_norm, self_attention)
+    cross_w = None
+    if block.cross_attention is not None:
+        y, cross_w = sublayer(block, y, block.cross_attention_norm, cross_attention)
+    y, _ = sublayer(block, y, block.ffn_norm, lambda h: (block.ffn(h), None))
+    expected = block(x, context=context, padding_mask=mask, context_padding_mask=context_mask)
+    np.testing.assert_allclose(y, expected, atol=1e-4, err_msg=f"rebuilt {block.name} differs")
+    return y, self_w, cross_w
+
+
+def attention_weights(model, source, target):
+    """Encoder self, decoder self and cross-attention weights, one [H, T, S] array per layer."""
+    names = {layer.name for layer in model.layers}
+    blocks = {
+        prefix: [
+            model.get_layer(f"{prefix}_layer_{i}")
+            for i in range(len(names))
+            if f"{prefix}_layer_{i}" in names
+        ]
+        for prefix in ("encoder", "decoder")
+    }
+    norm = {
+        key: model.get_layer(key) if key in names else None
+        for key in ("encoder_norm", "decoder_norm")
+    }
+    embedding = model.get_layer("embedding")  # shared source/target/softmax embedding
+    maps = {"encoder_self_attention": [], "decoder_self_attention": [], "cross_attention": []}
+    source_mask, x = source != 0, embedding(source, training=False)  # [1, S, d]
+    for block in blocks["encoder"]:
+        x, weights, _ = run_block(block, x, source_mask)
+        maps["encoder_self_attention"].append(weights[0])  # [H, S, S]
+    x = norm["encoder_norm"](x) if norm["encoder_norm"] else x
+    decoder_in = np.concatenate([[[tfblocks.BOS_ID]], target[:, :-1]], axis=1).astype("int32")
+    y = embedding(decoder_in, training=False)  # [1, T, d]
+    for block in blocks["decoder"]:
+        y, self_w, cross_w = run_block(block, y, decoder_in != 0, x, source_mask)
+        maps["decoder_self_attention"].append(self_w[0])  # [H, T, T]
+        maps["cross_attention"].append(cross_w[0])  # [H, T, S]
+    y = norm["decoder_norm"](y) if norm["decoder_norm"] else y
+    logits = np.asarray(embedding.attend(y))  # tied softmax, [1, T, vocab]
+    chosen = np.take_along_axis(logits, target[..., None], axis=-1)[..., 0]  # [1, T]
+    best = np.delete(logits, [tfblocks.PAD_ID, tfblocks.BOS_ID], axis=-1).max(axis=-1)
+    assert np.all(chosen >= best - 1e-4), "the greedy tokens are not the argmax of this pass"
+    return maps, decoder_in
+
+
+def label_font(strings, font_path):
+    """A FontProperties drawing every character of `strings` (None: the default font), and a
+    function that \\u-escapes what the chosen font cannot draw."""
+    needed = {c for string in strings for c in string}
+    default = font_manager.findfont(font_manager.FontProperties())
+    if font_path:
+        candidates = [] if font_path == "none" else [font_path]
+    else:
+        system = sorted(p for p in font_manager.findSystemFonts() if CJK_FONT.search(p))
+        candidates = [default, *system]
+    for path in candidates:
+        font = ft2font.FT2Font(path)
+        if all(font.get_char_index(ord(c)) for c in needed):
+            return font_manager.FontProperties(fname=path), str
+    print("No font covers the Japanese tokens (install fonts-noto-cjk, or pass --font):")
+    print("the characters the default font cannot draw are shown as \\u escapes.")
+    font = ft2font.FT2Font(default)
+    return None, lambda s: "".join(c if font.get_char_index(ord(c)) else ascii(c)[1:-1] for c in s)
+
+
+def plot(weights, queries, keys, title, path, font):
+    """One heatmap per layer (row) and head (column), tokens on both axes."""
+    layers, heads = len(weights), weights[0].shape[0]
+    width, height = 0.25 * len(keys) + 1.0, 0.25 * len(queries) + 1.0  # inches per heatmap
+    fig, axes = plt.subplots(
+        layers,
+        heads,
+        figsize=(heads * width + 1.0, layers * height + 0.6),
+        squeeze=False,
+        layout="constrained",
+    )
+    for layer, row in enumerate(axes):
+        for head, ax in enumerate(row):
+            image = ax.imshow(weights[layer][head], vmin=0.0, vmax=1.0, cmap="viridis")
+            ax.set_xticks(range(len(keys)), keys, rotation=90, fontproperties=font, fontsize=7)
+            ax.set_yticks(range(len(queries)), queries, fontproperties=font, fontsize=7)
+            ax.set_title(f"layer {layer}, head {head}", fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    fig.suptitle(title, fontproperties=font)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentence", default=text.RUNNING_EXAMPLE[0])
+    parser.add_argument("--model", help="a trained build_transformer model (.keras)")
+    parser.add_argument("--tokenizer", help="its SentencePiece .model (with --model)")
+    parser.add_argument("--hparams", default="transformer_tiny")
+    parser.add_argument("--steps", type=int, default=400, help="training steps (64 pairs)")
+    parser.add_argument("--warmup-steps", type=int, default=100)
+    parser.add_argument("--learning-rate-constant", type=float, default=0.35, help="peak 3e-3")
+    parser.add_argument("--batch-tokens", type=int, default=1024, help="64 pairs × 16 tokens")
+    parser.add_argument("--vocab-size", type=int, default=1000)
+    parser.add_argument("--phrasebook-size", type=int, default=25_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--font", help="font file for the tokens ('none': escapes)")
+    parser.add_argument("--output-dir", default="runs/attention_maps")
+    args = parser.parse_args()
+    if bool(args.model) != bool(args.tokenizer):
+        parser.error("--model and --tokenizer go together")
+
+    if args.model:
+        model = keras.saving.load_model(args.model)
+        tokenizer = text.SubwordTokenizer.load(args.tokenizer)
+    else:
+        model, tokenizer = train_model(args)
+    source = tokenizer.tokenize([args.sentence]).to_tensor().numpy()  # [1, S], ends with EOS
+    ids, _ = tfblocks.Decoder(model, max_length=32, jit_compile=False).greedy(source)
+    ids = ids.numpy()
+    target = ids[:, : int(np.sum(ids[0] != 0))]  # [1, T]: up to and including EOS
+    translation = tokenizer.detokenize(target).numpy()[0].decode()
+    print(f"{args.sentence} → {translation}")
+
+    maps, decoder_in = attention_weights(model, source, target)
+    pieces = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.proto).id_to_piece
+    src_tokens = [pieces(int(i)) for i in source[0]]
+    dec_tokens = [pieces(int(i)) for i in decoder_in[0]]
+    font, show = label_font([*src_tokens, *dec_tokens, args.sentence, translation], args.font)
+    src, dec = [show(t) for t in src_tokens], [show(t) for t in dec_tokens]
+    os.makedirs(args.output_dir, exist_ok=True)
+    for kind, queries, keys in (
+        ("encoder_self_attention", src, src),
+        ("decoder_self_attention", dec, dec),
+        ("cross_attention", dec, src),
+    ):
+        title = f"{kind.replace('_', ' ')}: {show(args.sentence)} → {show(translation)}"
+        path = os.path.join(args.output_dir, f"{kind}.png")
+        plot(maps[kind], queries, keys, title, path, font)
+        print(f"wrote {path}: {len(maps[kind])} layers × {maps[kind][0].shape[0]} heads")
+    last = np.mean(maps["cross_attention"][-1], axis=0)  # [T, S], last layer, mean over heads
+    print("cross-attention, last layer, mean over heads: query → key with the largest weight")
+    for t, token in enumerate(dec):
+        print(f"  {token} → {src[int(np.argmax(last[t]))]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""examples/attention_maps.py translates, checks its rebuilt forward pass and draws PNGs."""
+
+import importlib.util
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+KINDS = ("encoder_self_attention", "decoder_self_attention", "cross_attention")
+
+
+def png_size(path):
+    """(width, height) of a PNG file, asserting its signature."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", path
+    return struct.unpack(">II", data[16:24])
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location(
+        "attention_maps", ROOT / "examples" / "attention_maps.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_attention_maps_small_settings(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "examples/attention_maps.py",
+            *("--steps", "2", "--phrasebook-size", "1000", "--vocab-size", "1000"),
+            *("--batch-tokens", "256", "--no-jit-compile", "--output-dir", str(tmp_path)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Glyph" not in result.stderr, result.stderr[-3000:]  # every token was drawable
+    assert re.search(r"^今日のランチはカレーだ。 → .+$", result.stdout, re.MULTILINE), result.stdout
+    for kind in KINDS:
+        assert f"wrote {tmp_path / kind}.png: 2 layers × 4 heads" in result.stdout, result.stdout
+        width, height = png_size(tmp_path / f"{kind}.png")
+        assert width > 300 and height > 150, (kind, width, height)
+
+
+def test_label_font_escapes_what_no_font_draws():
+    example = load_example()
+    font, show = example.label_font(["▁今日", "</s>"], "none")
+    assert font is None
+    assert show("▁今日") == "▁\\u4eca\\u65e5" and show("</s>") == "</s>"
+    font, show = example.label_font(["▁Today", "'s"], None)
+    assert font is not None and show("'s") == "'s"
+
+
+def test_plot_draws_escaped_tokens_without_warnings(tmp_path):
+    # pytest turns warnings into errors: a missing glyph would fail here.
+    example = load_example()
+    font, show = example.label_font(["今日", "カレー"], "none")
+    keys = [show(t) for t in ("▁今日", "の", "カレー", "</s>")]
+    weights = [np.full((2, 3, 4), 0.25, "float32")]
+    example.plot(
+        weights, ["<s>", "▁Today", "'s"], keys, show("cross: 今日"), tmp_path / "a.png", font
+    )
+    assert png_size(tmp_path / "a.png")[0] > 100

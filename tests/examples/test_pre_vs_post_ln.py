@@ -1,0 +1,44 @@
+"""examples/pre_vs_post_ln.py trains four ways and writes a loss-curve PNG and tables."""
+
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_pre_vs_post_ln_small_settings(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "examples/pre_vs_post_ln.py",
+            *("--layers", "1", "--steps", "4", "--log-every", "2", "--warmup-steps", "2"),
+            *("--learning-rate", "1e-3", "--phrasebook-size", "1000", "--vocab-size", "1000"),
+            *("--batch-tokens", "256", "--no-jit-compile", "--output-dir", str(tmp_path)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    png = (tmp_path / "pre_vs_post_ln.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    with open(tmp_path / "pre_vs_post_ln.csv", newline="") as f:
+        header, *rows = list(csv.reader(f))
+    assert header == ["run", "final train loss", "dev loss", "dev accuracy"]
+    assert [row[0] for row in rows] == [
+        "Pre-LN, warm-up 2",
+        "Pre-LN, no warm-up",
+        "Post-LN, warm-up 2",
+        "Post-LN, no warm-up",
+    ]
+    for row in rows:
+        loss, dev_loss, accuracy = map(float, row[1:])
+        assert math.isfinite(loss) and math.isfinite(dev_loss) and 0.0 <= accuracy <= 1.0, row
+        assert 0.0 < loss < 10.0, row  # label-smoothed cross-entropy over 300 ids: ln 300 ≈ 5.7
+    markdown = (tmp_path / "pre_vs_post_ln.md").read_text().splitlines()
+    assert len(markdown) == 2 + 4 and all(line in result.stdout for line in markdown)
