@@ -19,7 +19,7 @@ the padding mask of the decoder inputs can never hide a generated token.
 
 import tensorflow as tf
 
-from tfblocks.models.transformer import BOS_ID, EOS_ID, PAD_ID, _find_layers
+from tfblocks.models.transformer import BOS_ID, EOS_ID, PAD_ID, transformer_layers
 
 NEG_INF = -1e9  # a finite "minus infinity" for scores (inf - inf would give NaN)
 
@@ -70,7 +70,7 @@ class Decoder:
         self.model = model
         self.max_length = max_length
         self.jit_compile = bool(jit_compile)
-        self._layers = _find_layers(model)
+        self._layers = transformer_layers(model)
         self._functions = {}
 
     # The model, one piece at a time ---------------------------------------------------------

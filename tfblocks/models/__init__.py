@@ -8,6 +8,7 @@ from tfblocks.models.transformer import (
     UNK_ID,
     build_transformer,
     encoder_decoder,
+    transformer_layers,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "build_transformer",
     "encoder_decoder",
     "hparams",
+    "transformer_layers",
 ]

@@ -203,8 +203,14 @@ def build_transformer(hp, name="transformer"):
     )
 
 
-def _find_layers(model):
-    """Recovers the `_make_layers` dictionary from a built (or reloaded) model."""
+def transformer_layers(model):
+    """The layers of a `build_transformer` model (built or reloaded), by role.
+
+    Returns a dict with `source_embedding`, `target_embedding` (the same layer when
+    tied), `softmax` (None when tied), `encoder` / `decoder` (lists of blocks),
+    `encoder_norm` / `decoder_norm` (None for Post-LN) and `logits`. Decoding and
+    the examples use it instead of reaching into the model by layer names.
+    """
 
     def get(name):
         try:
@@ -264,7 +270,7 @@ def encoder_decoder(model):
     >>> tuple(enc.shape), tuple(logits.shape)
     ((1, 4, 128), (1, 1, 40))
     """
-    layers = _find_layers(model)
+    layers = transformer_layers(model)
     hidden = layers["source_embedding"].hidden_size
 
     source_ids = keras.Input((None,), dtype="int32", name="inputs")
