@@ -67,7 +67,6 @@ def test_plot_draws_escaped_tokens_without_warnings(tmp_path):
     font, show = example.label_font(["今日", "カレー"], "none")
     keys = [show(t) for t in ("▁今日", "の", "カレー", "</s>")]
     weights = [np.full((2, 3, 4), 0.25, "float32")]
-    example.plot(
-        weights, ["<s>", "▁Today", "'s"], keys, show("cross: 今日"), tmp_path / "a.png", font
-    )
+    queries = ["<s>", "▁Today", "'s"]
+    example.plot(weights, queries, keys, show("cross: 今日"), tmp_path / "a.png", font, "query")
     assert png_size(tmp_path / "a.png")[0] > 100
