@@ -3,9 +3,9 @@
 The study notes draw, by hand, how much each query token attends to each key token.
 This script draws the real thing: it trains a Pre-LN `transformer_tiny` on the embedded
 phrasebook (400 steps of 64 pairs, t2t's rsqrt schedule with a 100-step warm-up: about a
-minute on 2 CPU cores), or loads `--model`/`--tokenizer` (any `build_transformer` model
-with the shared embedding, as every preset has), translates `--sentence` with
-greedy decoding, then runs the model's own layers (found with `model.get_layer`) once
+minute on 2 CPU cores), or loads `--model`/`--tokenizer` (a `build_transformer` model
+saved as .keras and its SentencePiece model). It translates `--sentence` with greedy
+decoding, then runs the model's own layers (`tfblocks.models.transformer_layers`) once
 more over the source and the translation, asking every `MultiHeadAttention` for its
 weights (`return_attention_scores=True`). Each block's output is checked against a
 plain call of the block, and the logits against the greedy translation, so the maps are
@@ -40,6 +40,7 @@ from matplotlib import font_manager, ft2font
 
 import tfblocks
 from tfblocks import text
+from tfblocks.models import transformer_layers
 
 CJK_FONT = re.compile(r"cjk|ipa|takao|gothic|mincho|hiragino|meiryo|msgothic", re.IGNORECASE)
 
@@ -108,34 +109,23 @@ def run_block(block, x, mask, context=None, context_mask=None):
 
 def attention_weights(model, source, target):
     """Encoder self, decoder self and cross-attention weights, one [H, T, S] array per layer."""
-    names = {layer.name for layer in model.layers}
-    blocks = {
-        prefix: [
-            model.get_layer(f"{prefix}_layer_{i}")
-            for i in range(len(names))
-            if f"{prefix}_layer_{i}" in names
-        ]
-        for prefix in ("encoder", "decoder")
-    }
-    norm = {
-        key: model.get_layer(key) if key in names else None
-        for key in ("encoder_norm", "decoder_norm")
-    }
-    embedding = model.get_layer("embedding")  # shared source/target/softmax embedding
+    layers = transformer_layers(model)  # embeddings, blocks and norms by role
     maps = {"encoder_self_attention": [], "decoder_self_attention": [], "cross_attention": []}
-    source_mask, x = source != 0, embedding(source, training=False)  # [1, S, d]
-    for block in blocks["encoder"]:
+    source_mask = source != tfblocks.PAD_ID
+    x = layers["source_embedding"](source, training=False)  # [1, S, d]
+    for block in layers["encoder"]:
         x, weights, _ = run_block(block, x, source_mask)
         maps["encoder_self_attention"].append(weights[0])  # [H, S, S]
-    x = norm["encoder_norm"](x) if norm["encoder_norm"] else x
+    x = layers["encoder_norm"](x) if layers["encoder_norm"] else x
     decoder_in = np.concatenate([[[tfblocks.BOS_ID]], target[:, :-1]], axis=1).astype("int32")
-    y = embedding(decoder_in, training=False)  # [1, T, d]
-    for block in blocks["decoder"]:
-        y, self_w, cross_w = run_block(block, y, decoder_in != 0, x, source_mask)
+    y = layers["target_embedding"](decoder_in, training=False)  # [1, T, d]
+    for block in layers["decoder"]:
+        y, self_w, cross_w = run_block(block, y, decoder_in != tfblocks.PAD_ID, x, source_mask)
         maps["decoder_self_attention"].append(self_w[0])  # [H, T, T]
         maps["cross_attention"].append(cross_w[0])  # [H, T, S]
-    y = norm["decoder_norm"](y) if norm["decoder_norm"] else y
-    logits = np.asarray(embedding.attend(y))  # tied softmax, [1, T, vocab]
+    y = layers["decoder_norm"](y) if layers["decoder_norm"] else y
+    softmax = layers["softmax"] or layers["target_embedding"].attend  # tied: h · Eᵀ
+    logits = np.asarray(softmax(y))  # [1, T, vocab]
     chosen = np.take_along_axis(logits, target[..., None], axis=-1)[..., 0]  # [1, T]
     best = np.delete(logits, [tfblocks.PAD_ID, tfblocks.BOS_ID], axis=-1).max(axis=-1)
     assert np.all(chosen >= best - 1e-4), "the greedy tokens are not the argmax of this pass"
