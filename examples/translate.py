@@ -57,6 +57,9 @@ def parse_args(argv=None):
         action="store_true",
         help="pad batches to max_length and compile the train step once with XLA",
     )
+    parser.add_argument(
+        "--max-train-minutes", type=float, default=None, help="stop training after this long"
+    )
     parser.add_argument("--output", help="checkpoints, logs, tokenizer, export, metrics.json")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
@@ -96,6 +99,7 @@ def main(argv=None):
             output,
             args.seed,
             static_shapes=args.static_shapes,
+            time_limit=args.max_train_minutes * 60 if args.max_train_minutes else None,
         )
     print(f"{args.hparams}: {model.count_params():,} parameters")
 

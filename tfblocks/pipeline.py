@@ -56,6 +56,25 @@ class Timer:
         return _Phase()
 
 
+class TimeLimit(keras.callbacks.Callback):
+    """Stops `fit` at the first batch that ends after `seconds` of training."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        if not seconds > 0:
+            raise ValueError(f"`seconds` must be > 0, got seconds={seconds!r}.")
+        self.seconds = seconds
+        self.stopped_early = False
+
+    def on_train_begin(self, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.perf_counter() - self._start > self.seconds:
+            self.model.stop_training = True
+            self.stopped_early = True
+
+
 def parse_overrides(text):
     """Parses `"key=value,key=value"` into typed `HParams` overrides.
 
@@ -157,6 +176,7 @@ def train(
     output_dir=None,
     seed=0,
     static_shapes=False,
+    time_limit=None,
 ):
     """Fits `build_transformer(hp)` on `splits["train"]`; returns `(model, history)`.
 
@@ -166,7 +186,8 @@ def train(
     `static_shapes=False` batches by length buckets without XLA (every new batch
     shape would cost an XLA compilation); `static_shapes=True` pads every batch to
     `[batch_tokens // max_length, max_length]` and compiles the step once with XLA
-    (what TPUs need).
+    (what TPUs need). `time_limit` (seconds) stops training after the first batch
+    that ends past it (the epoch in progress is cut short).
     """
     keras.utils.set_random_seed(seed)
     strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
@@ -187,9 +208,9 @@ def train(
     with strategy.scope():
         model = build_transformer(hp)
         compile_transformer(model, hp, jit_compile=static_shapes)
-    callbacks = []
+    callbacks = [TimeLimit(time_limit)] if time_limit else []
     if output_dir:
-        callbacks = [
+        callbacks += [
             keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")),
             keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"), write_graph=False),
         ]
