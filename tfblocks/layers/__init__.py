@@ -2,11 +2,13 @@
 
 from tfblocks.layers.attention import MultiHeadAttention
 from tfblocks.layers.block import TransformerBlock
+from tfblocks.layers.dropout import HashDropout
 from tfblocks.layers.embedding import SinusoidalEmbedding, timing_signal
 from tfblocks.layers.feed_forward import DenseReluDense
 
 __all__ = [
     "DenseReluDense",
+    "HashDropout",
     "MultiHeadAttention",
     "SinusoidalEmbedding",
     "TransformerBlock",

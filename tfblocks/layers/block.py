@@ -14,6 +14,7 @@ import keras
 
 from tfblocks.layers import _utils
 from tfblocks.layers.attention import MultiHeadAttention
+from tfblocks.layers.dropout import HashDropout
 from tfblocks.layers.feed_forward import DenseReluDense
 
 
@@ -133,7 +134,7 @@ class TransformerBlock(keras.layers.Layer):
             name="ffn",
         )
         self.ffn_norm = norm("ffn_norm")
-        self.residual_dropout = keras.layers.Dropout(
+        self.residual_dropout = HashDropout(
             self.dropout, dtype=self.dtype_policy, name="residual_dropout"
         )
 

@@ -12,6 +12,7 @@ import keras
 from keras import ops
 
 from tfblocks.layers import _utils
+from tfblocks.layers.dropout import HashDropout
 
 
 def timing_signal(length, channels, min_timescale=1.0, max_timescale=1e4, start_index=0):
@@ -120,7 +121,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
             embeddings_initializer = keras.initializers.RandomNormal(stddev=self.hidden_size**-0.5)
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = self.mask_zero
-        self.dropout_layer = keras.layers.Dropout(
+        self.dropout_layer = HashDropout(
             self.dropout, dtype=self.dtype_policy, name="embedding_dropout"
         )
 

@@ -8,6 +8,7 @@ applied to every position of a `[B, L, d]` tensor.
 import keras
 
 from tfblocks.layers import _utils
+from tfblocks.layers.dropout import HashDropout
 
 _ACTIVATIONS = ("relu", "gelu")
 
@@ -68,9 +69,7 @@ class DenseReluDense(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="filter_dense",
         )
-        self.dropout_layer = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="relu_dropout"
-        )
+        self.dropout_layer = HashDropout(self.dropout, dtype=self.dtype_policy, name="relu_dropout")
 
     def build(self, input_shape):
         self.filter_dense.build(input_shape)
