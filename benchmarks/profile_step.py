@@ -144,7 +144,7 @@ def exclusive_times(xspace_path, instructions, metadata):
                     yield record["name"], record["ps"], record["meta"]
 
 
-def breakdown(label, marker, logdirs, dump_dir):
+def breakdown(label, marker, logdirs, dump_dir, detail=None):
     """Prints the per-component table of one model from its profiles and HLO dump."""
     paths = glob.glob(f"{dump_dir}/*cpu_after_optimizations.txt")
     texts = [pathlib.Path(path).read_text() for path in paths]
@@ -153,6 +153,7 @@ def breakdown(label, marker, logdirs, dump_dir):
         raise RuntimeError(f"expected one HLO dump of {label} ({marker!r}), got {len(matching)}")
     instructions, metadata, dot_flops = parse_hlo(matching[0])
     times = collections.Counter()  # (component, fwd|bwd|"") -> ps
+    by_op = collections.Counter()  # op_name of the `detail` component -> ps
     dot_ps = dot_work = 0
     for logdir in logdirs:
         (path,) = glob.glob(f"{logdir}/plugins/profile/*/*.xplane.pb")
@@ -161,6 +162,8 @@ def breakdown(label, marker, logdirs, dump_dir):
             part = component(op_type, op_name)
             phase = "bwd" if op_name.startswith("gradient_tape/") else "fwd"
             times[part, "" if part in ("optimizer", "metrics") else phase] += ps
+            if part == detail:
+                by_op[op_name or "(no metadata)"] += ps
             if name in dot_flops:
                 dot_ps += ps
                 dot_work += dot_flops[name]
@@ -181,6 +184,10 @@ def breakdown(label, marker, logdirs, dump_dir):
         f"  matmuls (HLO dots): {dot_ps / 1e9 / steps:.0f} ms/step = {dot_ps / total_ps:.0%}, "
         f"{dot_work / steps / 1e9:.1f} GFLOP/step at {dot_work / (dot_ps / 1e12) / 1e9:.1f} GFLOP/s"
     )
+    if detail:
+        print(f"  largest ops of '{detail}':")
+        for op_name, ps in by_op.most_common(12):
+            print(f"    {ps / 1e9 / steps:8.1f} ms  {op_name}")
 
 
 def parse_args(argv=None):
@@ -190,6 +197,9 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (XLA compile)")
     parser.add_argument("--dropout", type=float, help="every dropout rate (default: preset's)")
     parser.add_argument("--quick", action="store_true", help="smoke run on a tiny shape")
+    parser.add_argument(
+        "--detail", help="also list the costliest TF op names of this component, e.g. other"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.shape, args.steps, args.warmup = "quick", 1, 1
@@ -229,7 +239,7 @@ def profile(args, dump_dir):
                 tf.profiler.experimental.stop()
                 print(f"  step {step + 1} {label}: {seconds * 1e3:.0f} ms (profiled)")
         for label, (_, marker) in models.items():
-            breakdown(label, marker, logdirs[label], dump_dir)
+            breakdown(label, marker, logdirs[label], dump_dir, args.detail)
 
 
 def main(argv=None):

@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from tfblocks.layers import _local, _utils
+from tfblocks.layers.dropout import HashDropout
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -100,7 +101,7 @@ class MultiHeadAttention(keras.layers.Layer):
             "attention_window", attention_window
         )
         self.supports_masking = True
-        self.dropout_layer = keras.layers.Dropout(
+        self.dropout_layer = HashDropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
 

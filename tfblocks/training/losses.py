@@ -44,10 +44,11 @@ def smoothed_token_losses(y_true, logits, label_smoothing):
     low = label_smoothing / (vocab - 1)
     # Entropy of the soft target, t2t's "normalizing" constant (1e-20 avoids log 0).
     normalizing = -(confidence * ops.log(confidence) + (vocab - 1) * low * ops.log(low + 1e-20))
-    log_probs = ops.log_softmax(logits, axis=-1)  # [B, T, V]
+    # log p_i = z_i − lse(z), so the [B, T, V] log-probabilities are never formed.
+    lse = ops.logsumexp(logits, axis=-1)  # [B, T]
     ids = ops.expand_dims(ops.cast(y_true, "int32"), -1)  # [B, T, 1]
-    target = ops.squeeze(ops.take_along_axis(log_probs, ids, axis=-1), -1)  # [B, T]
-    total = ops.sum(log_probs, axis=-1)  # [B, T]
+    target = ops.squeeze(ops.take_along_axis(logits, ids, axis=-1), -1) - lse  # log p_y
+    total = ops.sum(logits, axis=-1) - vocab * lse  # Σ_i log p_i, [B, T]
     cross_entropy = -(confidence * target + low * (total - target))
     return cross_entropy - normalizing
 

@@ -87,9 +87,10 @@ class Perplexity(_MaskedTokenMean):
         super().__init__(name=name, dtype=dtype)
 
     def token_values(self, y_true, y_pred):
-        log_probs = ops.log_softmax(y_pred, axis=-1)  # [B, T, V]
+        # −log p_y = lse(z) − z_y; the same lse as the loss's, which XLA computes once.
         ids = ops.expand_dims(ops.cast(y_true, "int32"), -1)  # [B, T, 1]
-        return -ops.squeeze(ops.take_along_axis(log_probs, ids, axis=-1), -1)  # [B, T]
+        target = ops.squeeze(ops.take_along_axis(y_pred, ids, axis=-1), -1)  # [B, T]
+        return ops.logsumexp(y_pred, axis=-1) - target
 
     def result(self):
         return ops.exp(super().result())
