@@ -163,7 +163,7 @@ def breakdown(label, marker, logdirs, dump_dir, detail=None):
             phase = "bwd" if op_name.startswith("gradient_tape/") else "fwd"
             times[part, "" if part in ("optimizer", "metrics") else phase] += ps
             if part == detail:
-                by_op[op_name or "(no metadata)"] += ps
+                by_op[op_name or f"(no metadata) HLO {name}"] += ps
             if name in dot_flops:
                 dot_ps += ps
                 dot_work += dot_flops[name]

@@ -240,10 +240,10 @@ def run_shape(name, args, probe, matmul_rate):
     return {"hp": hp, "batch": batch, "length": length, "flops": model_flops, "rows": rows}
 
 
-def print_table(results, matmul_rate, matmul_size):
+def print_table(results, matmul_rate, matmul_size, dtype="float32"):
     rate = statistics.median(matmul_rate)
     print(
-        f"\nmatmul rate (float32 {matmul_size}² tf.matmul, XLA): median {rate / 1e9:.1f} "
+        f"\nmatmul rate ({dtype} {matmul_size}² tf.matmul, XLA): median {rate / 1e9:.1f} "
         f"GFLOP/s over {len(matmul_rate)} probes"
     )
     header = (
@@ -283,6 +283,12 @@ def parse_args(argv=None):
         "0.1; keras-hub has no FFN-inner dropout, t2t's relu_dropout)",
     )
     parser.add_argument(
+        "--mixed-precision",
+        choices=["mixed_bfloat16", "mixed_float16"],
+        help="Keras dtype policy of both models (default float32); the matmul probe and "
+        "MFU then use the compute dtype",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="smoke run: a tiny shape, 2 rounds of 1 step"
     )
     args = parser.parse_args(argv)
@@ -297,15 +303,18 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    policy = args.mixed_precision or "float32"
+    keras.mixed_precision.set_global_policy(policy)  # both models follow it
+    compute_dtype = keras.mixed_precision.global_policy().compute_dtype
     print(
         f"TensorFlow {tf.__version__}, Keras {keras.__version__}, keras-hub "
         f"{keras_hub.__version__}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, float32, XLA (jit_compile=True)"
+        f"{os.cpu_count()} CPUs, {policy}, XLA (jit_compile=True)"
     )
-    probe = matmul_probe(args.matmul_size, tf.float32)
+    probe = matmul_probe(args.matmul_size, tf.as_dtype(compute_dtype))
     matmul_rate = []  # GFLOP/s probes, one per round, shared by all shapes
     results = {name: run_shape(name, args, probe, matmul_rate) for name in args.shapes}
-    print_table(results, matmul_rate, args.matmul_size)
+    print_table(results, matmul_rate, args.matmul_size, compute_dtype)
 
 
 if __name__ == "__main__":

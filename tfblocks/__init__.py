@@ -5,6 +5,7 @@ from tfblocks.decoding import Decoder
 from tfblocks.export import Translator
 from tfblocks.layers import (
     DenseReluDense,
+    HashDropout,
     MultiHeadAttention,
     SinusoidalEmbedding,
     TransformerBlock,
@@ -41,6 +42,7 @@ __all__ = [
     "Decoder",
     "DenseReluDense",
     "HParams",
+    "HashDropout",
     "MaskedAccuracy",
     "MultiHeadAttention",
     "NoamSchedule",
