@@ -46,3 +46,9 @@ def test_profile_step_quick_lists_components():
     for label in ("tfblocks", "keras-hub"):
         assert re.search(rf"^{label}: \d+ ms/step in XLA instructions", out, re.M), out
     assert "  dropout " in out and "largest ops of 'dropout':" in out, out
+
+
+def test_dropout_quick_prints_both_modes():
+    out = _run("benchmarks/dropout.py", "--quick")
+    for label in ("XLA", "no XLA"):
+        assert re.search(rf"^{label}\s+\d+\.\d+ ms .*\d+\.\d+×$", out, re.M), out

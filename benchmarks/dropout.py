@@ -1,0 +1,85 @@
+"""Dropout alone: tfblocks' HashDropout vs keras.layers.Dropout, with and without XLA.
+
+Applies ten dropout layers (rate 0.1) in a row to a float32 tensor of `--shape`
+(default 32 × 64 × 1024, shape (a)'s FFN activations) inside a `tf.function`, with
+`jit_compile` on and off, alternating the two layers for `--rounds` rounds, and prints
+the median time per dropout call and per element, and the ratio.
+
+Run:  python benchmarks/dropout.py
+      python benchmarks/dropout.py --quick      # seconds-long smoke run
+"""
+
+import argparse
+import math
+import statistics
+import time
+
+import keras
+import tensorflow as tf
+
+from tfblocks.layers import HashDropout
+
+CHAIN = 10  # dropout layers applied one after the other per timed call
+
+
+def make_chain(layer_cls, jit_compile):
+    layers = [layer_cls(0.1, seed=i) for i in range(CHAIN)]
+
+    @tf.function(jit_compile=jit_compile)
+    def chain(x):
+        for layer in layers:
+            x = layer(x, training=True)
+        return x
+
+    return chain
+
+
+def seconds_per_call(fn, x, calls):
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(x).numpy()
+    return (time.perf_counter() - start) / calls / CHAIN
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", type=int, nargs="+", default=[32, 64, 1024])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=3, help="timed calls per round")
+    parser.add_argument("--quick", action="store_true", help="smoke run: small tensor, 2 rounds")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.shape, args.rounds, args.calls = [4, 64], 2, 1
+    if args.rounds < 1 or args.calls < 1 or min(args.shape) < 1:
+        parser.error(f"--rounds, --calls and --shape must be >= 1, got {vars(args)}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    x = tf.random.normal(args.shape)
+    size = math.prod(args.shape)
+    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}; tensor {args.shape} float32")
+    print(f"{'':<8}{'Keras Dropout':>20}{'HashDropout':>20}{'Keras / Hash':>14}")
+    for jit_compile in (True, False):
+        fns = {
+            "keras": make_chain(keras.layers.Dropout, jit_compile),
+            "hash": make_chain(HashDropout, jit_compile),
+        }
+        times = {name: [] for name in fns}
+        for fn in fns.values():
+            fn(x).numpy()  # trace and compile
+        for _ in range(args.rounds):
+            for name, fn in fns.items():  # A B A B …
+                times[name].append(seconds_per_call(fn, x, args.calls))
+        keras_s, hash_s = (statistics.median(times[name]) for name in ("keras", "hash"))
+        label = "XLA" if jit_compile else "no XLA"
+        print(
+            f"{label:<8}{keras_s * 1e3:>9.3f} ms {keras_s / size * 1e9:>5.2f} ns/el"
+            f"{hash_s * 1e3:>9.3f} ms {hash_s / size * 1e9:>5.2f} ns/el{keras_s / hash_s:>13.2f}×"
+        )
+    print(f"per dropout call (median over {args.rounds} rounds of {args.calls} x {CHAIN} calls)")
+
+
+if __name__ == "__main__":
+    main()
