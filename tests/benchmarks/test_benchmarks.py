@@ -5,26 +5,14 @@ tests only keep the scripts working as the package changes.
 """
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import run_script
 
 
 def _run(*args):
-    result = subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+    return run_script(*args, timeout=600).stdout
 
 
 @pytest.mark.parametrize("policy", [None, "mixed_bfloat16"])

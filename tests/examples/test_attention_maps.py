@@ -3,13 +3,11 @@
 import importlib.util
 import re
 import struct
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import ROOT, run_script
+
 KINDS = ("encoder_self_attention", "decoder_self_attention", "cross_attention")
 
 
@@ -30,20 +28,11 @@ def load_example():
 
 
 def test_attention_maps_small_settings(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "examples/attention_maps.py",
-            *("--steps", "2", "--phrasebook-size", "1000", "--vocab-size", "1000"),
-            *("--batch-tokens", "256", "--no-jit-compile", "--output-dir", str(tmp_path)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    result = run_script(
+        "examples/attention_maps.py",
+        *("--steps", "2", "--phrasebook-size", "1000", "--vocab-size", "1000"),
+        *("--batch-tokens", "256", "--no-jit-compile", "--output-dir", tmp_path),
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     assert "Glyph" not in result.stderr, result.stderr[-3000:]  # every token was drawable
     assert re.search(r"^今日のランチはカレーだ。 → .*$", result.stdout, re.MULTILINE), result.stdout
     for kind in KINDS:

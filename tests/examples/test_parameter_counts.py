@@ -1,28 +1,16 @@
 """examples/parameter_counts.py prints counts that equal count_params() and the formulas."""
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import run_script
 
 
 def test_parameter_counts_small_settings():
-    result = subprocess.run(
-        [
-            sys.executable,
-            "examples/parameter_counts.py",
-            *("--hidden-size", "64", "--num-heads", "4", "--filter-size", "256"),
-            *("--presets", "transformer_tiny", "--vocab-size", "1000"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    result = run_script(
+        "examples/parameter_counts.py",
+        *("--hidden-size", "64", "--num-heads", "4", "--filter-size", "256"),
+        *("--presets", "transformer_tiny", "--vocab-size", "1000"),
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     d, f = 64, 256
     attention, ffn = 4 * d * d, 2 * d * f + f + d  # 16,384 and 33,088

@@ -2,29 +2,17 @@
 
 import csv
 import math
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import run_script
 
 
 def test_pre_vs_post_ln_small_settings(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "examples/pre_vs_post_ln.py",
-            *("--layers", "1", "--steps", "4", "--log-every", "2", "--warmup-steps", "2"),
-            *("--learning-rate", "1e-3", "--phrasebook-size", "1000", "--vocab-size", "1000"),
-            *("--batch-tokens", "256", "--no-jit-compile", "--output-dir", str(tmp_path)),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    result = run_script(
+        "examples/pre_vs_post_ln.py",
+        *("--layers", "1", "--steps", "4", "--log-every", "2", "--warmup-steps", "2"),
+        *("--learning-rate", "1e-3", "--phrasebook-size", "1000", "--vocab-size", "1000"),
+        *("--batch-tokens", "256", "--no-jit-compile", "--output-dir", tmp_path),
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     png = (tmp_path / "pre_vs_post_ln.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     with open(tmp_path / "pre_vs_post_ln.csv", newline="") as f:

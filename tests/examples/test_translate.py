@@ -1,11 +1,8 @@
 """examples/translate.py end to end with tiny settings: train, evaluate, export, reload."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import run_script
 
 TINY = (
     "hidden_size=32,filter_size=64,num_heads=2,num_encoder_layers=1,num_decoder_layers=1,"
@@ -14,15 +11,12 @@ TINY = (
 
 
 def test_translate_runs_end_to_end(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable, "examples/translate.py", "--epochs", "1", "--limit-train", "600",
-            "--limit-test", "16", "--vocab-size", "250", "--hparams-override", TINY,
-            "--beam-size", "2", "--batch-tokens", "1024", "--output", str(tmp_path),
-        ],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    result = run_script(
+        "examples/translate.py", "--epochs", "1", "--limit-train", "600",
+        "--limit-test", "16", "--vocab-size", "250", "--hparams-override", TINY,
+        "--beam-size", "2", "--batch-tokens", "1024", "--output", tmp_path,
+        timeout=600,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))
     assert metrics["sentences"] == 16 and 0.0 <= metrics["bleu"] <= 100.0
     assert 0.0 <= metrics["exact_match"] <= 1.0
@@ -36,10 +30,13 @@ def test_translate_runs_end_to_end(tmp_path):
 
 
 def test_bad_override_is_a_clear_error(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "examples/translate.py", "--hparams-override", "hiden_size=3",
-         "--output", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    result = run_script(
+        "examples/translate.py",
+        "--hparams-override",
+        "hiden_size=3",
+        "--output",
+        tmp_path,
+        expect_success=False,
+    )
     assert result.returncode != 0
     assert "hiden_size" in result.stderr and "hidden_size" in result.stderr

@@ -24,7 +24,7 @@ from tfblocks.layers import _utils
 # MurmurHash3's 32-bit finalizer constants (odd multipliers with good avalanche).
 _MUL_1 = 0x85EBCA6B
 _MUL_2 = 0xC2B2AE35
-# Distinct offsets so the two seed words never mix to the same key.
+# Added to the first seed word: fmix32(0) == 0, so a zero seed would otherwise give key 0.
 _SEED_OFFSET = 0x9E3779B9
 
 
