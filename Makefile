@@ -1,17 +1,22 @@
 # The README's two commands: `make demo` and `make test`. Both set up .venv on first use.
+# `make docs` writes the API reference (pdoc, from the docstrings) to docs/api/.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Pages of the API reference: the package (its __all__, tfblocks.text included) and the
+# public subpackages. tests/test_api_docs.py builds the same list with the same flags.
+API_MODULES := tfblocks tfblocks.layers tfblocks.models tfblocks.training
+PDOC_FLAGS := --docformat google
 
-.PHONY: install demo test lint format clean
+.PHONY: install demo test lint format docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python setup.py
-	$(BIN)/python -m pip install --quiet -e ".[test,examples]"
+	$(BIN)/python -m pip install --quiet -e ".[test,examples,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,5 +35,13 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# docs/api/ holds only generated pages (git-ignored); it is rebuilt from scratch so that
+# pages of removed modules do not linger.
+docs: $(STAMP)
+	rm -rf docs/api
+	KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=3 PDOC_ALLOW_EXEC=1 \
+		$(BIN)/pdoc $(PDOC_FLAGS) --output-directory docs/api $(API_MODULES)
+	@echo "API reference written to docs/api/index.html"
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache docs/api

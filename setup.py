@@ -28,8 +28,9 @@ setup(
         "numpy>=1.26",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6", "pdoc>=15"],
         "examples": ["matplotlib>=3.8", "sacrebleu>=2.4", "tensorboard>=2.21,<2.22"],
+        "docs": ["pdoc>=15"],  # `make docs`: the API reference in docs/api/
     },
     classifiers=[
         "Programming Language :: Python :: 3",
