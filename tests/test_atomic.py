@@ -1,0 +1,222 @@
+"""replace_directory writes a directory whole and never deletes what tfblocks did not write."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tfblocks._atomic import MARKER, replace_directory
+
+
+def _writer(content):
+    """A cheap write_fn: one file and one nested file (no TensorFlow)."""
+
+    def write(staging):
+        with open(os.path.join(staging, "model.txt"), "w") as f:
+            f.write(content)
+        os.mkdir(os.path.join(staging, "variables"))
+        with open(os.path.join(staging, "variables", "data"), "w") as f:
+            f.write(content * 2)
+
+    return write
+
+
+def _entries(folder):
+    return sorted(os.listdir(folder))
+
+
+def _dead_pid():
+    """The id of a process that has exited (and was reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_writes_a_new_directory_with_its_marker(tmp_path):
+    target = tmp_path / "sub" / "export"
+    assert replace_directory(target, _writer("one")) == str(target)
+    assert (target / "model.txt").read_text() == "one"
+    info = json.loads((target / MARKER).read_text())
+    assert info["kind"] == "tfblocks-export"
+    assert info["files"] == ["model.txt", "variables", "variables/data"]
+    assert _entries(tmp_path / "sub") == ["export"]  # no staging left behind
+
+
+def test_replaces_its_own_earlier_write_and_an_empty_directory(tmp_path):
+    target = tmp_path / "export"
+    target.mkdir()
+    replace_directory(target, _writer("one"))
+    replace_directory(target, _writer("two"))
+    assert (target / "model.txt").read_text() == "two"
+    assert (target / "variables" / "data").read_text() == "twotwo"
+    assert _entries(tmp_path) == ["export"]
+
+
+def test_refuses_a_directory_holding_a_users_file(tmp_path):
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "thesis.tex").write_bytes(b"\x00years of work\n")
+    with pytest.raises(ValueError, match=r"`path`.*did not write.*mine"):
+        replace_directory(target, _writer("one"))
+    assert (target / "thesis.tex").read_bytes() == b"\x00years of work\n"
+    assert _entries(target) == ["thesis.tex"]
+    assert _entries(tmp_path) == ["mine"]
+
+
+def test_refuses_an_export_a_user_added_a_file_to(tmp_path):
+    target = tmp_path / "export"
+    replace_directory(target, _writer("one"))
+    (target / "variables" / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match=r"did not write \(variables/notes.txt\)"):
+        replace_directory(target, _writer("two"))
+    assert (target / "variables" / "notes.txt").read_text() == "keep me"
+    assert (target / "model.txt").read_text() == "one"
+
+
+def test_refuses_an_unmarked_saved_model_and_another_kind(tmp_path):
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "saved_model.pb").write_bytes(b"pb")
+    with pytest.raises(ValueError, match=r"without tfblocks' marker.*remove it yourself"):
+        replace_directory(legacy, _writer("one"))
+    assert _entries(legacy) == ["saved_model.pb"]
+    run = tmp_path / "run"
+    replace_directory(run, _writer("one"), kind="tfblocks-run")
+    with pytest.raises(ValueError, match=r"holds a tfblocks 'tfblocks-run', not a"):
+        replace_directory(run, _writer("two"))
+    assert (run / "model.txt").read_text() == "one"
+
+
+@pytest.mark.parametrize("path", ["", ".", "  ", "..", "/"])
+def test_refuses_the_current_directory_and_its_parents(tmp_path, monkeypatch, path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("x")
+    monkeypatch.chdir(work)
+    with pytest.raises(ValueError, match=rf"`path`.*path={path!r}"):
+        replace_directory(path, _writer("one"))
+    assert _entries(work) == ["keep.txt"]
+    assert _entries(tmp_path) == ["work"]
+
+
+def test_refuses_cwd_by_absolute_path_and_names_the_argument(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"`output` is the current working directory"):
+        replace_directory(str(tmp_path), _writer("one"), arg="output")
+    with pytest.raises(ValueError, match=r"current working directory or one of its parents"):
+        replace_directory(tmp_path.parent, _writer("one"))
+    assert _entries(tmp_path) == []
+
+
+def test_refuses_a_regular_file_and_a_symlink_before_writing(tmp_path):
+    target = tmp_path / "export"
+    target.write_bytes(b"not a directory")
+    called = []
+    with pytest.raises(ValueError, match=r"`path` is a file, not a directory"):
+        replace_directory(target, called.append)
+    assert called == []
+    assert target.read_bytes() == b"not a directory"
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=r"symbolic link"):
+        replace_directory(link, called.append)
+    assert called == []
+    assert _entries(tmp_path) == ["export", "link"]
+
+
+def test_write_fn_raising_leaves_nothing_behind(tmp_path):
+    def broken(staging):
+        _writer("half")(staging)
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        replace_directory(tmp_path / "export", broken)
+    assert _entries(tmp_path) == []
+    replace_directory(tmp_path / "export", _writer("one"))
+    with pytest.raises(OSError, match="disk full"):
+        replace_directory(tmp_path / "export", broken)
+    assert (tmp_path / "export" / "model.txt").read_text() == "one"
+    assert _entries(tmp_path) == ["export"]
+
+
+def test_a_failure_between_the_renames_restores_the_old_export(tmp_path, monkeypatch):
+    target = tmp_path / "export"
+    replace_directory(target, _writer("one"))
+    real_rename = os.rename
+    calls = []
+
+    def flaky_rename(src, dst):
+        calls.append((os.path.basename(src), os.path.basename(dst)))
+        if len(calls) == 2:  # staging -> export, after export -> .export.old-*
+            raise OSError("rename failed")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", flaky_rename)
+    with pytest.raises(OSError, match="rename failed"):
+        replace_directory(target, _writer("two"))
+    assert calls[0][0] == "export" and calls[0][1].startswith(".export.old-")
+    assert calls[1][0].startswith(".export.tmp-") and calls[1][1] == "export"
+    assert calls[2] == (calls[0][1], "export")  # put back
+    assert (target / "model.txt").read_text() == "one"
+    assert _entries(tmp_path) == ["export"]
+
+
+def test_a_change_at_path_while_writing_is_refused(tmp_path):
+    target = tmp_path / "export"
+
+    def user_creates_it(staging):
+        _writer("one")(staging)
+        target.mkdir()
+        (target / "mine.txt").write_text("x")
+
+    with pytest.raises(ValueError, match="did not write"):
+        replace_directory(target, user_creates_it)
+    assert _entries(target) == ["mine.txt"]
+    assert _entries(tmp_path) == ["export"]
+
+
+def test_cleans_what_killed_writers_left_and_nothing_else(tmp_path):
+    dead, alive = _dead_pid(), os.getpid()
+    names = [
+        f".export.tmp-{dead}-abc123",  # killed while writing: removed
+        f".export.old-{dead}-beef",  # killed after replacing: removed (export exists)
+        f".export.tmp-{alive}-abc123",  # a writer still running: kept
+        ".export.tmp-abcd_123",  # tfblocks <= 0.1.0.dev0, an hour old: removed
+        ".export.tmp-wxyz_789.old",  # same, an old export: removed
+        ".export.tmp-fresh123",  # same pattern but recent: kept
+        f".other.tmp-{dead}-abc123",  # another target: kept
+        f".export.tmp-{dead}-abc123.bak",  # not our pattern: kept
+        "export.tmp-1-a",  # not our pattern: kept
+    ]
+    for name in names:
+        (tmp_path / name).mkdir()
+    hour_ago = time.time() - 7200
+    for name in names[3:5]:
+        os.utime(tmp_path / name, (hour_ago, hour_ago))
+    replace_directory(tmp_path / "export", _writer("one"))
+    replace_directory(tmp_path / "export", _writer("two"))  # the cleanup ran with export present
+    assert _entries(tmp_path) == sorted(["export", *names[2:3], *names[5:]])
+    assert (tmp_path / "export" / "model.txt").read_text() == "two"
+
+
+def test_an_export_stranded_between_the_renames_is_restored_first(tmp_path):
+    # A writer killed after `export -> .export.old-*` and before `staging -> export`.
+    dead = _dead_pid()
+    replace_directory(tmp_path / "export", _writer("one"))
+    os.rename(tmp_path / "export", tmp_path / f".export.old-{dead}-cafe")
+
+    def broken(staging):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        replace_directory(tmp_path / "export", broken)
+    assert (tmp_path / "export" / "model.txt").read_text() == "one"
+    assert _entries(tmp_path) == ["export"]
+
+
+def test_bad_path_type():
+    with pytest.raises(ValueError, match=r"`path` must be a str or path-like, got path=3"):
+        replace_directory(3, _writer("one"))

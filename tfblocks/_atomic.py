@@ -1,0 +1,219 @@
+"""Write a directory as a whole, replacing only what tfblocks itself wrote there.
+
+`replace_directory(path, write_fn)` is the one place where tfblocks puts a finished
+directory (a SavedModel export, a run folder's artifact) at a user-given path:
+
+* It refuses, with a `ValueError` naming the argument and its value and before
+  writing anything: `""`, `.`, the current working directory and any of its parents,
+  a symbolic link, a regular file, and an existing directory that tfblocks did not
+  write. A directory counts as written by tfblocks when it holds the marker file
+  `tfblocks_export.json` of the same `kind` and nothing that the marker does not list
+  (a file a user added later is never deleted). An empty directory is replaced.
+* `write_fn(staging)` fills a fresh staging directory beside `path`
+  (`.NAME.tmp-<pid>-<random>`, same file system, so renames are atomic); the marker is
+  added, then the staging directory is renamed into place. An existing export is first
+  renamed to `.NAME.old-<pid>-<random>` and deleted only after the new one is in place,
+  so `path` is missing only between two renames; if the second rename fails the old
+  export is renamed back.
+* Staging and old folders left by killed writers (same naming pattern, a process id
+  that no longer runs on this machine) are removed; an old export whose replacement
+  never arrived is first put back at `path`. Nothing else beside `path` is touched.
+
+Nothing here imports TensorFlow.
+"""
+
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+
+MARKER = "tfblocks_export.json"
+_FORMAT = 1
+# Left by tfblocks <= 0.1.0.dev0's `Translator.export` (tempfile.mkdtemp, no pid).
+_LEGACY_MAX_AGE_S = 3600.0
+
+
+def replace_directory(path, write_fn, kind="tfblocks-export", *, arg="path"):
+    """Writes `path` as a whole with `write_fn`, replacing only an earlier tfblocks write.
+
+    Args:
+        path: the directory to write (str or path-like).
+        write_fn: called with the staging directory (a str, existing and empty) and
+            writes everything there; its return value is ignored.
+        kind: what is written, stored in the marker; an existing directory is replaced
+            only if its marker has the same kind.
+        arg: the caller's name for `path`, used in error messages.
+
+    Returns:
+        `path` as an absolute path (str).
+
+    Raises:
+        ValueError: `path` is refused (see the module docstring); nothing was written.
+    """
+    path = _check_path(path, kind, arg)
+    parent, name = os.path.split(path)
+    os.makedirs(parent, exist_ok=True)
+    _clean_stale(parent, name)
+    pid = os.getpid()
+    staging = tempfile.mkdtemp(prefix=f".{name}.tmp-{pid}-", dir=parent)
+    try:
+        write_fn(staging)
+        _write_marker(staging, kind)
+        _check_path(path, kind, arg)  # `path` may have changed while write_fn ran.
+        if os.path.lexists(path):
+            old = os.path.join(parent, f".{name}.old-{pid}-{secrets.token_hex(4)}")
+            os.rename(path, old)
+            try:
+                os.rename(staging, path)
+            except BaseException:
+                os.rename(old, path)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return path
+
+
+def _check_path(path, kind, arg):
+    """`path` as an absolute path, or a ValueError if writing there could destroy data."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"`{arg}` must be a str or path-like, got {arg}={path!r}.")
+    raw = os.fspath(path)
+    if not isinstance(raw, str) or raw.strip() in ("", "."):
+        raise ValueError(
+            f"`{arg}` must name a new directory, got {arg}={raw!r} "
+            "(the current directory is never replaced)."
+        )
+    absolute = os.path.abspath(raw)
+    cwd = os.path.realpath(os.getcwd())
+    for candidate in {absolute, os.path.realpath(absolute)}:
+        if os.path.commonpath([candidate, cwd]) == candidate:
+            raise ValueError(
+                f"`{arg}` is the current working directory or one of its parents, got "
+                f"{arg}={raw!r}; choose a new directory such as {os.path.join(raw, 'export')!r}."
+            )
+    if os.path.islink(absolute):
+        raise ValueError(f"`{arg}` is a symbolic link, got {arg}={raw!r}; it is not replaced.")
+    if os.path.lexists(absolute) and not os.path.isdir(absolute):
+        raise ValueError(f"`{arg}` is a file, not a directory, got {arg}={raw!r}.")
+    if os.path.isdir(absolute):
+        _check_replaceable(absolute, raw, kind, arg)
+    return absolute
+
+
+def _check_replaceable(path, raw, kind, arg):
+    """Raises unless `path` is empty or holds exactly an earlier write of this `kind`."""
+    present = _listing(path)
+    if not present:
+        return
+    marker = os.path.join(path, MARKER)
+    if not os.path.isfile(marker):
+        if os.path.isfile(os.path.join(path, "saved_model.pb")):
+            raise ValueError(
+                f"`{arg}` holds a SavedModel without tfblocks' marker file {MARKER} "
+                f"(an export by an older tfblocks or by another program), got {arg}={raw!r}. "
+                "tfblocks does not delete it: remove it yourself or choose another path."
+            )
+        raise ValueError(
+            f"`{arg}` is an existing directory that tfblocks did not write "
+            f"(no {MARKER}), got {arg}={raw!r}; choose a new or empty directory."
+        )
+    try:
+        with open(marker, encoding="utf-8") as f:
+            info = json.load(f)
+        written = set(info["files"])
+        found_kind = info["kind"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"`{arg}` has an unreadable {MARKER} ({error}), got {arg}={raw!r}; "
+            "remove the directory yourself or choose another path."
+        ) from error
+    if found_kind != kind:
+        raise ValueError(
+            f"`{arg}` holds a tfblocks {found_kind!r}, not a {kind!r}, got {arg}={raw!r}; "
+            "choose another path."
+        )
+    added = sorted(present - written - {MARKER})
+    if added:
+        shown = ", ".join(added[:5]) + (", ..." if len(added) > 5 else "")
+        raise ValueError(
+            f"`{arg}` holds files that tfblocks did not write ({shown}), got {arg}={raw!r}; "
+            "move them away or choose another path."
+        )
+
+
+def _listing(root):
+    """Relative paths of every file and directory under `root`, with '/' separators."""
+    found = set()
+    for folder, dirs, files in os.walk(root):
+        relative = os.path.relpath(folder, root)
+        for entry in dirs + files:
+            found.add(entry if relative == "." else f"{relative}/{entry}".replace(os.sep, "/"))
+    return found
+
+
+def _write_marker(staging, kind):
+    from tfblocks import __version__  # here: tfblocks/__init__.py imports this module's users
+
+    info = {
+        "kind": kind,
+        "format": _FORMAT,
+        "tfblocks_version": __version__,
+        "files": sorted(_listing(staging) - {MARKER}),
+    }
+    with open(os.path.join(staging, MARKER), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+
+
+def _clean_stale(parent, name):
+    """Removes what killed writers of `parent/name` left; restores a stranded old export."""
+    ours = re.compile(rf"\.{re.escape(name)}\.(tmp|old)-(\d+)-[A-Za-z0-9_]+")
+    legacy = re.compile(rf"\.{re.escape(name)}\.tmp-[a-z0-9_]{{8}}(\.old)?")
+    path = os.path.join(parent, name)
+    stale_old = []
+    for entry in sorted(os.listdir(parent)):
+        full = os.path.join(parent, entry)
+        if os.path.islink(full) or not os.path.isdir(full):
+            continue
+        match = ours.fullmatch(entry)
+        if match and not _alive(int(match.group(2))):
+            if match.group(1) == "old":
+                stale_old.append(full)
+            else:
+                shutil.rmtree(full, ignore_errors=True)
+        elif legacy.fullmatch(entry) and _age(full) > _LEGACY_MAX_AGE_S:
+            shutil.rmtree(full, ignore_errors=True)
+    if stale_old and not os.path.lexists(path):
+        # Killed between its two renames: the newest old export is the last good one.
+        stale_old.sort(key=os.path.getmtime)
+        os.rename(stale_old.pop(), path)
+    for old in stale_old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _alive(pid):
+    if pid == os.getpid() or os.name == "nt":
+        # Another thread of this process may be writing; on Windows `os.kill(pid, 0)`
+        # would terminate the process instead of probing it.
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _age(folder):
+    try:
+        return time.time() - os.path.getmtime(folder)
+    except OSError:
+        return 0.0
