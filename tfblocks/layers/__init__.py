@@ -5,10 +5,12 @@ from tfblocks.layers.block import TransformerBlock
 from tfblocks.layers.dropout import HashDropout
 from tfblocks.layers.embedding import SinusoidalEmbedding, timing_signal
 from tfblocks.layers.feed_forward import DenseReluDense
+from tfblocks.layers.local_attention import LocalMultiHeadAttention
 
 __all__ = [
     "DenseReluDense",
     "HashDropout",
+    "LocalMultiHeadAttention",
     "MultiHeadAttention",
     "SinusoidalEmbedding",
     "TransformerBlock",

@@ -1,4 +1,4 @@
-"""Helpers shared by the tfblocks layers: argument checks and the one mask contract.
+"""Helpers shared by the tfblocks layers: argument and input checks, the one mask contract.
 
 Mask contract (GUIDE §5.5): masks are boolean, ``True`` means "may attend / is a real
 token". Padding masks are ``[B, T]``; attention masks are ``[B, T, S]``. An explicit
@@ -9,6 +9,8 @@ causal mask. Everything is merged in :func:`merge_attention_masks`.
 
 import keras
 import ml_dtypes
+import numpy as np
+import tensorflow as tf
 from keras import ops
 
 
@@ -31,6 +33,97 @@ def check_rate(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         raise ValueError(f"`{name}` must be a float in [0, 1), got {name}={value!r}.")
     return float(value)
+
+
+def check_choice(name, value, choices):
+    """Raises `ValueError` unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {name}={value!r}.")
+    return value
+
+
+def _shape(x):
+    return tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+
+
+def check_rank(name, x, layout):
+    """Raises `ValueError` unless `x` has one axis per entry of `layout`.
+
+    Example: `check_rank("query", query, ("batch", "length", "dim"))`; the message
+    names the argument, the expected layout and the shape it got.
+    A `"..."` in `layout` stands for any number of further axes.
+    """
+    shape = _shape(x)
+    if "..." in layout:
+        if len(shape) < len(layout) - 1:
+            raise ValueError(
+                f"`{name}` must have rank >= {len(layout) - 1} [{', '.join(layout)}], "
+                f"got {name}.shape={shape}."
+            )
+    elif len(shape) != len(layout):
+        raise ValueError(
+            f"`{name}` must have rank {len(layout)} [{', '.join(layout)}], "
+            f"got {name}.shape={shape}."
+        )
+
+
+def check_last_dim(name, x, expected, built_for="the layer was built for it"):
+    """Raises `ValueError` when the static last dimension of `x` is not `expected`."""
+    shape = _shape(x)
+    if shape and shape[-1] is not None and expected is not None and shape[-1] != expected:
+        raise ValueError(
+            f"`{name}` must have last dimension {expected} ({built_for}), got {name}.shape={shape}."
+        )
+
+
+def check_same_dim(axis, what, **named):
+    """Raises `ValueError` when the static sizes of axis `axis` of `named` differ.
+
+    Unknown (None) sizes are skipped, so symbolic inputs with a free batch pass.
+    """
+    known = {name: _shape(x)[axis] for name, x in named.items() if x is not None}
+    sizes = {size for size in known.values() if size is not None}
+    if len(sizes) > 1:
+        shapes = " and ".join(f"{name}.shape={_shape(named[name])}" for name in known)
+        raise ValueError(
+            f"{', '.join(f'`{n}`' for n in known)} must have the same {what}, got {shapes}."
+        )
+
+
+def is_concrete(x):
+    """True when `x` holds values now: a NumPy array or an eager tensor (not a graph)."""
+    if isinstance(x, (np.ndarray, np.generic, list, tuple)):
+        return True
+    return tf.executing_eagerly() and hasattr(x, "numpy") and not isinstance(x, keras.KerasTensor)
+
+
+def check_token_ids(name, ids, vocab_size):
+    """Checks token ids: an integer dtype always; values in `[0, vocab_size)` eagerly.
+
+    Inside a `tf.function` or XLA the values cannot be checked without a host sync
+    (and an XLA gather clamps or wraps an id out of range silently), so there the data
+    paths that feed ids are responsible for the range.
+    """
+    dtype = keras.backend.standardize_dtype(
+        ids.dtype if hasattr(ids, "dtype") else np.asarray(ids).dtype
+    )
+    if "int" not in dtype:
+        raise ValueError(
+            f"`{name}` must be integer token ids, got dtype {dtype} "
+            f"({name}.shape={_shape(ids)}); cast ids with ops.cast(ids, 'int32')."
+        )
+    if not is_concrete(ids):
+        return
+    values = np.asarray(ops.convert_to_numpy(ids) if hasattr(ids, "numpy") else ids)
+    if values.size == 0:
+        return
+    low, high = values.min(), values.max()
+    if low < 0 or high >= vocab_size:
+        bad = values[(values < 0) | (values >= vocab_size)]
+        raise ValueError(
+            f"`{name}` must lie in [0, vocab_size={vocab_size}), got {bad.size} id(s) outside "
+            f"it (min={low}, max={high}, e.g. {bad.ravel()[:3].tolist()})."
+        )
 
 
 def clone_initializer(initializer):

@@ -5,12 +5,17 @@ Each of q, k, v and the output transform is a `keras.layers.Dense` on the last a
 the same matrix is applied at every position. Departures from t2t: the mask is a
 boolean "may attend" tensor (t2t passes an additive bias), and a fully masked row
 yields a uniform average of the values instead of depending on a literal -1e9.
+
+Extension points (subclasses override these, nothing else branches): `_attention_mask`
+builds whatever mask `_compute_attention` consumes, `_compute_attention` is the one
+place q, k and v meet, and `_cache_mask` says which cache slots a decoded position may
+see. `LocalMultiHeadAttention` (local_attention.py) overrides all three.
 """
 
 import keras
 from keras import ops
 
-from tfblocks.layers import _local, _utils
+from tfblocks.layers import _utils
 from tfblocks.layers.dropout import HashDropout
 
 
@@ -19,8 +24,9 @@ class MultiHeadAttention(keras.layers.Layer):
     """Scaled dot-product attention over `num_heads` heads, t2t style.
 
     `softmax(q kᵀ / √key_dim) v` per head, heads concatenated and projected by the
-    output matrix W_O. q is scaled by `key_dim ** -0.5` before the dot product; the
-    softmax always runs in float32 (also under mixed precision).
+    output matrix W_O. q is scaled by `key_dim ** -0.5` right after its projection
+    (the only place it is scaled); the softmax always runs in float32 (also under
+    mixed precision).
 
     Args:
         num_heads: number of attention heads.
@@ -34,13 +40,14 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_initializer: initializer of the projection biases.
         kernel_regularizer: optional regularizer of the projection kernels.
         bias_regularizer: optional regularizer of the projection biases.
-        attention_window: when set to r, restricted (local) self-attention, t2t
-            `masked_local_attention_1d` (causal) / `local_attention_1d`: the sequence
-            is cut into blocks of r positions and each query sees its own block and
-            the previous one (and the next one when not causal). Cost O(n·r), not
-            O(n²). Query and value must then have the same length; `attention_mask`
-            is not supported, and the returned scores are blocked:
-            `[B, H, ceil(T / r), r, 2r]` (causal) or `[..., 3r]`.
+        fused: route calls that need no attention weights (no scores requested, no
+            active attention dropout) through `keras.ops.dot_product_attention`.
+            Equal to the default path within float tolerance, in every compute dtype
+            (Keras' TensorFlow implementation also computes the softmax in float32
+            and turns masked logits into a finite large negative, so a fully masked
+            row stays a uniform average). Off by default: on the TensorFlow backend
+            the op has no flash/cuDNN kernel and measured 0.8× (eager graph) to 1.03×
+            (XLA) the default path on CPU (`benchmarks/attention_fused.py`).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -83,9 +90,19 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
-        attention_window=None,
+        fused=False,
         **kwargs,
     ):
+        # `attention_window` was a constructor argument until local attention became
+        # its own class; configs saved with `attention_window=None` still load.
+        window = kwargs.pop("attention_window", None)
+        if window is not None:
+            raise ValueError(
+                "`attention_window` is no longer a MultiHeadAttention argument; use "
+                f"tfblocks.LocalMultiHeadAttention(num_heads, window={window!r}) (or "
+                f"TransformerBlock(attention_window={window!r})), got "
+                f"attention_window={window!r}."
+            )
         super().__init__(**kwargs)
         self.num_heads = _utils.check_positive_int("num_heads", num_heads)
         self.key_dim = _utils.check_optional_positive_int("key_dim", key_dim)
@@ -97,9 +114,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.attention_window = _utils.check_optional_positive_int(
-            "attention_window", attention_window
-        )
+        self.fused = bool(_utils.check_choice("fused", fused, (False, True)))
         self.supports_masking = True
         self.dropout_layer = HashDropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
@@ -120,7 +135,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def build(self, query_shape, value_shape=None, key_shape=None):
         if value_shape is None:
             raise ValueError(
-                f"MultiHeadAttention '{self.name}' must be built (called once with a "
+                f"{type(self).__name__} '{self.name}' must be built (called once with a "
                 "`value`) before it is called with a `cache`; got value=None."
             )
         key_shape = value_shape if key_shape is None else key_shape
@@ -130,6 +145,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"The query's last dimension ({in_dim}) must be divisible by "
                 f"`num_heads`, got num_heads={self.num_heads} (or pass `key_dim`)."
             )
+        self._input_dims = {"query": in_dim, "value": value_shape[-1], "key": key_shape[-1]}
         self._key_depth = self.key_dim or in_dim // self.num_heads
         self._value_depth = self.value_dim or self._key_depth
         out_dim = self.output_dim or in_dim
@@ -144,9 +160,30 @@ class MultiHeadAttention(keras.layers.Layer):
         self.dropout_layer.build(None)
 
     def _split_heads(self, x, depth):
-        # [B, L, H*depth] -> [B, L, H, depth]
         shape = ops.shape(x)
-        return ops.reshape(x, (shape[0], shape[1], self.num_heads, depth))
+        return ops.reshape(x, (shape[0], shape[1], self.num_heads, depth))  # [B, L, H, depth]
+
+    def _project_query(self, query):
+        """`[B, T, dim]` -> scaled q `[B, T, H, dk]`: the one place q is scaled."""
+        q = self._split_heads(self.query_dense(query), self._key_depth)  # [B, T, H, dk]
+        return q * ops.cast(self._key_depth**-0.5, q.dtype)
+
+    def _combine_heads(self, x):
+        shape = ops.shape(x)
+        x = ops.reshape(x, (shape[0], shape[1], -1))  # [B, T, H, dv] -> [B, T, H*dv]
+        return self.output_dense(x)
+
+    def _check_inputs(self, query, value, key):
+        layout = ("batch", "length", "dim")
+        _utils.check_rank("query", query, layout)
+        _utils.check_rank("value", value, layout)
+        if key is not None:
+            _utils.check_rank("key", key, layout)
+            _utils.check_same_dim(1, "length", value=value, key=key)
+        _utils.check_same_dim(0, "batch size", query=query, value=value, key=key)
+        for name, x in (("query", query), ("value", value), ("key", key)):
+            if x is not None:
+                _utils.check_last_dim(name, x, self._input_dims[name])
 
     def call(
         self,
@@ -176,60 +213,71 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         if value is None:
             raise ValueError("`value` is required unless a `cache` is given, got value=None.")
+        self._check_inputs(query, value, key)
         if key is None:
             key = value
             key_mask = None  # the key is the value: its mask is `value_mask`.
         if key_mask is not None:
             value_mask = key_mask if value_mask is None else ops.logical_and(value_mask, key_mask)
-        if self.attention_window is not None:
-            self._check_local_inputs(query, value, attention_mask)
-        else:
-            mask = _utils.merge_attention_masks(
-                query,
-                value,
-                query_mask=query_mask,
-                value_mask=value_mask,
-                attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask,
-            )
-        q = self._split_heads(self.query_dense(query), self._key_depth)  # [B, T, H, dk]
+        mask = self._attention_mask(
+            query, value, query_mask, value_mask, attention_mask, use_causal_mask
+        )
+        q = self._project_query(query)  # [B, T, H, dk], scaled
         k = self._split_heads(self.key_dense(key), self._key_depth)  # [B, S, H, dk]
         v = self._split_heads(self.value_dense(value), self._value_depth)  # [B, S, H, dv]
-        if self.attention_window is not None:
-            output, weights = _local.local_attention(
-                q * ops.cast(self._key_depth**-0.5, q.dtype),
-                k,
-                v,
-                self.attention_window,
-                causal=use_causal_mask,
-                query_mask=query_mask,
-                value_mask=value_mask,
-                dropout=lambda w: self.dropout_layer(w, training=training),
-            )  # [B, T, H, dv]
-        else:
-            output, weights = self.attend(q, k, v, mask, training=training)  # [B, T, H, dv]
+        output, scores = self._compute_attention(
+            q, k, v, mask, training=training, return_scores=return_attention_scores
+        )  # [B, T, H, dv]
         output = self._combine_heads(output)  # [B, T, out]
         if return_attention_scores:
-            return output, weights
+            return output, scores
         return output
 
-    def _check_local_inputs(self, query, value, attention_mask):
-        if attention_mask is not None:
-            raise ValueError(
-                "`attention_mask` is not supported with local attention "
-                f"(attention_window={self.attention_window}); use padding masks."
-            )
-        t_len, s_len = query.shape[1], value.shape[1]
-        if t_len is not None and s_len is not None and t_len != s_len:
-            raise ValueError(
-                f"Local attention (attention_window={self.attention_window}) needs query and "
-                f"value of the same length, got {t_len} and {s_len}."
-            )
+    def _attention_mask(self, query, value, query_mask, value_mask, attention_mask, causal):
+        """The mask `_compute_attention` consumes: boolean `[B|1, T, S]` or None."""
+        return _utils.merge_attention_masks(
+            query,
+            value,
+            query_mask=query_mask,
+            value_mask=value_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=causal,
+        )
 
-    def _combine_heads(self, x):
-        shape = ops.shape(x)
-        x = ops.reshape(x, (shape[0], shape[1], -1))  # [B, T, H, dv] -> [B, T, H*dv]
-        return self.output_dense(x)
+    def _use_fused(self, training, return_scores):
+        dropout_active = self.dropout > 0 and not (training is None or training is False)
+        return self.fused and not return_scores and not dropout_active
+
+    def _compute_attention(self, q, k, v, mask=None, training=None, return_scores=False):
+        """Scaled dot-product attention on split heads: the one place q, k, v meet.
+
+        Args:
+            q: `[B, T, H, dk]` queries, already scaled by `dk ** -0.5`.
+            k: `[B, S, H, dk]` keys.
+            v: `[B, S, H, dv]` values.
+            mask: what `_attention_mask` returned (here boolean `[B|1, T, S]` or None).
+            training: enables dropout on the weights.
+            return_scores: the caller needs the weights (rules out the fused op).
+
+        Returns:
+            `(output [B, T, H, dv], weights [B, H, T, S] float32, or None from the
+            fused op)`.
+        """
+        if mask is not None:
+            mask = ops.expand_dims(mask, 1)  # [B|1, 1, T, S]
+        if self._use_fused(training, return_scores):
+            output = ops.dot_product_attention(q, k, v, mask=mask, scale=1.0)  # [B, T, H, dv]
+            return output, None
+        logits = ops.einsum("bthd,bshd->bhts", q, k)  # [B, H, T, S]
+        # Softmax in float32 even under mixed precision: float16 logits overflow.
+        weights = _utils.masked_softmax(logits, mask)  # [B, H, T, S], float32
+        dropped = self.dropout_layer(ops.cast(weights, v.dtype), training=training)
+        output = ops.einsum("bhts,bshd->bthd", dropped, v)  # [B, T, H, dv]
+        return output, weights
+
+    def _cache_mask(self, rows, cols):
+        """Which cache slots each decoded position sees: `[T, 1]`, `[1, S]` -> `[T, S]`."""
+        return cols <= rows
 
     def _call_cached(
         self, query, value, cache, cache_index, value_mask, attention_mask, return_scores, training
@@ -237,15 +285,21 @@ class MultiHeadAttention(keras.layers.Layer):
         """Attention over a K/V cache (t2t `fast_decode`); see `init_cache`/`compute_cache`."""
         if not self.built:
             raise ValueError(
-                f"MultiHeadAttention '{self.name}' must be built (called once) before it is "
-                "called with a `cache`."
+                f"{type(self).__name__} '{self.name}' must be built (called once) before it "
+                "is called with a `cache`."
             )
         if not isinstance(cache, dict) or set(cache) != {"key", "value"}:
             got = sorted(cache) if isinstance(cache, dict) else type(cache).__name__
             raise ValueError(
                 f"`cache` must be a dict with the entries 'key' and 'value', got cache={got}."
             )
-        q = self._split_heads(self.query_dense(query), self._key_depth)  # [B, T, H, dk]
+        _utils.check_rank("query", query, ("batch", "length", "dim"))
+        _utils.check_last_dim("query", query, self._input_dims["query"])
+        layout = ("batch", "max_length", "heads", "depth")
+        _utils.check_rank("cache['key']", cache["key"], layout)
+        _utils.check_rank("cache['value']", cache["value"], layout)
+        _utils.check_same_dim(0, "batch size", query=query, cache_key=cache["key"])
+        q = self._project_query(query)  # [B, T, H, dk], scaled
         k, v = cache["key"], cache["value"]  # [B, S_max, H, dk], [B, S_max, H, dv]
         if cache_index is None:
             # A static cache (cross-attention over a fixed encoder output).
@@ -254,7 +308,7 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         else:
             # Incremental self-attention: write the new positions' k/v at cache_index,
-            # then let query t (absolute position cache_index + t) see slots <= itself.
+            # then let query t (absolute position cache_index + t) see `_cache_mask`.
             source = query if value is None else value
             index = ops.cast(cache_index, "int32")
             start = (0, index, 0, 0)
@@ -264,16 +318,13 @@ class MultiHeadAttention(keras.layers.Layer):
             v = ops.slice_update(v, start, ops.cast(v_new, v.dtype))  # [B, S_max, H, dv]
             rows = index + ops.expand_dims(ops.arange(ops.shape(query)[1], dtype="int32"), 1)
             cols = ops.expand_dims(ops.arange(ops.shape(k)[1], dtype="int32"), 0)
-            allowed = cols <= rows  # [T, S_max]
-            if self.attention_window is not None:
-                # The block-local window of masked_local_attention_1d: own + previous block.
-                window = self.attention_window
-                allowed = ops.logical_and(allowed, cols // window >= rows // window - 1)
-            mask = ops.expand_dims(allowed, 0)  # [1, T, S_max]
+            mask = ops.expand_dims(self._cache_mask(rows, cols), 0)  # [1, T, S_max]
             if attention_mask is not None:
                 mask = ops.logical_and(mask, ops.cast(attention_mask, "bool"))
             cache = {"key": k, "value": v}
-        output, weights = self.attend(q, k, v, mask, training=training)  # [B, T, H, dv]
+        output, weights = self._compute_attention(
+            q, k, v, mask, training=training, return_scores=return_scores
+        )  # [B, T, H, dv]
         output = self._combine_heads(output)
         if return_scores:
             return output, weights, cache
@@ -301,31 +352,8 @@ class MultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         return {
             "key": self._split_heads(self.key_dense(key), self._key_depth),  # [B, S, H, dk]
-            "value": self._split_heads(self.value_dense(value), self._value_depth),
+            "value": self._split_heads(self.value_dense(value), self._value_depth),  # [B, S, H, dv]
         }
-
-    def attend(self, q, k, v, mask=None, training=None):
-        """Scaled dot-product attention on split heads.
-
-        Args:
-            q: `[B, T, H, dk]` queries (not yet scaled).
-            k: `[B, S, H, dk]` keys.
-            v: `[B, S, H, dv]` values.
-            mask: optional boolean mask broadcastable to `[B, T, S]`.
-            training: enables dropout on the weights.
-
-        Returns:
-            `(output [B, T, H, dv], weights [B, H, T, S])`; weights are float32.
-        """
-        q = q * ops.cast(self._key_depth**-0.5, q.dtype)
-        logits = ops.einsum("bthd,bshd->bhts", q, k)  # [B, H, T, S]
-        # Softmax in float32 even under mixed precision: float16 logits overflow.
-        if mask is not None:
-            mask = ops.expand_dims(mask, 1)  # [B|1, 1, T, S]
-        weights = _utils.masked_softmax(logits, mask)  # [B, H, T, S], float32
-        dropped = self.dropout_layer(ops.cast(weights, v.dtype), training=training)
-        output = ops.einsum("bhts,bshd->bthd", dropped, v)  # [B, T, H, dv]
-        return output, weights
 
     def get_config(self):
         config = super().get_config()
@@ -337,11 +365,11 @@ class MultiHeadAttention(keras.layers.Layer):
                 "output_dim": self.output_dim,
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
-                "attention_window": self.attention_window,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
                 "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                "fused": self.fused,
             }
         )
         return config

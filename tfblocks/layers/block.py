@@ -16,6 +16,7 @@ from tfblocks.layers import _utils
 from tfblocks.layers.attention import MultiHeadAttention
 from tfblocks.layers.dropout import HashDropout
 from tfblocks.layers.feed_forward import DenseReluDense
+from tfblocks.layers.local_attention import NON_CAUSAL_WINDOWS, LocalMultiHeadAttention
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -39,7 +40,9 @@ class TransformerBlock(keras.layers.Layer):
         epsilon: LayerNorm epsilon.
         kernel_initializer: initializer of every kernel.
         attention_window: restricted (local) self-attention over blocks of this many
-            positions (see `MultiHeadAttention`); cross-attention stays full.
+            positions (a `LocalMultiHeadAttention`); cross-attention stays full.
+        non_causal_window: the local window of a non-causal block, `"centered"` or
+            `"t2t"` (see `LocalMultiHeadAttention`); unused without `attention_window`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -80,6 +83,7 @@ class TransformerBlock(keras.layers.Layer):
         epsilon=1e-6,
         kernel_initializer="glorot_uniform",
         attention_window=None,
+        non_causal_window="centered",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -100,18 +104,25 @@ class TransformerBlock(keras.layers.Layer):
         self.attention_window = _utils.check_optional_positive_int(
             "attention_window", attention_window
         )
+        self.non_causal_window = _utils.check_choice(
+            "non_causal_window", non_causal_window, NON_CAUSAL_WINDOWS
+        )
         self.supports_masking = True
 
         def attention(name, window=None):
-            return MultiHeadAttention(
-                num_heads=self.num_heads,
-                key_dim=self.key_dim,
-                dropout=self.attention_dropout,
-                use_bias=self.use_bias,
-                kernel_initializer=_utils.clone_initializer(self.kernel_initializer),
-                attention_window=window,
-                dtype=self.dtype_policy,
-                name=name,
+            common = {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "dropout": self.attention_dropout,
+                "use_bias": self.use_bias,
+                "kernel_initializer": _utils.clone_initializer(self.kernel_initializer),
+                "dtype": self.dtype_policy,
+                "name": name,
+            }
+            if window is None:
+                return MultiHeadAttention(**common)
+            return LocalMultiHeadAttention(
+                window=window, non_causal_window=self.non_causal_window, **common
             )
 
         def norm(name):
@@ -140,6 +151,10 @@ class TransformerBlock(keras.layers.Layer):
 
     def build(self, x_shape, context_shape=None):
         hidden = x_shape[-1]
+        self._input_dims = {
+            "x": hidden,
+            "context": None if context_shape is None else context_shape[-1],
+        }
         if self.key_dim is None and hidden % self.num_heads != 0:
             raise ValueError(
                 f"The hidden size ({hidden}) must be divisible by `num_heads`, got "
@@ -183,6 +198,7 @@ class TransformerBlock(keras.layers.Layer):
                 f"a `context` of shape {tuple(context.shape)}; build it with "
                 "cross_attention=True to attend over a context."
             )
+        self._check_inputs(x, context)
         if padding_mask is None:
             padding_mask = _utils.implicit_mask(x)
         else:
@@ -219,10 +235,21 @@ class TransformerBlock(keras.layers.Layer):
             x = self._sublayer(x, self.cross_attention_norm, cross_attention, training)
         return self._sublayer(x, self.ffn_norm, lambda h: self.ffn(h, training=training), training)
 
+    def _check_inputs(self, x, context):
+        layout = ("batch", "length", "dim")
+        _utils.check_rank("x", x, layout)
+        if context is not None:
+            _utils.check_rank("context", context, layout)
+            _utils.check_same_dim(0, "batch size", x=x, context=context)
+        for name, t in (("x", x), ("context", context)):
+            if t is not None:
+                _utils.check_last_dim(name, t, self._input_dims[name])
+
     def _call_cached(self, x, context, context_padding_mask, cache, cache_index, training):
         """One incremental decoding step over the caches made by `init_cache`."""
         if cache_index is None:
             raise ValueError("`cache_index` is required with a `cache`, got cache_index=None.")
+        self._check_inputs(x, context)
         new_cache = {}
 
         def self_attention(h):
@@ -296,6 +323,7 @@ class TransformerBlock(keras.layers.Layer):
                 "epsilon": self.epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "attention_window": self.attention_window,
+                "non_causal_window": self.non_causal_window,
             }
         )
         return config

@@ -79,7 +79,11 @@ class SinusoidalEmbedding(keras.layers.Layer):
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        ids: int `[B, L]`.
+        ids: integer `[B, L]` in `[0, vocab_size)`. Float ids, other ranks, and (when
+            executing eagerly) ids out of range raise `ValueError`. Inside a
+            `tf.function` / XLA the values are not checked (that would need a host
+            sync; an XLA gather clamps an id out of range silently): the data paths
+            that feed ids (`make_dataset`, `Translator`, `Generator`) guarantee it.
         start_index: position of the first id (for one-step decoding).
         training: enables dropout.
 
@@ -134,6 +138,8 @@ class SinusoidalEmbedding(keras.layers.Layer):
         self.dropout_layer.build(None)
 
     def call(self, ids, start_index=0, training=None):
+        _utils.check_rank("ids", ids, ("batch", "length"))
+        _utils.check_token_ids("ids", ids, self.vocab_size)
         ids = ops.cast(ids, "int32")
         x = ops.take(self.embeddings, ids, axis=0)  # [B, L, d]
         if self.scale:

@@ -72,6 +72,7 @@ class DenseReluDense(keras.layers.Layer):
         self.dropout_layer = HashDropout(self.dropout, dtype=self.dtype_policy, name="relu_dropout")
 
     def build(self, input_shape):
+        self._input_dim = input_shape[-1]
         self.filter_dense.build(input_shape)
         self.output_dense = keras.layers.Dense(
             self.output_size or input_shape[-1],
@@ -85,6 +86,8 @@ class DenseReluDense(keras.layers.Layer):
         self.dropout_layer.build(None)
 
     def call(self, x, training=None):
+        _utils.check_rank("x", x, ("batch", "...", "dim"))
+        _utils.check_last_dim("x", x, self._input_dim)
         h = self.filter_dense(x)  # [..., filter_size]
         h = self.dropout_layer(h, training=training)
         return self.output_dense(h)  # [..., output_size]
