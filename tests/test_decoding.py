@@ -6,7 +6,7 @@ import pytest
 
 import tfblocks
 from tfblocks import decoding
-from tfblocks.decoding import Decoder
+from tfblocks.decoder import Decoder
 
 VOCAB = 16
 RNG = np.random.default_rng(21)
@@ -124,7 +124,7 @@ def test_bad_arguments():
 def test_mixed_precision_decoding_is_finite():
     keras.config.set_dtype_policy("mixed_bfloat16")
     model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
-    ids, scores = decoding.beam_search(model, _sources(RNG, 2), max_length=6, beam_size=3)
+    ids, scores = Decoder(model, max_length=6).beam_search(_sources(RNG, 2), beam_size=3)
     assert ids.shape == (2, 6) and np.all(np.isfinite(scores.numpy()))
 
 
@@ -174,3 +174,150 @@ def test_translation_does_not_depend_on_batch_mates(reverser):
             decoder.beam_search(alone, beam_size=3)[0].numpy()[0], beam_together[row]
         )
         np.testing.assert_array_equal(decoder.greedy(alone)[0].numpy()[0], greedy_together[row])
+
+
+# The searches over a step function, against a NumPy transcription of t2t --------------------
+
+HASH = 1009  # the fake model's "context" is a running hash of the ids it was fed
+
+
+def fake_model(vocab, seed):
+    """Random logits that depend on the whole prefix, as a step function and in NumPy."""
+    table = np.random.default_rng(seed).normal(scale=3.0, size=(HASH, vocab)).astype("float32")
+
+    def step_fn(ids, index, state):
+        state = (state * 7 + ids[:, 0] + 1) % HASH  # [N]: the state beam search must reorder
+        return keras.ops.take(table, state, axis=0), state
+
+    def numpy_logits(prefix):
+        h = 0
+        for token in [tfblocks.BOS_ID, *prefix]:
+            h = (h * 7 + int(token) + 1) % HASH
+        return table[h].astype("float64")
+
+    return step_fn, numpy_logits
+
+
+def _log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def t2t_beam_search(numpy_logits, batch, beam, vocab, decode_length, alpha, eos_id):
+    """t2t `beam_search.beam_search` (stop_early=True), transcribed to NumPy for one model.
+
+    INF = 1e7 as in t2t; sequences exclude the initial id; finished hypotheses are
+    zero-padded. Returns the top finished sequence (else the top live one) and its score.
+    """
+    inf = 1e7
+    alive_seq = np.zeros((batch, beam, 0), int)
+    alive_lp = np.tile([0.0] + [-inf] * (beam - 1), (batch, 1))
+    fin_seq = np.zeros((batch, beam, 0), int)
+    fin_scores = np.full((batch, beam), -inf)
+    fin_flags = np.zeros((batch, beam), bool)
+    for i in range(decode_length):
+        max_penalty = ((5.0 + decode_length) / 6.0) ** alpha
+        lower_bound_alive = alive_lp[:, 0] / max_penalty
+        lowest_finished = (fin_scores * fin_flags).min(1) + (1 - fin_flags.any(1)) * -inf
+        if np.all(lowest_finished > lower_bound_alive):
+            break
+        logits = np.array([[numpy_logits(s) for s in row] for row in alive_seq])  # [B, K, V]
+        log_probs = _log_softmax(logits) + alive_lp[:, :, None]
+        penalty = ((5.0 + i + 1) / 6.0) ** alpha
+        scores = (log_probs / penalty).reshape(batch, -1)
+        top = np.argsort(-scores, axis=1, kind="stable")[:, : 2 * beam]
+        top_scores = np.take_along_axis(scores, top, 1)
+        top_lp = top_scores * penalty
+        origin, token = top // vocab, top % vocab
+        top_seq = np.concatenate(
+            [np.take_along_axis(alive_seq, origin[:, :, None], 1), token[:, :, None]], axis=2
+        )
+        top_finished = token == eos_id
+        alive_scores = top_lp + top_finished * -inf
+        keep = np.argsort(-alive_scores, axis=1, kind="stable")[:, :beam]
+        alive_seq = np.take_along_axis(top_seq, keep[:, :, None], 1)
+        alive_lp = np.take_along_axis(alive_scores, keep, 1)
+        fin_seq = np.concatenate([fin_seq, np.zeros((batch, beam, 1), int)], axis=2)
+        all_seq = np.concatenate([fin_seq, top_seq], axis=1)
+        all_scores = np.concatenate([fin_scores, top_scores + (1 - top_finished) * -inf], 1)
+        all_flags = np.concatenate([fin_flags, top_finished], axis=1)
+        best = np.argsort(-all_scores, axis=1, kind="stable")[:, :beam]
+        fin_seq = np.take_along_axis(all_seq, best[:, :, None], 1)
+        fin_scores = np.take_along_axis(all_scores, best, 1)
+        fin_flags = np.take_along_axis(all_flags, best, 1)
+    any_finished = fin_flags.any(1)
+    seq = np.where(any_finished[:, None], fin_seq[:, 0], alive_seq[:, 0])
+    score = np.where(any_finished, fin_scores[:, 0], alive_lp[:, 0])
+    out = np.zeros((batch, decode_length), int)
+    out[:, : seq.shape[1]] = seq
+    return out, score
+
+
+@pytest.mark.parametrize(("seed", "alpha", "beam"), [(0, 0.6, 3), (1, 0.0, 2), (2, 1.2, 4)])
+def test_beam_search_equals_t2t_transcription(seed, alpha, beam):
+    vocab, batch, length = 9, 5, 7
+    step_fn, numpy_logits = fake_model(vocab, seed)
+    start = np.full(batch, tfblocks.BOS_ID, "int32")
+    state = np.zeros(batch, "int32")
+    want_ids, want_scores = t2t_beam_search(numpy_logits, batch, beam, vocab, length, alpha, 1)
+    ids, scores = decoding.beam_search(step_fn, state, start, length, beam, alpha, eos_id=1)
+    np.testing.assert_array_equal(ids.numpy(), want_ids)
+    np.testing.assert_allclose(scores.numpy(), want_scores, rtol=1e-4)
+
+
+def test_beam_search_without_finished_hypothesis_returns_raw_log_prob():
+    # EOS is never likely enough within 3 steps: t2t returns the live beam's raw log-prob.
+    vocab = 6
+
+    def step_fn(ids, index, state):
+        logits = keras.ops.one_hot((ids[:, 0] + 1) % 4 + 2, vocab) * 5.0  # never EOS (1)
+        return logits - 100.0 * keras.ops.one_hot(keras.ops.ones_like(ids[:, 0]), vocab), state
+
+    ids, scores = decoding.beam_search(step_fn, (), np.array([3]), 3, beam_size=2, alpha=1.0)
+    step = np.log(np.exp(5.0) / (np.exp(5.0) + 4 + np.exp(-100.0)))
+    np.testing.assert_allclose(scores.numpy(), [3 * step], rtol=1e-5)
+    assert not np.isin(ids.numpy(), [1]).any()
+
+
+def test_greedy_and_sampling_searches_on_a_fake_model():
+    vocab, batch, length = 9, 6, 8
+    step_fn, numpy_logits = fake_model(vocab, 3)
+    start = np.full(batch, tfblocks.BOS_ID, "int32")
+    state = np.zeros(batch, "int32")
+    ids, scores = decoding.greedy_search(step_fn, state, start, length, eos_id=1, pad_id=0)
+    for row, score in zip(ids.numpy(), scores.numpy(), strict=True):
+        prefix, total = [], 0.0
+        for _ in range(length):
+            log_probs = _log_softmax(numpy_logits(prefix))
+            token = int(log_probs.argmax())
+            prefix.append(token)
+            total += log_probs[token]
+            if token == 1:
+                break
+        np.testing.assert_array_equal(row, prefix + [0] * (length - len(prefix)))
+        np.testing.assert_allclose(score, total, rtol=1e-5)
+    # Nucleus sampling with a tiny top_p keeps only the best token: greedy.
+    nucleus, _ = decoding.sample_search(step_fn, state, start, length, 1, 0, top_p=1e-6, seed=4)
+    np.testing.assert_array_equal(nucleus.numpy(), ids.numpy())
+    a, _ = decoding.sample_search(step_fn, state, start, length, 1, 0, top_p=0.9, seed=4)
+    b, _ = decoding.sample_search(step_fn, state, start, length, 1, 0, top_p=0.9, seed=4)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], "float32"))
+    kept = decoding._filter_top_p(keras.ops.convert_to_tensor(logits), 0.7).numpy()
+    assert np.isfinite(kept[0, :2]).all() and (kept[0, 2:] <= decoding.NEG_INF).all()
+    kept = decoding._filter_top_p(keras.ops.convert_to_tensor(logits), 0.85).numpy()
+    assert (kept[0, :3] > decoding.NEG_INF).all() and kept[0, 3] <= decoding.NEG_INF
+
+
+def test_search_arguments_are_checked():
+    step_fn, _ = fake_model(5, 0)
+    start, state = np.array([3]), np.zeros(1, "int32")
+    with pytest.raises(ValueError, match="top_p=0"):
+        decoding.sample_search(step_fn, state, start, 4, top_p=0)
+    with pytest.raises(ValueError, match="max_length=0"):
+        decoding.greedy_search(step_fn, state, start, 0)
+    with pytest.raises(ValueError, match="eos_id=-1"):
+        decoding.beam_search(step_fn, state, start, 4, eos_id=-1)

@@ -4,14 +4,14 @@ import keras
 import numpy as np
 import pytest
 
+from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models.hparams import PRESETS, hparams
 from tfblocks.models.transformer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
+    Transformer,
+    build_language_model,
     build_transformer,
-    encoder_decoder,
+    padding_mask,
+    shift_right,
 )
 
 VOCAB = 37
@@ -78,8 +78,7 @@ def test_outputs_float32_logits_without_mask():
 
 
 def test_targets_are_shifted_right_with_bos():
-    model = build_transformer(tiny())
-    shifted = model.get_layer("shift_right")(np.array([[5, 6, 1, 0]], "int32"))
+    shifted = shift_right(np.array([[5, 6, 1, 0]], "int32"))
     np.testing.assert_array_equal(np.asarray(shifted), [[BOS_ID, 5, 6, 1]])
 
 
@@ -124,31 +123,82 @@ def test_post_ln_has_no_final_norms():
     assert {"encoder_norm", "decoder_norm"} <= names
 
 
-def test_encoder_decoder_reproduce_the_model(tmp_path):
+def test_methods_reproduce_the_model_after_keras_round_trip(tmp_path):
     model = build_transformer(tiny())
     x = batch(np.random.default_rng(4))
     path = tmp_path / "model.keras"
     model.save(path)
     reloaded = keras.saving.load_model(path)
+    assert isinstance(reloaded, Transformer)
+    assert reloaded.get_config() == model.get_config()
     expected = np.asarray(model(x))
     np.testing.assert_array_equal(np.asarray(reloaded(x)), expected)
-    encoder, decoder = encoder_decoder(reloaded)
-    decoder_inputs = np.asarray(reloaded.get_layer("shift_right")(x["targets"]))
-    logits = decoder(
-        {
-            "decoder_inputs": decoder_inputs,
-            "encoder_output": np.asarray(encoder({"inputs": x["inputs"]})),
-            "inputs": x["inputs"],
-        }
+    # encode / decode / logits are the very computation the functional graph runs.
+    memory = reloaded.encode(x["inputs"])
+    hidden = reloaded.decode(shift_right(x["targets"]), memory, padding_mask(x["inputs"]))
+    np.testing.assert_allclose(np.asarray(reloaded.logits(hidden)), expected, atol=1e-5)
+
+
+def test_cached_decode_equals_full_decode():
+    model = build_transformer(tiny(shared_embedding_and_softmax_weights=False, norm_first=False))
+    x = batch(np.random.default_rng(6))
+    memory = model.encode(x["inputs"])
+    mask = padding_mask(x["inputs"])
+    decoder_ids = shift_right(x["targets"])
+    full = np.asarray(model.decode(decoder_ids, memory, mask))
+    cache = model.init_cache(2, 6, memory)
+    for i in range(6):
+        hidden, cache = model.decode(decoder_ids[:, i : i + 1], source_mask=mask, cache=cache,
+                                     index=i)  # fmt: skip
+        real = np.asarray(decoder_ids)[:, i] != PAD_ID  # padded queries are not compared
+        np.testing.assert_allclose(np.asarray(hidden)[real, 0], full[real, i], atol=1e-4)
+
+
+def test_builders_check_the_layer_counts():
+    with pytest.raises(ValueError, match="num_encoder_layers=0"):
+        build_transformer(tiny(num_encoder_layers=0))
+    with pytest.raises(ValueError, match="num_encoder_layers=2"):
+        build_language_model(tiny())
+    with pytest.raises(ValueError, match="num_encoder_layers=-1"):
+        tiny(num_encoder_layers=-1)
+
+
+def test_bad_ids_name_the_argument():
+    model = build_transformer(tiny())
+    with pytest.raises(ValueError, match="source_ids"):
+        model.encode(np.zeros((2, 3, 4), "int32"))
+    with pytest.raises(ValueError, match=r"source_ids.*integer"):
+        model.encode(np.zeros((2, 3), "float32"))
+    with pytest.raises(ValueError, match="encoder_output"):
+        model.decode(np.zeros((2, 3), "int32"))
+
+
+def test_language_model_predicts_the_next_token_causally():
+    lm = build_language_model(tiny(num_encoder_layers=0))
+    assert not lm.has_input and lm.count_params() == (
+        VOCAB * 32 + 2 * (4 * 32 * 32 + (32 * 64 + 64 + 64 * 32 + 32) + 2 * 2 * 32) + 2 * 32
     )
-    np.testing.assert_allclose(np.asarray(logits), expected, atol=1e-5)
-    assert encoder.count_params() + decoder.count_params() > model.count_params()
+    ids = np.array([[5, 6, 7, 8, 1, 0]], "int32")
+    base = np.asarray(lm(ids))
+    assert base.shape == (1, 6, VOCAB) and base.dtype == np.float32
+    changed = ids.copy()
+    changed[0, 2] = 9
+    out = np.asarray(lm(changed))
+    # Position t sees BOS and ids[:t]: positions 0..2 unchanged, 3 changes.
+    np.testing.assert_allclose(out[0, :3], base[0, :3], atol=1e-5)
+    assert np.abs(out[0, 3] - base[0, 3]).max() > 1e-4
+    with pytest.raises(ValueError, match="decoder-only"):
+        lm.encode(ids)
 
 
-def test_encoder_decoder_rejects_other_models():
-    inputs = keras.Input((3,))
-    with pytest.raises(ValueError, match="build_transformer"):
-        encoder_decoder(keras.Model(inputs, keras.layers.Dense(2)(inputs)))
+def test_language_model_keras_round_trip(tmp_path):
+    lm = build_language_model(tiny(num_encoder_layers=0, norm_first=False))
+    path = tmp_path / "lm.keras"
+    lm.save(path)
+    ids = np.array([[5, 6, 7, 1]], "int32")
+    np.testing.assert_array_equal(
+        np.asarray(keras.saving.load_model(path)(ids)), np.asarray(lm(ids))
+    )
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])

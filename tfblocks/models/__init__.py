@@ -1,14 +1,13 @@
-"""Model builders and hyper-parameter presets."""
+"""The model class, its builders and the hyper-parameter presets."""
 
+from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models.hparams import PRESETS, HParams, hparams
 from tfblocks.models.transformer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
+    Transformer,
+    build_language_model,
     build_transformer,
-    encoder_decoder,
-    transformer_layers,
+    padding_mask,
+    shift_right,
 )
 
 __all__ = [
@@ -18,8 +17,10 @@ __all__ = [
     "PRESETS",
     "UNK_ID",
     "HParams",
+    "Transformer",
+    "build_language_model",
     "build_transformer",
-    "encoder_decoder",
     "hparams",
-    "transformer_layers",
+    "padding_mask",
+    "shift_right",
 ]

@@ -39,7 +39,8 @@ class HParams:
         hidden_size: d_model.
         filter_size: inner size of the feed-forward network.
         num_heads: attention heads.
-        num_encoder_layers: blocks in the encoder stack.
+        num_encoder_layers: blocks in the encoder stack; 0 for a decoder-only
+            language model (t2t `has_input=False`, see `build_language_model`).
         num_decoder_layers: blocks in the decoder stack.
         layer_prepostprocess_dropout: residual and embedding dropout.
         attention_dropout: dropout on attention weights.
@@ -94,7 +95,6 @@ class HParams:
             "hidden_size",
             "filter_size",
             "num_heads",
-            "num_encoder_layers",
             "num_decoder_layers",
             "learning_rate_warmup_steps",
             "batch_size",
@@ -103,6 +103,12 @@ class HParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {name}={value!r}.")
+        value = self.num_encoder_layers
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                "`num_encoder_layers` must be a non-negative integer (0 = decoder-only "
+                f"language model), got num_encoder_layers={value!r}."
+            )
         for name in (
             "layer_prepostprocess_dropout",
             "attention_dropout",

@@ -1,37 +1,44 @@
-"""The t2t encoder–decoder Transformer, built with the Keras functional API.
+"""`Transformer`: the one model class that owns the t2t forward pass.
 
-`build_transformer(hp)` returns a `keras.Model` with two int32 inputs, `"inputs"`
-(source ids `[B, S]`) and `"targets"` (target ids `[B, T]`), and float32 logits
-`[B, T, vocab]` (float32 also under mixed precision). Teacher forcing happens inside
-the model: the decoder reads the targets shifted right by one position, so a dataset
-yields `({"inputs": src, "targets": tgt}, tgt)` and position t predicts `tgt[t]`.
+A functional `keras.Model` subclass (the keras-hub Backbone pattern): the constructor
+creates the sublayers as attributes, traces its own `encode` / `decode` / `logits`
+methods on `keras.Input`s to build the functional graph, and `get_config` returns the
+constructor arguments, so a `.keras` file rebuilds it. Training calls the model
+(`model.fit`); decoding, export, the attention-map example and the cost model call
+the same three methods, so the forward pass is written once:
 
-Token ids are fixed project-wide: `PAD_ID = 0`, `EOS_ID = 1`, `UNK_ID = 2`,
-`BOS_ID = 3`. Departure from t2t: t2t shifts the *embedded* targets right, so the
-first decoder input is a zero vector; here the shifted ids start with `BOS_ID`, so
-the Keras padding mask stays `ids != PAD_ID` and decoding starts from `<s>` like the
-seed notes describe.
+- `encode(source_ids)` → encoder output `[B, S, d]`;
+- `decode(decoder_ids, encoder_output, source_mask, cache=None, index=None)` →
+  decoder hidden states `[B, T, d]` (and the updated cache when decoding
+  incrementally);
+- `logits(hidden)` → float32 logits `[B, T, vocab]` (tied softmax `h · Eᵀ`, or its
+  own matrix).
 
-Layout, top to bottom (t2t `transformer.body`): shared `SinusoidalEmbedding`
-(embedding × √d + timing signal + dropout) → `num_encoder_layers` `TransformerBlock`s
-(→ LayerNorm when Pre-LN) → `num_decoder_layers` causal `TransformerBlock`s with
-cross-attention over the encoder output (→ LayerNorm when Pre-LN) → tied softmax
-`h · Eᵀ`. With `shared_embedding_and_softmax_weights=False` the source, the target
-and the softmax each get their own matrix.
+Two shapes of model (t2t's `has_input`):
 
-`encoder_decoder(model)` rebuilds the encoder and the decoder as separate functional
-models sharing the trained layers (also after a `.keras` reload), for decoding.
+- encoder–decoder (`num_encoder_layers > 0`, `build_transformer`): inputs
+  `{"inputs": [B, S], "targets": [B, T]}` int32 (0 = padding);
+- decoder-only language model (`num_encoder_layers == 0`, `build_language_model`):
+  input `[B, T]` int32 ids, output the logits of the *next* token at every position.
+
+Teacher forcing happens inside the model: the decoder reads the targets shifted
+right by one position, starting with `BOS_ID`. Departure from t2t: t2t shifts the
+*embedded* targets, so its first decoder input is a zero vector; here the shifted ids
+start with `BOS_ID`, so the padding mask stays `ids != PAD_ID` and decoding starts
+from `<s>` as the study notes describe.
+
+Layout (t2t `transformer.body`): `SinusoidalEmbedding` (× √d + timing signal +
+dropout) → `TransformerBlock`s (→ LayerNorm when Pre-LN) → causal decoder blocks with
+cross-attention over the encoder output (→ LayerNorm when Pre-LN) → softmax.
 """
 
 import keras
 from keras import ops
 
+from tfblocks import _checks
+from tfblocks.ids import BOS_ID, PAD_ID
 from tfblocks.layers import SinusoidalEmbedding, TransformerBlock
 
-PAD_ID = 0
-EOS_ID = 1
-UNK_ID = 2
-BOS_ID = 3
 LAYER_NORM_EPSILON = 1e-6
 
 
@@ -61,121 +68,337 @@ class _TiedEmbedding(SinusoidalEmbedding):
         return keras.KerasTensor((*shape, last), dtype=self.compute_dtype)
 
 
-@keras.saving.register_keras_serializable(package="tfblocks")
-class _ShiftRight(keras.layers.Layer):
+def padding_mask(ids):
+    """Boolean `[B, L]` mask, True where `ids != PAD_ID`."""
+    return ops.not_equal(ids, PAD_ID)
+
+
+def shift_right(ids, start_id=BOS_ID):
     """Teacher forcing: `[y0, y1, …, y_{T-1}]` → `[start_id, y0, …, y_{T-2}]`."""
+    ids = ops.cast(ids, "int32")
+    start = ops.full_like(ids[:, :1], start_id)  # [B, 1]
+    return ops.concatenate([start, ids[:, :-1]], axis=1)  # [B, T]
 
-    def __init__(self, start_id=BOS_ID, **kwargs):
-        super().__init__(**kwargs)
-        self.start_id = int(start_id)
 
-    def call(self, ids):
-        ids = ops.cast(ids, "int32")
-        start = ops.full_like(ids[:, :1], self.start_id)  # [B, 1]
-        return ops.concatenate([start, ids[:, :-1]], axis=1)  # [B, T]
+@keras.saving.register_keras_serializable(package="tfblocks")
+class Transformer(keras.Model):
+    """The t2t Transformer: encoder–decoder, or decoder-only with `num_encoder_layers=0`.
 
-    def compute_output_spec(self, ids):
-        return keras.KerasTensor(tuple(ids.shape), dtype="int32")
+    Build it from an `HParams` with `build_transformer(hp)` /
+    `build_language_model(hp)`; the constructor takes the architecture explicitly.
+
+    Args:
+        vocab_size: token ids `[0, vocab_size)`; 0 is padding.
+        hidden_size: d_model.
+        filter_size: inner size of the feed-forward networks.
+        num_heads: attention heads.
+        num_encoder_layers: encoder blocks; 0 makes a decoder-only language model.
+        num_decoder_layers: decoder blocks (at least 1).
+        dropout: residual and embedding dropout (t2t `layer_prepostprocess_dropout`).
+        attention_dropout: dropout on the attention weights.
+        relu_dropout: dropout inside the FFN.
+        norm_first: Pre-LN (each stack ends with a LayerNorm) or Post-LN.
+        shared_embedding_and_softmax_weights: one matrix for the source and target
+            embeddings and the softmax; otherwise each has its own.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = Transformer(vocab_size=40, hidden_size=16, filter_size=32, num_heads=2,
+    ...                     num_encoder_layers=1, num_decoder_layers=1)
+    >>> src = np.array([[5, 6, 7, 1, 0]], "int32")
+    >>> tgt = np.array([[8, 9, 1, 0]], "int32")
+    >>> tuple(model({"inputs": src, "targets": tgt}).shape)
+    (1, 4, 40)
+    >>> memory = model.encode(src)
+    >>> hidden = model.decode(shift_right(tgt), memory, padding_mask(src))
+    >>> tuple(model.logits(hidden).shape)
+    (1, 4, 40)
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        filter_size,
+        num_heads,
+        num_encoder_layers,
+        num_decoder_layers,
+        dropout=0.0,
+        attention_dropout=0.0,
+        relu_dropout=0.0,
+        norm_first=True,
+        shared_embedding_and_softmax_weights=True,
+        **kwargs,
+    ):
+        # === Arguments ===
+        vocab_size = _checks.check_positive_int("vocab_size", vocab_size)
+        hidden_size = _checks.check_positive_int("hidden_size", hidden_size)
+        filter_size = _checks.check_positive_int("filter_size", filter_size)
+        num_heads = _checks.check_positive_int("num_heads", num_heads)
+        num_encoder_layers = _checks.check_non_negative_int(
+            "num_encoder_layers", num_encoder_layers
+        )
+        num_decoder_layers = _checks.check_positive_int("num_decoder_layers", num_decoder_layers)
+        dropout = _checks.check_rate("dropout", dropout)
+        attention_dropout = _checks.check_rate("attention_dropout", attention_dropout)
+        relu_dropout = _checks.check_rate("relu_dropout", relu_dropout)
+        if hidden_size % num_heads:
+            raise ValueError(
+                "`hidden_size` must be divisible by `num_heads`, got "
+                f"hidden_size={hidden_size}, num_heads={num_heads}."
+            )
+        has_input = num_encoder_layers > 0
+        tied = bool(shared_embedding_and_softmax_weights)
+
+        # === Layers ===
+        def embedding(cls, name):
+            return cls(vocab_size, hidden_size, dropout=dropout, name=name)
+
+        def block(name, decoder):
+            return TransformerBlock(
+                num_heads=num_heads,
+                filter_size=filter_size,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                relu_dropout=relu_dropout,
+                norm_first=norm_first,
+                causal=decoder,
+                cross_attention=decoder and has_input,
+                epsilon=LAYER_NORM_EPSILON,
+                name=name,
+            )
+
+        def norm(name):
+            if not norm_first:
+                return None
+            return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name=name)
+
+        if tied:
+            self.target_embedding = embedding(_TiedEmbedding, "embedding")
+            self.source_embedding = self.target_embedding if has_input else None
+            self.softmax = None
+        else:
+            self.target_embedding = embedding(SinusoidalEmbedding, "target_embedding")
+            self.source_embedding = (
+                embedding(SinusoidalEmbedding, "source_embedding") if has_input else None
+            )
+            self.softmax = keras.layers.Dense(vocab_size, use_bias=False, name="softmax")
+        self.encoder_blocks = [
+            block(f"encoder_layer_{i}", False) for i in range(num_encoder_layers)
+        ]
+        self.encoder_norm = norm("encoder_norm") if has_input else None
+        self.decoder_blocks = [block(f"decoder_layer_{i}", True) for i in range(num_decoder_layers)]
+        self.decoder_norm = norm("decoder_norm")
+        self.logits_dtype = keras.layers.Activation("linear", dtype="float32", name="logits")
+
+        # === Functional model: the methods below, traced once on keras.Input ===
+        if has_input:
+            source_ids = keras.Input((None,), dtype="int32", name="inputs")
+            target_ids = keras.Input((None,), dtype="int32", name="targets")
+            inputs = {"inputs": source_ids, "targets": target_ids}
+            encoder_output = self.encode(source_ids)
+            hidden = self.decode(shift_right(target_ids), encoder_output, padding_mask(source_ids))
+        else:
+            inputs = keras.Input((None,), dtype="int32", name="ids")
+            hidden = self.decode(shift_right(inputs))
+        super().__init__(inputs=inputs, outputs=self.logits(hidden), **kwargs)
+
+        # === Config ===
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.filter_size = filter_size
+        self.num_heads = num_heads
+        self.num_encoder_layers = num_encoder_layers
+        self.num_decoder_layers = num_decoder_layers
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.relu_dropout = relu_dropout
+        self.norm_first = bool(norm_first)
+        self.shared_embedding_and_softmax_weights = tied
+
+    @property
+    def has_input(self):
+        """True for an encoder–decoder, False for a decoder-only language model."""
+        return bool(self.encoder_blocks)
+
+    # The forward pass, written once -----------------------------------------------------------
+
+    def encode(self, source_ids, training=None):
+        """Encoder output `[B, S, d]` for source ids `[B, S]` (0 = padding).
+
+        Example:
+
+        >>> import numpy as np
+        >>> model = Transformer(40, 16, 32, 2, num_encoder_layers=1, num_decoder_layers=1)
+        >>> tuple(model.encode(np.array([[5, 6, 1, 0]], "int32")).shape)
+        (1, 4, 16)
+        """
+        if not self.has_input:
+            raise ValueError(
+                f"Model '{self.name}' is a decoder-only language model (num_encoder_layers=0): "
+                "it has no encoder to run."
+            )
+        source_ids = _check_ids("source_ids", source_ids)
+        source_mask = padding_mask(source_ids)  # [B, S]
+        x = self.source_embedding(source_ids, training=training)  # [B, S, d]
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=source_mask, training=training)
+        return x if self.encoder_norm is None else self.encoder_norm(x)
+
+    def decode(
+        self,
+        decoder_ids,
+        encoder_output=None,
+        source_mask=None,
+        cache=None,
+        index=None,
+        training=None,
+    ):
+        """Decoder hidden states for decoder input ids (they start with `BOS_ID`).
+
+        Args:
+            decoder_ids: int `[B, T]`: the targets shifted right (`shift_right`), or,
+                with a `cache`, the ids of the positions `index, index + 1, …`.
+            encoder_output: `[B, S, d]` from `encode` (encoder–decoder only).
+            source_mask: boolean `[B, S]`, True at real source tokens.
+            cache: per-block caches from `init_cache`, for incremental decoding.
+            index: position of `decoder_ids[:, 0]` in the sequence (with `cache`).
+            training: enables dropout.
+
+        Returns:
+            Hidden states `[B, T, d]` (after the final LayerNorm when Pre-LN); with a
+            `cache`, `(hidden, new_cache)`.
+        """
+        decoder_ids = _check_ids("decoder_ids", decoder_ids)
+        if self.has_input and encoder_output is None and cache is None:
+            raise ValueError(
+                f"Model '{self.name}' is an encoder–decoder: `decode` needs the "
+                "`encoder_output` of `encode`, got encoder_output=None."
+            )
+        if not self.has_input and encoder_output is not None:
+            raise ValueError(
+                f"Model '{self.name}' is decoder-only: it takes no `encoder_output`, got "
+                f"one of shape {tuple(encoder_output.shape)}."
+            )
+        if cache is not None:
+            return self._decode_cached(decoder_ids, source_mask, cache, index, training)
+        x = self.target_embedding(decoder_ids, training=training)  # [B, T, d]
+        target_mask = padding_mask(decoder_ids)  # [B, T]
+        for block in self.decoder_blocks:
+            x = block(
+                x,
+                context=encoder_output,
+                padding_mask=target_mask,
+                context_padding_mask=source_mask,
+                training=training,
+            )
+        return x if self.decoder_norm is None else self.decoder_norm(x)
+
+    def _decode_cached(self, decoder_ids, source_mask, cache, index, training):
+        if index is None:
+            raise ValueError("`index` is required with a `cache`, got index=None.")
+        if len(cache) != len(self.decoder_blocks):
+            raise ValueError(
+                f"`cache` must hold one entry per decoder block ({len(self.decoder_blocks)}), "
+                f"got {len(cache)}."
+            )
+        x = self.target_embedding(decoder_ids, start_index=index, training=training)
+        new_cache = []
+        for block, block_cache in zip(self.decoder_blocks, cache, strict=True):
+            x, block_cache = block(
+                x,
+                cache=block_cache,
+                cache_index=index,
+                context_padding_mask=source_mask,
+                training=training,
+            )
+            new_cache.append(block_cache)
+        x = x if self.decoder_norm is None else self.decoder_norm(x)
+        return x, new_cache
+
+    def logits(self, hidden):
+        """Float32 logits `[..., vocab]` of decoder hidden states `[..., d]`."""
+        if self.softmax is None:
+            logits = self.target_embedding(hidden, reverse=True)  # tied: h · Eᵀ
+        else:
+            logits = self.softmax(hidden)
+        return self.logits_dtype(logits)
+
+    def init_cache(self, batch_size, max_length, encoder_output=None):
+        """Per-decoder-block caches for incremental decoding (t2t `fast_decode`).
+
+        Self-attention k/v are zeros preallocated to `max_length`; cross-attention
+        k/v are computed once from `encoder_output`. A list with one dict per block
+        (`{"self": {...}, "cross": {...}}`), passed to `decode(..., cache=, index=)`.
+        """
+        if self.has_input and encoder_output is None:
+            raise ValueError(
+                "`init_cache` of an encoder–decoder needs the `encoder_output`, got None."
+            )
+        return [
+            block.init_cache(batch_size, max_length, context=encoder_output)
+            for block in self.decoder_blocks
+        ]
 
     def get_config(self):
-        return {**super().get_config(), "start_id": self.start_id}
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "filter_size": self.filter_size,
+            "num_heads": self.num_heads,
+            "num_encoder_layers": self.num_encoder_layers,
+            "num_decoder_layers": self.num_decoder_layers,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "relu_dropout": self.relu_dropout,
+            "norm_first": self.norm_first,
+            "shared_embedding_and_softmax_weights": self.shared_embedding_and_softmax_weights,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
 
 
-@keras.saving.register_keras_serializable(package="tfblocks")
-class _PaddingMask(keras.layers.Layer):
-    """Boolean `[B, L]` mask, True where `ids != PAD_ID`."""
-
-    def call(self, ids):
-        return ops.not_equal(ids, PAD_ID)
-
-    def compute_output_spec(self, ids):
-        return keras.KerasTensor(tuple(ids.shape), dtype="bool")
+def _check_ids(name, ids):
+    """Integer ids of rank 2 (`[B, L]`), else a ValueError naming `name` and the shape."""
+    if len(ids.shape) != 2:
+        raise ValueError(f"`{name}` must be int ids of shape [batch, length], got {ids.shape}.")
+    if "int" not in keras.backend.standardize_dtype(ids.dtype):
+        raise ValueError(f"`{name}` must be integer token ids, got dtype {ids.dtype}.")
+    return ids
 
 
-def _norm(name):
-    return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name=name)
-
-
-def _make_layers(hp):
-    """Creates every layer of the model, named so `encoder_decoder` can find them."""
-
-    def embedding(cls, name):
-        return cls(
-            vocab_size=hp.vocab_size,
-            hidden_size=hp.hidden_size,
-            dropout=hp.layer_prepostprocess_dropout,
-            name=name,
-        )
-
-    def block(name, decoder):
-        return TransformerBlock(
-            num_heads=hp.num_heads,
-            filter_size=hp.filter_size,
-            dropout=hp.layer_prepostprocess_dropout,
-            attention_dropout=hp.attention_dropout,
-            relu_dropout=hp.relu_dropout,
-            norm_first=hp.norm_first,
-            causal=decoder,
-            cross_attention=decoder,
-            epsilon=LAYER_NORM_EPSILON,
-            name=name,
-        )
-
-    if hp.shared_embedding_and_softmax_weights:
-        source = target = embedding(_TiedEmbedding, "embedding")
-        softmax = None
-    else:
-        source = embedding(SinusoidalEmbedding, "source_embedding")
-        target = embedding(SinusoidalEmbedding, "target_embedding")
-        softmax = keras.layers.Dense(hp.vocab_size, use_bias=False, name="softmax")
-    return {
-        "source_embedding": source,
-        "target_embedding": target,
-        "softmax": softmax,
-        "encoder": [block(f"encoder_layer_{i}", False) for i in range(hp.num_encoder_layers)],
-        "encoder_norm": _norm("encoder_norm") if hp.norm_first else None,
-        "decoder": [block(f"decoder_layer_{i}", True) for i in range(hp.num_decoder_layers)],
-        "decoder_norm": _norm("decoder_norm") if hp.norm_first else None,
-        "logits": keras.layers.Activation("linear", dtype="float32", name="logits"),
-    }
-
-
-def _encode(layers, source_ids, source_mask):
-    x = layers["source_embedding"](source_ids)  # [B, S, d]
-    for block in layers["encoder"]:
-        x = block(x, padding_mask=source_mask)
-    if layers["encoder_norm"] is not None:
-        x = layers["encoder_norm"](x)
-    return x  # [B, S, d]
-
-
-def _decode(layers, decoder_ids, encoder_output, source_mask, target_mask):
-    x = layers["target_embedding"](decoder_ids)  # [B, T, d]
-    for block in layers["decoder"]:
-        x = block(
-            x,
-            context=encoder_output,
-            padding_mask=target_mask,
-            context_padding_mask=source_mask,
-        )
-    if layers["decoder_norm"] is not None:
-        x = layers["decoder_norm"](x)
-    if layers["softmax"] is None:
-        logits = layers["target_embedding"](x, reverse=True)  # [B, T, vocab]
-    else:
-        logits = layers["softmax"](x)  # [B, T, vocab]
-    return layers["logits"](logits)  # float32
+def _from_hparams(hp, num_encoder_layers, name):
+    return Transformer(
+        vocab_size=hp.vocab_size,
+        hidden_size=hp.hidden_size,
+        filter_size=hp.filter_size,
+        num_heads=hp.num_heads,
+        num_encoder_layers=num_encoder_layers,
+        num_decoder_layers=hp.num_decoder_layers,
+        dropout=hp.layer_prepostprocess_dropout,
+        attention_dropout=hp.attention_dropout,
+        relu_dropout=hp.relu_dropout,
+        norm_first=hp.norm_first,
+        shared_embedding_and_softmax_weights=hp.shared_embedding_and_softmax_weights,
+        name=name,
+    )
 
 
 def build_transformer(hp, name="transformer"):
-    """Builds the t2t encoder–decoder Transformer as a functional `keras.Model`.
+    """Builds the t2t encoder–decoder `Transformer` from an `HParams`.
 
     Args:
-        hp: an `HParams` (see `tfblocks.hparams`).
+        hp: an `HParams` (see `tfblocks.hparams`) with `num_encoder_layers >= 1`.
         name: the model's name.
 
     Returns:
-        A `keras.Model` mapping `{"inputs": [B, S] int32, "targets": [B, T] int32}`
+        A `Transformer` mapping `{"inputs": [B, S] int32, "targets": [B, T] int32}`
         (0 = padding) to float32 logits `[B, T, hp.vocab_size]`. The targets are
         shifted right (starting with `BOS_ID`) inside the model.
 
@@ -190,110 +413,41 @@ def build_transformer(hp, name="transformer"):
     >>> tuple(logits.shape), str(logits.dtype)
     ((1, 4, 40), "<dtype: 'float32'>")
     """
-    layers = _make_layers(hp)
-    source_ids = keras.Input((None,), dtype="int32", name="inputs")
-    target_ids = keras.Input((None,), dtype="int32", name="targets")
-    source_mask = _PaddingMask(name="source_padding")(source_ids)  # [B, S]
-    decoder_ids = _ShiftRight(BOS_ID, name="shift_right")(target_ids)  # [B, T]
-    target_mask = _PaddingMask(name="target_padding")(decoder_ids)  # [B, T]
-    encoder_output = _encode(layers, source_ids, source_mask)
-    logits = _decode(layers, decoder_ids, encoder_output, source_mask, target_mask)
-    return keras.Model(
-        inputs={"inputs": source_ids, "targets": target_ids}, outputs=logits, name=name
-    )
-
-
-def transformer_layers(model):
-    """The layers of a `build_transformer` model (built or reloaded), by role.
-
-    Returns a dict with `source_embedding`, `target_embedding` (the same layer when
-    tied), `softmax` (None when tied), `encoder` / `decoder` (lists of blocks),
-    `encoder_norm` / `decoder_norm` (None for Post-LN) and `logits`. Decoding and
-    the examples use it instead of reaching into the model by layer names.
-    """
-
-    def get(name):
-        try:
-            return model.get_layer(name)
-        except ValueError:
-            return None
-
-    def stack(prefix):
-        blocks = []
-        while (layer := get(f"{prefix}_layer_{len(blocks)}")) is not None:
-            blocks.append(layer)
-        return blocks
-
-    shared = get("embedding")
-    layers = {
-        "source_embedding": shared or get("source_embedding"),
-        "target_embedding": shared or get("target_embedding"),
-        "softmax": get("softmax"),
-        "encoder": stack("encoder"),
-        "encoder_norm": get("encoder_norm"),
-        "decoder": stack("decoder"),
-        "decoder_norm": get("decoder_norm"),
-        "logits": get("logits"),
-    }
-    if layers["source_embedding"] is None or not layers["encoder"] or not layers["decoder"]:
+    if hp.num_encoder_layers == 0:
         raise ValueError(
-            f"model={model.name!r} was not built by `build_transformer` (no embedding, "
-            "encoder_layer_0 or decoder_layer_0 layer)."
+            "`build_transformer` builds an encoder–decoder and needs num_encoder_layers >= 1, "
+            "got num_encoder_layers=0; use `build_language_model` for a decoder-only model."
         )
-    return layers
+    return _from_hparams(hp, hp.num_encoder_layers, name)
 
 
-def encoder_decoder(model):
-    """Splits a `build_transformer` model into an encoder and a decoder model.
-
-    Both share the model's layers (and so its weights).
+def build_language_model(hp, name="language_model"):
+    """Builds a decoder-only `Transformer` language model (t2t `has_input=False`).
 
     Args:
-        model: a model from `build_transformer`, possibly reloaded from `.keras`.
+        hp: an `HParams` with `num_encoder_layers=0` (e.g.
+            `hparams("transformer_tiny", num_encoder_layers=0)`).
+        name: the model's name.
 
     Returns:
-        `(encoder, decoder)`: `encoder` maps `{"inputs": [B, S]}` to the encoder
-        output `[B, S, d]`; `decoder` maps `{"decoder_inputs": [B, T]` ids that
-        start with `BOS_ID`, `"encoder_output": [B, S, d]`, `"inputs": [B, S]`
-        source ids (for the padding mask)`}` to float32 logits `[B, T, vocab]`.
+        A `Transformer` mapping int32 ids `[B, T]` (0 = padding) to float32 logits
+        `[B, T, vocab]` of the next token: position t sees `BOS, ids[:t]` and
+        predicts `ids[t]`, so `model.fit(ids, ids)` trains it. Tied softmax, final
+        LayerNorm when Pre-LN.
 
     Example:
 
     >>> import numpy as np
     >>> from tfblocks.models.hparams import hparams
-    >>> model = build_transformer(hparams("transformer_tiny", vocab_size=40))
-    >>> encoder, decoder = encoder_decoder(model)
-    >>> src = np.array([[5, 6, 7, 1]], "int32")
-    >>> enc = encoder({"inputs": src})
-    >>> logits = decoder({"decoder_inputs": np.array([[BOS_ID]], "int32"),
-    ...                   "encoder_output": np.asarray(enc), "inputs": src})
-    >>> tuple(enc.shape), tuple(logits.shape)
-    ((1, 4, 128), (1, 1, 40))
+    >>> lm = build_language_model(hparams("transformer_tiny", vocab_size=40,
+    ...                                   num_encoder_layers=0))
+    >>> tuple(lm(np.array([[5, 6, 7, 1]], "int32")).shape)
+    (1, 4, 40)
     """
-    layers = transformer_layers(model)
-    hidden = layers["source_embedding"].hidden_size
-
-    source_ids = keras.Input((None,), dtype="int32", name="inputs")
-    source_mask = _PaddingMask(name="source_padding")(source_ids)
-    encoder = keras.Model(
-        inputs={"inputs": source_ids},
-        outputs=_encode(layers, source_ids, source_mask),
-        name=f"{model.name}_encoder",
-    )
-
-    decoder_ids = keras.Input((None,), dtype="int32", name="decoder_inputs")
-    encoder_output = keras.Input((None, hidden), name="encoder_output")
-    source_ids = keras.Input((None,), dtype="int32", name="inputs")
-    source_mask = _PaddingMask(name="source_padding")(source_ids)
-    target_mask = _PaddingMask(name="target_padding")(decoder_ids)
-    logits = _decode(layers, decoder_ids, encoder_output, source_mask, target_mask)
-    decoder = keras.Model(
-        inputs={
-            "decoder_inputs": decoder_ids,
-            "encoder_output": encoder_output,
-            "inputs": source_ids,
-        },
-        outputs=logits,
-        name=f"{model.name}_decoder",
-    )
-    return encoder, decoder
+    if hp.num_encoder_layers != 0:
+        raise ValueError(
+            "`build_language_model` builds a decoder-only model and needs "
+            f"num_encoder_layers=0, got num_encoder_layers={hp.num_encoder_layers}; pass "
+            "`hparams(..., num_encoder_layers=0)`."
+        )
+    return _from_hparams(hp, 0, name)

@@ -18,7 +18,7 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text
 
-PAD_ID, EOS_ID, UNK_ID, BOS_ID = 0, 1, 2, 3
+from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 _MODEL_TYPES = ("unigram", "bpe", "char", "word")
 
 

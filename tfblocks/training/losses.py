@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tfblocks.models.transformer import PAD_ID
+from tfblocks.ids import PAD_ID
 
 
 def _check_smoothing(label_smoothing):

@@ -9,7 +9,7 @@ float32 logits contract of `build_transformer` without importing keras-hub.)
 import keras
 from keras import ops
 
-from tfblocks.models.transformer import PAD_ID
+from tfblocks.ids import PAD_ID
 
 
 class _MaskedTokenMean(keras.metrics.Metric):

@@ -1,0 +1,209 @@
+"""`Decoder`: the step function of a `tfblocks.Transformer`, and one entry per search.
+
+Incremental decoding as t2t `fast_decode` does it: the encoder runs once, each
+decoder block's cross-attention k/v are computed once from its output, and every
+step runs the decoder on one new position through `Transformer.decode(cache=...)`,
+appending its k/v to a self-attention cache preallocated to `max_length` (static
+shapes, so the loop compiles with XLA). Only the model's public methods are used
+(`encode`, `init_cache`, `decode`, `logits`); the searches themselves live in
+`tfblocks.decoding` and know nothing of the model.
+
+A decoder-only language model decodes from a `prefix` (the prompt's ids): while
+`index < len(prefix)` the step function forces the prompt's token (its logit is 0,
+every other one `NEG_INF`, so it adds nothing to the score), then the search takes
+over. Beam search counts the prompt's positions in the length penalty.
+"""
+
+import tensorflow as tf
+
+from tfblocks import _checks, decoding
+from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
+from tfblocks.models.transformer import padding_mask
+
+
+class Decoder:
+    """Greedy, sampling and beam-search decoding for a `tfblocks.Transformer`.
+
+    Args:
+        model: a trained `Transformer` (from `build_transformer` /
+            `build_language_model`, or reloaded from `.keras`).
+        max_length: the most tokens to generate (EOS included; for a language
+            model, prompt included).
+        jit_compile: compile each search with XLA. When False, a search called
+            inside a `tf.function` is traced into that caller's graph, and one
+            called eagerly runs as a plain `tf.function`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import tfblocks
+    >>> model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=30))
+    >>> decoder = Decoder(model, max_length=6)
+    >>> ids, scores = decoder.greedy(np.array([[5, 6, 7, 1]], "int32"))
+    >>> tuple(ids.shape), tuple(scores.shape)
+    ((1, 6), (1,))
+    >>> ids, scores = decoder.beam_search(np.array([[5, 6, 7, 1]], "int32"), beam_size=2)
+    >>> tuple(ids.shape)
+    (1, 6)
+    """
+
+    def __init__(self, model, max_length, jit_compile=True):
+        self.model = model
+        self.max_length = _checks.check_positive_int("max_length", max_length)
+        self.jit_compile = bool(jit_compile)
+        self._functions = {}
+
+    # The step function ---------------------------------------------------------------------
+
+    def step_function(self, source_ids=None, prefix=None, repeat=1):
+        """`(step_fn, state)` for the searches of `tfblocks.decoding`.
+
+        Args:
+            source_ids: int `[B, S]` (encoder–decoder models).
+            prefix: int `[B, P]` ids to force first, 0-padded on the right
+                (decoder-only models: the prompt).
+            repeat: rows per sentence that `step_fn` will see (the beam size); the
+                encoder output and the prefix are repeated to match, while `state`
+                stays at `B` rows (`beam_search` repeats it).
+
+        Returns:
+            `step_fn(ids, index, state) -> (logits [N, V], state)` with PAD and BOS
+            never generated, and the initial state (self-attention caches).
+        """
+        model = self.model
+        encoder_output = source_mask = None
+        if model.has_input:
+            if source_ids is None:
+                raise ValueError("An encoder–decoder model needs `source_ids`, got None.")
+            source_ids = tf.cast(source_ids, tf.int32)
+            batch = tf.shape(source_ids)[0]
+            encoder_output = tf.repeat(model.encode(source_ids, training=False), repeat, axis=0)
+            source_mask = tf.repeat(padding_mask(source_ids), repeat, axis=0)  # [B·K, S]
+        elif source_ids is not None:
+            raise ValueError(
+                "A decoder-only language model takes no `source_ids`; pass the prompt as `prefix`."
+            )
+        elif prefix is None:
+            raise ValueError("A decoder-only language model needs a `prefix` (the prompt ids).")
+        else:
+            batch = tf.shape(prefix)[0]
+        caches = model.init_cache(batch, self.max_length, encoder_output)
+        cross = [cache.get("cross") for cache in caches]
+        state = [cache["self"] for cache in caches]
+        forced = None if prefix is None else _forcing(prefix, repeat)
+
+        def step_fn(ids, index, state):
+            cache = [
+                {"self": s} if c is None else {"self": s, "cross": c}
+                for s, c in zip(state, cross, strict=True)
+            ]
+            hidden, cache = model.decode(
+                ids, source_mask=source_mask, cache=cache, index=index, training=False
+            )
+            logits = model.logits(hidden)[:, 0]  # [N, V], float32
+            vocab = tf.shape(logits)[-1]
+            never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], vocab), axis=0) > 0  # [V]
+            logits = tf.where(never, decoding.NEG_INF, logits)
+            if forced is not None:
+                logits = forced(logits, index)
+            return logits, [c["self"] for c in cache]
+
+        return step_fn, state
+
+    # One public entry per search -------------------------------------------------------------
+
+    def greedy(self, source_ids=None, prefix=None):
+        """Greedy decoding. Returns `(ids [B, max_length], log-prob sums [B])`.
+
+        `ids` end with EOS (unless `max_length` ran out) and are PAD after it.
+        """
+
+        def run(source_ids, prefix):
+            step_fn, state = self.step_function(source_ids, prefix)
+            start = _start_ids(source_ids, prefix)
+            return decoding.greedy_search(step_fn, state, start, self.max_length, EOS_ID, PAD_ID)
+
+        return self._run(("greedy",), run, source_ids, prefix)
+
+    def sample(self, source_ids=None, prefix=None, temperature=1.0, top_k=0, top_p=1.0, seed=0):
+        """Sampling (temperature, top-k, top-p; see `tfblocks.decoding.sample_search`).
+
+        Returns `(ids, log-prob sums under the model)`; the same seed gives the same ids.
+        """
+        if isinstance(temperature, bool) or not temperature > 0:
+            raise ValueError(f"`temperature` must be > 0, got temperature={temperature!r}.")
+        _checks.check_non_negative_int("top_k", top_k)
+        if isinstance(top_p, bool) or not 0 < top_p <= 1:
+            raise ValueError(f"`top_p` must be in (0, 1], got top_p={top_p!r}.")
+
+        def run(source_ids, prefix, seed):
+            step_fn, state = self.step_function(source_ids, prefix)
+            return decoding.sample_search(
+                step_fn,
+                state,
+                _start_ids(source_ids, prefix),
+                self.max_length,
+                EOS_ID,
+                PAD_ID,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+            )
+
+        key = ("sample", float(temperature), int(top_k), float(top_p))
+        return self._run(key, run, source_ids, prefix, tf.constant(seed, tf.int32))
+
+    def beam_search(self, source_ids=None, prefix=None, beam_size=4, alpha=0.6):
+        """t2t beam search. Returns `(ids [B, max_length], scores [B])`: the best
+        finished hypothesis and its length-penalized score, or the best live one
+        and its raw log-probability when none finished."""
+        beam_size = _checks.check_positive_int("beam_size", beam_size)
+        if isinstance(alpha, bool) or not alpha >= 0:
+            raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
+
+        def run(source_ids, prefix):
+            step_fn, state = self.step_function(source_ids, prefix, repeat=beam_size)
+            return decoding.beam_search(
+                step_fn,
+                state,
+                _start_ids(source_ids, prefix),
+                self.max_length,
+                beam_size=beam_size,
+                alpha=float(alpha),
+                eos_id=EOS_ID,
+                pad_id=PAD_ID,
+            )
+
+        return self._run(("beam", beam_size, float(alpha)), run, source_ids, prefix)
+
+    def _run(self, key, fn, *args):
+        args = tuple(None if a is None else tf.convert_to_tensor(a) for a in args)
+        args = tuple(
+            tf.cast(a, tf.int32) if a is not None and a.dtype != tf.int32 else a for a in args
+        )
+        if not self.jit_compile and tf.inside_function():
+            return fn(*args)  # traced into the caller's graph
+        if key not in self._functions:
+            self._functions[key] = tf.function(fn, jit_compile=self.jit_compile)
+        return self._functions[key](*args)
+
+
+def _start_ids(source_ids, prefix):
+    batch = tf.shape(source_ids if source_ids is not None else prefix)[0]
+    return tf.fill([batch], BOS_ID)
+
+
+def _forcing(prefix, repeat):
+    """A function that forces `prefix[:, index]` while `index < len(prefix row)`."""
+    prefix = tf.repeat(tf.cast(prefix, tf.int32), repeat, axis=0)  # [N, P]
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix, PAD_ID), tf.int32), axis=1)  # [N]
+    prefix = tf.pad(prefix, [[0, 0], [0, 1]])  # [N, P + 1]: index P is always valid
+    last = tf.shape(prefix)[1] - 1
+
+    def force(logits, index):
+        token = tf.gather(prefix, tf.minimum(index, last), axis=1)  # [N]
+        only = tf.where(tf.one_hot(token, tf.shape(logits)[-1]) > 0, 0.0, decoding.NEG_INF)
+        return tf.where((index < lengths)[:, None], only, logits)
+
+    return force
