@@ -5,11 +5,16 @@
 - an eager call and a symbolic (functional) call with the expected output shape;
 - a `.keras` save/load of a functional model around the layer with identical outputs;
 - one `fit` step with `jit_compile=True` that changes every trainable weight;
-- `mixed_float16` and `mixed_bfloat16` calls with finite outputs in the compute dtype.
+- `mixed_float16` and `mixed_bfloat16` calls with finite outputs in the compute dtype;
+- bad input: a float input with a wider last axis, or a second input with another
+  batch size, raises a ValueError that names the argument and its shape.
 """
+
+import re
 
 import keras
 import numpy as np
+import pytest
 
 
 def _as_inputs(input_data):
@@ -31,6 +36,25 @@ def _build_model(layer, inputs, call_kwargs, positional):
     return keras.Model(symbolic, outputs)
 
 
+def _expect_shape_error(layer, inputs, positional, call_kwargs, name):
+    args = [inputs[n] for n in positional]
+    kwargs = {n: v for n, v in inputs.items() if n not in positional}
+    with pytest.raises(ValueError, match=rf"`{name}`.*{re.escape(name)}\.shape="):
+        layer(*args, **kwargs, **call_kwargs)
+
+
+def _check_bad_inputs(layer, inputs, positional, call_kwargs):
+    """Mis-shaped inputs to a built layer raise ValueErrors naming argument and shape."""
+    for name, value in inputs.items():
+        if np.issubdtype(value.dtype, np.floating) and value.ndim >= 2:
+            wider = np.concatenate([value, value[..., :1]], axis=-1)
+            _expect_shape_error(layer, {**inputs, name: wider}, positional, call_kwargs, name)
+    name = list(inputs)[-1]
+    if len(inputs) > 1 and inputs[name].shape[0] > 1:
+        fewer = {**inputs, name: inputs[name][:1]}
+        _expect_shape_error(layer, fewer, positional, call_kwargs, name)
+
+
 def run_layer_test(
     layer_cls,
     init_kwargs,
@@ -42,6 +66,7 @@ def run_layer_test(
     run_training=True,
     run_mixed_precision=True,
     zero_gradient_weights=(),
+    check_bad_inputs=False,
 ):
     """Runs the standard battery of layer checks; raises AssertionError on failure.
 
@@ -59,6 +84,8 @@ def run_layer_test(
         zero_gradient_weights: substrings of weight paths whose gradient is zero by
             construction (e.g. the key bias: softmax ignores a per-row constant);
             the fit step must leave those unchanged instead of changing them.
+        check_bad_inputs: also check the ValueErrors on mis-shaped inputs (the names
+            in `input_data` must be the call's argument names).
     """
     call_kwargs = dict(call_kwargs or {})
     inputs = _as_inputs(input_data)
@@ -78,6 +105,9 @@ def run_layer_test(
     eager = layer(*args, **kwargs, **call_kwargs)
     assert tuple(eager.shape) == tuple(expected_output_shape), (eager.shape, expected_output_shape)
     assert np.all(np.isfinite(keras.ops.convert_to_numpy(eager)))
+
+    if check_bad_inputs:
+        _check_bad_inputs(layer, inputs, positional, call_kwargs)
 
     # Symbolic call inside a functional model, then `.keras` save / load.
     model = _build_model(layer_cls(**init_kwargs), inputs, call_kwargs, positional)

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.layers import reference
 from tests.layers.harness import run_layer_test
@@ -31,6 +32,7 @@ def test_layer_harness_self_attention(tmp_path):
         expected_output_shape=(2, 5, 16),
         positional=["query", "value"],
         tmp_path=tmp_path,
+        check_bad_inputs=True,
     )
 
 
@@ -45,6 +47,7 @@ def test_layer_harness_cross_attention_other_dims(tmp_path):
         positional=["query", "value"],
         tmp_path=tmp_path,
         zero_gradient_weights=("key_dense/bias",),
+        check_bad_inputs=True,
     )
 
 
@@ -229,3 +232,116 @@ def test_mask_shape_mismatch(name, mask):
     v = np.zeros((2, 5, 8), "float32")
     with pytest.raises(ValueError, match=rf"`{name}`.*{name}\.shape="):
         MultiHeadAttention(num_heads=2)(x, v, **{name: mask})
+
+
+def _fused_case(b=3, t=4, s=6, d=12):
+    q_in = RNG.normal(size=(b, t, d)).astype("float32")
+    v_in = RNG.normal(size=(b, s, d)).astype("float32")
+    query_mask = np.ones((b, t), bool)
+    query_mask[2, 3:] = False
+    value_mask = np.ones((b, s), bool)
+    value_mask[1, 4:] = False
+    attention_mask = RNG.random((b, t, s)) > 0.3
+    attention_mask[0, 1, :] = False  # a fully masked row
+    masks = {"query_mask": query_mask, "value_mask": value_mask, "attention_mask": attention_mask}
+    return q_in, v_in, masks
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    ("dtype", "tol"), [("float32", 1e-5), ("mixed_float16", 2e-3), ("mixed_bfloat16", 2e-2)]
+)
+def test_fused_path_equals_reference_path(causal, dtype, tol):
+    q_in, v_in, masks = _fused_case()
+    mha = MultiHeadAttention(num_heads=3, dtype=dtype)
+    want = _np(keras.ops.cast(mha(q_in, v_in, use_causal_mask=causal, **masks), "float32"))
+    mha.fused = True
+    got = mha(q_in, v_in, use_causal_mask=causal, **masks)
+    assert keras.backend.standardize_dtype(got.dtype) == mha.compute_dtype
+    got = _np(keras.ops.cast(got, "float32"))
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+    # The fully masked row is the uniform average of the values, as on the reference path.
+    reference_out, _ = reference.attention(q_in, v_in, *_weights(mha), 3, np.zeros((3, 4, 6)))
+    if dtype == "float32":
+        np.testing.assert_allclose(got[0, 1], reference_out[0, 1], atol=1e-5)
+
+
+def test_fused_path_compiles_under_xla():
+    q_in, v_in, masks = _fused_case()
+    mha = MultiHeadAttention(num_heads=3, fused=True)
+    want = _np(mha(q_in, v_in, **masks))
+
+    @tf.function(jit_compile=True)
+    def fused(q, v, masks):
+        return mha(q, v, use_causal_mask=True, **masks)
+
+    mha.fused = False
+    reference_path = _np(mha(q_in, v_in, use_causal_mask=True, **masks))
+    mha.fused = True
+    np.testing.assert_allclose(_np(fused(q_in, v_in, masks)), reference_path, atol=1e-5)
+    assert not np.allclose(want, reference_path, atol=1e-3)  # causal mattered
+
+
+def test_fused_only_without_scores_and_active_dropout(monkeypatch):
+    calls = []
+    original = keras.ops.dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(keras.ops, "dot_product_attention", spy)
+    x = RNG.normal(size=(2, 4, 8)).astype("float32")
+    mha = MultiHeadAttention(num_heads=2, dropout=0.5, fused=True)
+    mha(x, x)
+    assert len(calls) == 1
+    _, scores = mha(x, x, return_attention_scores=True)
+    assert scores is not None and len(calls) == 1
+    mha(x, x, training=True)
+    assert len(calls) == 1
+    MultiHeadAttention(num_heads=2, fused=True)(x, x, training=True)  # rate 0: fused
+    assert len(calls) == 2
+    MultiHeadAttention(num_heads=2)(x, x)  # off by default
+    assert len(calls) == 2
+
+
+def test_cached_decoding_on_the_fused_path():
+    x = RNG.normal(size=(2, 5, 8)).astype("float32")
+    mha = MultiHeadAttention(num_heads=2, fused=True)
+    full = _np(mha(x, x, use_causal_mask=True))
+    cache = mha.init_cache(2, 5)
+    for i in range(5):
+        out, cache = mha(x[:, i : i + 1], cache=cache, cache_index=i)
+        np.testing.assert_allclose(_np(out)[:, 0], full[:, i], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "words"),
+    [
+        ((np.zeros((3, 8)), np.zeros((2, 3, 8))), {}, r"`query` must have rank 3.*\(3, 8\)"),
+        ((np.zeros((2, 3, 8)), np.zeros((2, 1, 3, 8))), {}, r"`value`.*value\.shape=\(2, 1"),
+        ((np.zeros((2, 3, 8)), np.zeros((3, 5, 8))), {}, r"batch size.*value\.shape=\(3, 5"),
+        (
+            (np.zeros((2, 3, 8)), np.zeros((2, 5, 8))),
+            {"key": np.zeros((2, 4, 8))},
+            r"same length.*key\.shape=\(2, 4, 8\)",
+        ),
+    ],
+)
+def test_bad_input_shapes_name_the_argument(args, kwargs, words):
+    mha = MultiHeadAttention(num_heads=2)
+    mha(np.zeros((2, 3, 8), "float32"), np.zeros((2, 5, 8), "float32"))
+    args = [a.astype("float32") for a in args]
+    with pytest.raises(ValueError, match=words):
+        mha(*args, **kwargs)
+
+
+def test_bad_cache_shapes_name_the_argument():
+    mha = MultiHeadAttention(num_heads=2)
+    x = np.zeros((2, 3, 8), "float32")
+    mha(x, x)
+    with pytest.raises(ValueError, match=r"batch size.*cache_key\.shape=\(3, 4, 2, 4\)"):
+        mha(x[:, :1], cache=mha.init_cache(3, 4), cache_index=0)
+    with pytest.raises(ValueError, match=r"`query` must have last dimension 8.*\(2, 1, 6\)"):
+        mha(np.zeros((2, 1, 6), "float32"), cache=mha.init_cache(2, 4), cache_index=0)

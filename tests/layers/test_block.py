@@ -78,6 +78,7 @@ def test_layer_harness_encoder(tmp_path, norm_first):
         RNG.normal(size=(B, T, D)).astype("float32"),
         expected_output_shape=(B, T, D),
         tmp_path=tmp_path,
+        check_bad_inputs=True,
     )
 
 
@@ -101,6 +102,7 @@ def test_layer_harness_decoder(tmp_path, norm_first):
         },
         expected_output_shape=(B, T, D),
         tmp_path=tmp_path,
+        check_bad_inputs=True,
     )
 
 
@@ -258,3 +260,21 @@ def test_errors():
     ]:
         with pytest.raises(ValueError, match=words):
             TransformerBlock(H, F, **kwargs)
+
+
+def test_bad_input_shapes_name_the_argument():
+    x = np.zeros((2, 3, D), "float32")
+    ctx = np.zeros((2, 4, D), "float32")
+    block = TransformerBlock(H, F, causal=True, cross_attention=True)
+    block(x, context=ctx)
+    with pytest.raises(ValueError, match=r"`x` must have rank 3.*x\.shape=\(3, 16\)"):
+        block(x[0], context=ctx)
+    with pytest.raises(ValueError, match=r"`context` must have rank 3.*\(2, 4, 16, 1\)"):
+        block(x, context=ctx[..., None])
+    with pytest.raises(ValueError, match=r"batch size.*x\.shape=\(2, 3, 16\).*\(3, 4, 16\)"):
+        block(x, context=np.zeros((3, 4, D), "float32"))
+    with pytest.raises(ValueError, match=r"`x` must have last dimension 16.*\(2, 3, 8\)"):
+        block(np.zeros((2, 3, 8), "float32"), context=ctx)
+    cache = block.init_cache(2, 4, context=ctx)
+    with pytest.raises(ValueError, match=r"`x` must have rank 3.*x\.shape=\(2, 16\)"):
+        block(x[:, 0], cache=cache, cache_index=0)

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.layers import reference
 from tests.layers.harness import run_layer_test
@@ -125,3 +126,32 @@ def test_tied_logits_under_mixed_precision():
 def test_bad_arguments(kwargs, words):
     with pytest.raises(ValueError, match=words):
         SinusoidalEmbedding(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("ids", "words"),
+    [
+        (np.array([[1, 12]], "int32"), r"\[0, vocab_size=12\).*max=12"),
+        (np.array([[-1, 3]], "int32"), r"\[0, vocab_size=12\).*min=-1"),
+        (np.array([[3, 2**32 + 3]], "int64"), r"vocab_size=12.*max=4294967299"),
+        (np.array([[1.0, 2.0]], "float32"), "must be integer token ids, got dtype float32"),
+        (np.array([1, 2], "int32"), r"`ids` must have rank 2.*ids\.shape=\(2,\)"),
+        (np.array([[[1, 2]]], "int32"), r"`ids` must have rank 2.*ids\.shape=\(1, 1, 2\)"),
+    ],
+)
+def test_bad_ids_raise_eagerly(ids, words):
+    emb = SinusoidalEmbedding(vocab_size=12, hidden_size=4)
+    with pytest.raises(ValueError, match=words):
+        emb(ids)
+    with pytest.raises(ValueError, match=words):
+        emb(keras.ops.convert_to_tensor(ids))
+
+
+def test_float_ids_raise_inside_a_graph_too():
+    emb = SinusoidalEmbedding(vocab_size=12, hidden_size=4)
+    emb(np.array([[1, 2]]))
+    graph = tf.function(lambda ids: emb(ids), jit_compile=True)
+    with pytest.raises(ValueError, match="integer token ids"):
+        graph(tf.constant([[1.0, 2.0]]))
+    # Values are not checked in a graph (documented): the data paths guarantee the range.
+    assert tuple(graph(tf.constant([[1, 11]])).shape) == (1, 2, 4)

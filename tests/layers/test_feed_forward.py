@@ -22,6 +22,7 @@ def test_layer_harness(tmp_path, activation):
         RNG.normal(size=(2, 5, 8)).astype("float32"),
         expected_output_shape=(2, 5, 8),
         tmp_path=tmp_path,
+        check_bad_inputs=True,
     )
 
 
@@ -76,3 +77,13 @@ def test_keeps_keras_mask():
 def test_bad_arguments(kwargs, words):
     with pytest.raises(ValueError, match=words.replace(".", r"\.")):
         DenseReluDense(**kwargs)
+
+
+def test_bad_input_shapes_name_the_argument():
+    ffn = DenseReluDense(filter_size=16)
+    ffn(np.zeros((2, 3, 8), "float32"))
+    assert tuple(ffn(np.zeros((3, 8), "float32")).shape) == (3, 8)  # any leading axes
+    with pytest.raises(ValueError, match=r"`x` must have rank >= 2.*x\.shape=\(8,\)"):
+        ffn(np.zeros((8,), "float32"))
+    with pytest.raises(ValueError, match=r"`x` must have last dimension 8.*\(2, 3, 5\)"):
+        ffn(np.zeros((2, 3, 5), "float32"))

@@ -6,7 +6,8 @@ import pytest
 
 from tests.layers import reference
 from tests.layers.harness import run_layer_test
-from tfblocks import LocalMultiHeadAttention, MultiHeadAttention, TransformerBlock
+from tfblocks import MultiHeadAttention, TransformerBlock
+from tfblocks.layers import LocalMultiHeadAttention
 
 RNG = np.random.default_rng(17)
 
@@ -94,6 +95,7 @@ def test_layer_harness_local(tmp_path, non_causal_window):
         call_kwargs={"use_causal_mask": non_causal_window == "centered"},
         positional=["query", "value"],
         tmp_path=tmp_path,
+        check_bad_inputs=True,
     )
 
 
