@@ -1,7 +1,16 @@
 """Subprocess body for test_multi_worker: one worker of a two-worker `model.fit`.
 
-Usage: `python multi_worker_script.py OUT.npz` with `TF_CONFIG` set. Saves the final
-weights and prints the history as the last JSON line.
+Usage: `python multi_worker_script.py OUT.npz` with `TF_CONFIG` set. From the same
+initial weights it trains three times on the same global batches of 16 (padding uneven
+across the workers' halves, so a wrongly scaled gradient shows):
+
+1. `MultiWorkerMirroredStrategy`, `compile_transformer(jit_compile=True)`: per-replica
+   XLA (`tfblocks.training.xla_step`);
+2. the same strategy with `jit_compile=False` (Keras' own step);
+3. this process alone, no strategy, on the whole global batch.
+
+Saves the weights of run 1 and prints one JSON line: histories, `jit_compile` flags,
+and the largest weight differences between the runs.
 """
 
 import json
@@ -16,11 +25,10 @@ def main(out):
     import tensorflow as tf
 
     from tfblocks.models import build_transformer, hparams
-    from tfblocks.training import compile_transformer
+    from tfblocks.training import compile_transformer, xla_step
     from tfblocks.training.distribute import get_strategy
 
     strategy = get_strategy("multi_worker")
-    keras.utils.set_random_seed(0)
     hp = hparams(
         "transformer_tiny",
         vocab_size=24,
@@ -33,15 +41,47 @@ def main(out):
         relu_dropout=0.0,
     )
     rng = np.random.default_rng(0)
-    src = rng.integers(4, 24, (32, 9)).astype("int32")
+    n, length = 32, 9
+    src = rng.integers(4, 24, (n, length)).astype("int32")
+    lengths = rng.integers(2, length + 1, n)
+    src[np.arange(length)[None, :] >= lengths[:, None]] = 0  # uneven padding
     tgt = src[:, ::-1].copy()
     dataset = tf.data.Dataset.from_tensor_slices(({"inputs": src, "targets": tgt}, tgt))
-    with strategy.scope():
-        model = build_transformer(hp)
-        compile_transformer(model, hp, learning_rate=3e-3)
-    history = model.fit(dataset.batch(16), epochs=2, verbose=0, shuffle=False).history
-    np.savez(out, *model.get_weights())
-    print(json.dumps({"history": history, "replicas": strategy.num_replicas_in_sync}))
+    keras.utils.set_random_seed(0)
+    initial = build_transformer(hp).get_weights()
+
+    def train(jit_compile, distributed):
+        with strategy.scope() if distributed else tf.distribute.get_strategy().scope():
+            model = build_transformer(hp)
+            model.set_weights(initial)
+            compile_transformer(model, hp, jit_compile=jit_compile, learning_rate=3e-3)
+        history = model.fit(dataset.batch(16), epochs=2, verbose=0, shuffle=False).history
+        return model, history
+
+    xla, xla_history = train(jit_compile=True, distributed=True)
+    step = getattr(xla, xla_step.ATTRIBUTE, None)
+    plain, plain_history = train(jit_compile=False, distributed=True)
+    single, single_history = train(jit_compile=False, distributed=False)
+
+    def max_diff(a, b):
+        return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
+
+    np.savez(out, *xla.get_weights())
+    print(
+        json.dumps(
+            {
+                "replicas": strategy.num_replicas_in_sync,
+                "jit_compile": [bool(xla.jit_compile), bool(plain.jit_compile)],
+                "xla_traces": step.train_gradients.experimental_get_tracing_count() if step else 0,
+                "history": xla_history,
+                "plain_history": plain_history,
+                "single_history": single_history,
+                "xla_vs_plain": max_diff(xla.get_weights(), plain.get_weights()),
+                "xla_vs_single": max_diff(xla.get_weights(), single.get_weights()),
+                "moved": max_diff(single.get_weights(), initial),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,10 @@
-"""Two-worker `MultiWorkerMirroredStrategy` training on 127.0.0.1 (keras-team/keras#20585)."""
+"""Two-worker `MultiWorkerMirroredStrategy` training on 127.0.0.1, one CPU each.
+
+Covers the keras#20585 work-around (`multi_worker.patch_keras`) and per-replica XLA
+(`xla_step`): the XLA run must really compile, leave both workers with identical
+weights, and match both the non-XLA run and single-process training on the same
+global batch. A worker that does not finish within `TIMEOUT_S` fails the test.
+"""
 
 import json
 import os
@@ -6,6 +12,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +20,10 @@ import pytest
 from tfblocks.training import multi_worker
 
 SCRIPT = pathlib.Path(__file__).with_name("multi_worker_script.py")
-TIMEOUT_S = 180
+TIMEOUT_S = 300  # for both workers together
+# Per-replica XLA vs Keras' non-XLA step vs one process: equal up to summation order.
+WEIGHT_TOLERANCE = 2e-5
+LOSS_RTOL = 1e-5
 
 
 def free_ports(n):
@@ -27,65 +37,102 @@ def free_ports(n):
 
 
 def run_workers(tmp_path, extra_env=None):
-    """Runs two workers; returns [(returncode, stdout, stderr, weights file)]."""
+    """Runs two workers; returns one dict per worker (returncode, stdout, stderr, ...).
+
+    Both share one deadline; a worker still running then is killed and reported with
+    `timed_out=True` (and returncode None), so no caller can mistake a hang for a failure
+    of Keras.
+    """
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    procs = []
+    workers = []
     for index in range(2):
+        dump = tmp_path / f"xla{index}"
         env = {
             **os.environ,
             "KERAS_BACKEND": "tensorflow",
             "TF_CPP_MIN_LOG_LEVEL": "3",
+            # One CPU per worker: one inter/intra-op thread, like `taskset -c i`.
+            "TF_NUM_INTRAOP_THREADS": "1",
+            "TF_NUM_INTEROP_THREADS": "1",
+            # Proof that the per-replica step ran through XLA: its HLO is dumped here.
+            "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_module_re=.*train_gradients.*",
             "TF_CONFIG": json.dumps(
                 {"cluster": cluster, "task": {"type": "worker", "index": index}}
             ),
             **(extra_env or {}),
         }
         out = tmp_path / f"worker{index}.npz"
-        procs.append(
-            (
-                subprocess.Popen(
-                    [sys.executable, str(SCRIPT), str(out)],
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    cwd=pathlib.Path(__file__).parents[2],
-                ),
-                out,
-            )
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=pathlib.Path(__file__).parents[2],
         )
-    results = []
-    for proc, out in procs:
+        workers.append({"proc": proc, "out": out, "dump": dump})
+    deadline = time.monotonic() + TIMEOUT_S
+    for worker in workers:
+        proc = worker.pop("proc")
         try:
-            stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+            stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            worker.update(returncode=proc.returncode, timed_out=False)
         except subprocess.TimeoutExpired:
             proc.kill()
             stdout, stderr = proc.communicate()
-        results.append((proc.returncode, stdout, stderr, out))
-    return results
+            worker.update(returncode=None, timed_out=True)
+        worker.update(stdout=stdout, stderr=stderr)
+    return workers
 
 
-def test_two_workers_fit_and_end_with_identical_weights(tmp_path):
-    results = run_workers(tmp_path)
-    for returncode, _, stderr, _ in results:
-        assert returncode == 0, stderr[-3000:]
-    logs = [json.loads(stdout.strip().splitlines()[-1]) for _, stdout, _, _ in results]
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    workers = run_workers(tmp_path_factory.mktemp("multi_worker"))
+    for worker in workers:
+        assert not worker["timed_out"], f"worker hung:\n{worker['stderr'][-3000:]}"
+        assert worker["returncode"] == 0, worker["stderr"][-3000:]
+        worker["log"] = json.loads(worker["stdout"].strip().splitlines()[-1])
+    return workers
+
+
+def test_two_workers_train_with_xla_to_identical_weights(trained):
+    logs = [worker["log"] for worker in trained]
     assert [log["replicas"] for log in logs] == [2, 2]
+    assert [log["jit_compile"] for log in logs] == [[True, False]] * 2
+    assert all(log["xla_traces"] >= 1 for log in logs)
+    for worker in trained:  # XLA compiled the per-replica gradient function
+        assert any("train_gradients" in path.name for path in worker["dump"].iterdir())
     assert logs[0]["history"] == logs[1]["history"]
     losses = logs[0]["history"]["loss"]
     assert losses[-1] < losses[0]
-    first, second = (np.load(out) for _, _, _, out in results)
+    first, second = (np.load(worker["out"]) for worker in trained)
     assert len(first.files) == len(second.files) > 0
     for name in first.files:
         np.testing.assert_array_equal(first[name], second[name])
 
 
+def test_xla_matches_keras_step_and_single_process_training(trained):
+    for log in (worker["log"] for worker in trained):
+        assert log["moved"] > 1e-3  # training moved the weights...
+        assert log["xla_vs_plain"] < WEIGHT_TOLERANCE  # ...like Keras' non-XLA step
+        assert log["xla_vs_single"] < WEIGHT_TOLERANCE  # ...and like one process.
+        for key in ("loss", "accuracy", "perplexity"):
+            np.testing.assert_allclose(
+                log["history"][key], log["plain_history"][key], rtol=LOSS_RTOL
+            )
+            np.testing.assert_allclose(
+                log["history"][key], log["single_history"][key], rtol=LOSS_RTOL
+            )
+
+
 def test_without_the_fix_keras_fails(tmp_path):
     if not multi_worker.patch_keras():
         pytest.skip("this Keras no longer needs the keras#20585 work-around")
-    results = run_workers(tmp_path, {"TFBLOCKS_NO_KERAS_PATCH": "1"})
-    assert all(returncode != 0 for returncode, _, _, _ in results)
-    assert any("PerReplica" in stderr for _, _, stderr, _ in results)
+    workers = run_workers(tmp_path, {"TFBLOCKS_NO_KERAS_PATCH": "1"})
+    for worker in workers:
+        assert not worker["timed_out"], f"worker hung:\n{worker['stderr'][-3000:]}"
+        assert worker["returncode"] != 0
+        assert "PerReplica" in worker["stderr"], worker["stderr"][-3000:]
 
 
 def test_patch_keras_is_idempotent():

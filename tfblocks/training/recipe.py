@@ -1,9 +1,12 @@
 """The t2t training recipe in one call: `compile_transformer(model, hp)`."""
 
+import logging
+
 import keras
 import tensorflow as tf
 
 from tfblocks.models.hparams import LEGACY_NOAM
+from tfblocks.training import xla_step
 from tfblocks.training.losses import SmoothedCrossEntropy
 from tfblocks.training.metrics import MaskedAccuracy, Perplexity
 from tfblocks.training.schedules import NoamSchedule, RsqrtDecay
@@ -39,16 +42,20 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
     Under a `mixed_float16` policy Keras wraps the optimizer in a
     `LossScaleOptimizer` itself. Call it inside `strategy.scope()` when distributing.
 
-    XLA is the default, but under a `tf.distribute` strategy `jit_compile` is turned
-    off, as Keras' own `jit_compile="auto"` does: Keras would compile the whole
-    multi-device `strategy.run` with XLA, which fails ("Trying to access resource
-    ... located in device CPU:1 from device CPU:0"). A TPU strategy compiles the
-    step with XLA regardless.
+    XLA is the default, also under `MirroredStrategy` and
+    `MultiWorkerMirroredStrategy`: there Keras cannot compile its whole
+    `strategy.run` (keras-team/keras#19005, #20763), so each replica's forward pass,
+    loss, backward pass and metrics are compiled instead, with the token-count and
+    gradient all-reduces and the optimizer update outside XLA
+    (`tfblocks.training.xla_step`); `model.jit_compile` stays True. Where that cannot
+    compile either (several replicas on the CPUs of one process) the step runs
+    without XLA and one warning says so. A TPU strategy compiles the step with XLA
+    itself (`model.jit_compile` is False there).
 
     Args:
         model: a model from `build_transformer`.
         hp: the `HParams` it was built from.
-        jit_compile: compile the train step with XLA (ignored under a strategy).
+        jit_compile: compile the train step with XLA (per replica under a strategy).
         learning_rate: optional float or schedule replacing the preset's schedule
             (e.g. for a short run that cannot afford thousands of warm-up steps).
         **compile_kwargs: passed on to `model.compile` (e.g. `steps_per_execution`).
@@ -64,8 +71,17 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
     >>> float(model.optimizer.beta_2), model.loss.label_smoothing
     (0.997, 0.1)
     """
-    if tf.distribute.has_strategy() or getattr(model, "_distribute_strategy", None):
-        jit_compile = False
+    strategy = _active_strategy(model)
+    per_replica_xla = False
+    if strategy is not None and jit_compile:
+        reason = xla_step.unsupported_reason(strategy)
+        per_replica_xla = reason is None
+        if reason and not isinstance(strategy, tf.distribute.TPUStrategy):
+            logging.getLogger(__name__).warning(
+                "compile_transformer: jit_compile=False (training without XLA) under %s.",
+                reason,
+            )
+        jit_compile = per_replica_xla
     optimizer = keras.optimizers.Adam(
         learning_rate=learning_rate_schedule(hp) if learning_rate is None else learning_rate,
         beta_1=hp.optimizer_adam_beta1,
@@ -79,4 +95,16 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
         jit_compile=jit_compile,
         **compile_kwargs,
     )
+    if per_replica_xla:
+        xla_step.install(model)
+    else:
+        xla_step.uninstall(model)  # in case an earlier compile installed it
     return model
+
+
+def _active_strategy(model):
+    """The `tf.distribute` strategy `model` trains under, or None for the default."""
+    strategy = getattr(model, "_distribute_strategy", None)
+    if strategy is None and tf.distribute.has_strategy():
+        strategy = tf.distribute.get_strategy()
+    return strategy
