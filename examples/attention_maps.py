@@ -28,7 +28,9 @@ import os
 import re
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TFBLOCKS_QUIET", "1")  # no TensorFlow C++ log lines (--verbose)
 
+import tfblocks  # isort: skip  (first, so that TensorFlow loads quietly)
 import keras
 import matplotlib
 import numpy as np
@@ -38,7 +40,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib import font_manager, ft2font
 
-import tfblocks
 from tfblocks import text
 from tfblocks.models import transformer_layers
 
@@ -179,6 +180,7 @@ def plot(weights, queries, keys, title, path, font, query_label):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     parser.add_argument("--sentence", default=text.RUNNING_EXAMPLE[0])
     parser.add_argument("--model", help="a trained build_transformer model (.keras)")
     parser.add_argument("--tokenizer", help="its SentencePiece .model (with --model)")

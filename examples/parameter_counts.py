@@ -18,11 +18,12 @@ import argparse
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TFBLOCKS_QUIET", "1")  # no TensorFlow C++ log lines (--verbose)
 
+import tfblocks  # isort: skip  (first, so that TensorFlow loads quietly)
 import keras
 import numpy as np
 
-import tfblocks
 from tfblocks import cost
 
 
@@ -117,6 +118,7 @@ def whole_model(preset, vocab_size):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     parser.add_argument("--hidden-size", type=int, default=512)
     parser.add_argument("--num-heads", type=int, default=8)
     parser.add_argument("--filter-size", type=int, default=2048)

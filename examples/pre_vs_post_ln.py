@@ -24,14 +24,15 @@ import os
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TFBLOCKS_QUIET", "1")  # no TensorFlow C++ log lines (--verbose)
 
+import tfblocks  # isort: skip  (first, so that TensorFlow loads quietly)
 import keras
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-import tfblocks
 from tfblocks import text
 
 # (label, norm_first, with warm-up)
@@ -113,6 +114,7 @@ def write_outputs(results, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     parser.add_argument("--hparams", default="transformer_tiny")
     parser.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each")
     parser.add_argument("--steps", type=int, default=300)

@@ -15,11 +15,11 @@ import os
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TFBLOCKS_QUIET", "1")  # no TensorFlow C++ log lines (--verbose)
 
+import tfblocks  # isort: skip  (first, so that TensorFlow loads quietly)
 import keras
 import numpy as np
-
-import tfblocks
 
 VOCAB = 20
 
@@ -51,6 +51,7 @@ def masked_accuracy(model, ids, labels):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--steps-per-epoch", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=64)

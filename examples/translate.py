@@ -21,18 +21,20 @@ import os
 import tempfile
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TFBLOCKS_QUIET", "1")  # no TensorFlow C++ log lines (--verbose)
 
+import tfblocks  # isort: skip  (first, so that TensorFlow loads quietly)
 import keras
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
-import tfblocks
 from tfblocks import pipeline
 from tfblocks.text import RUNNING_EXAMPLE
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     data = parser.add_mutually_exclusive_group()
     data.add_argument("--corpus-dir", help="folder with {train,dev,test}.{ja,en}")
     data.add_argument("--tsv", help="Tatoeba/manythings file: English<TAB>Japanese<TAB>...")
