@@ -40,3 +40,11 @@ def test_dropout_quick_prints_both_modes():
     out = _run("benchmarks/dropout.py", "--quick")
     for label in ("XLA", "no XLA"):
         assert re.search(rf"^{label}\s+\d+\.\d+ ms .*\d+\.\d+×$", out, re.M), out
+
+
+def test_attention_fused_quick_prints_both_modes():
+    out = _run("benchmarks/attention_fused.py", "--quick")
+    for label in ("XLA", "no XLA"):
+        assert re.search(rf"^\S+\s+{label}\s+\d+\.\d+ ms\s+\d+\.\d+ ms\s+\d+\.\d+×$", out, re.M), (
+            out
+        )
