@@ -1,11 +1,15 @@
 """tfblocks: Keras 3 / TensorFlow Transformer layers with tensor2tensor semantics."""
 
-from tfblocks import text
-from tfblocks.decoding import Decoder
-from tfblocks.export import Translator
+# First, before anything loads TensorFlow: programs that ask for it (the examples, the
+# tfblocks-* commands) get TensorFlow without its C++ log lines; see tfblocks/_quiet.py.
+from tfblocks import _quiet  # noqa: F401  # isort: skip
+from tfblocks import decoding, text
+from tfblocks.decoder import Decoder
+from tfblocks.export import Generator, Translator
 from tfblocks.layers import (
     DenseReluDense,
     HashDropout,
+    LocalMultiHeadAttention,
     MultiHeadAttention,
     SinusoidalEmbedding,
     TransformerBlock,
@@ -17,8 +21,9 @@ from tfblocks.models import (
     PAD_ID,
     UNK_ID,
     HParams,
+    Transformer,
+    build_language_model,
     build_transformer,
-    encoder_decoder,
     hparams,
 )
 from tfblocks.training import (
@@ -41,8 +46,10 @@ __all__ = [
     "UNK_ID",
     "Decoder",
     "DenseReluDense",
+    "Generator",
     "HParams",
     "HashDropout",
+    "LocalMultiHeadAttention",
     "MaskedAccuracy",
     "MultiHeadAttention",
     "NoamSchedule",
@@ -50,12 +57,14 @@ __all__ = [
     "RsqrtDecay",
     "SinusoidalEmbedding",
     "SmoothedCrossEntropy",
+    "Transformer",
     "TransformerBlock",
     "Translator",
     "__version__",
+    "build_language_model",
     "build_transformer",
     "compile_transformer",
-    "encoder_decoder",
+    "decoding",
     "get_strategy",
     "hparams",
     "static_batches",

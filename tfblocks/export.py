@@ -1,4 +1,8 @@
-"""`Translator`: raw strings in, translations out, as a `tf.Module` and a SavedModel.
+"""`Translator` and `Generator`: raw strings in, strings out, as `tf.Module`s and SavedModels.
+
+`Translator` wraps an encoder–decoder (`build_transformer`), `Generator` a
+decoder-only language model (`build_language_model`); both decode with
+`tfblocks.Decoder` and export with the same `export(path)`.
 
 The exported SavedModel needs only TensorFlow and tensorflow-text's ops (import
 `tensorflow_text` before loading it): the SentencePiece models travel inside it as
@@ -8,22 +12,93 @@ the signature is
     serving_default(text: tf.string [None]) -> {"translation": tf.string [None],
                                                 "score": tf.float32 [None]}
 
+(`Generator`: `{"continuation", "score"}`.)
+
 Input handling: a source longer than `max_length` subwords is truncated to its first
 `max_length - 1` subwords plus EOS; an empty (or all-blank) string translates to an
 empty string with score 0.
 """
 
-import os
-import shutil
-import tempfile
-
 import tensorflow as tf
 
-from tfblocks.decoding import Decoder
-from tfblocks.models.transformer import EOS_ID, PAD_ID
+from tfblocks import _checks
+from tfblocks._atomic import replace_directory
+from tfblocks.decoder import Decoder
+from tfblocks.ids import EOS_ID, PAD_ID
 
 
-class Translator(tf.Module):
+def _check_text_batch(texts):
+    texts = tf.convert_to_tensor(texts)
+    if texts.dtype != tf.string or texts.shape.rank != 1:
+        raise ValueError(
+            "`texts` must be a 1-D batch of strings, got a tensor of dtype "
+            f"{texts.dtype.name} and shape {texts.shape}."
+        )
+    return texts
+
+
+def _check_decoding(max_length, beam_size, alpha):
+    _checks.check_positive_int("max_length", max_length)
+    _checks.check_positive_int("beam_size", beam_size)
+    if max_length < 2:
+        raise ValueError(f"`max_length` must be at least 2, got max_length={max_length}.")
+    if isinstance(alpha, bool) or not alpha >= 0:
+        raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
+
+
+def _check_vocabulary(arg, tokenizer, model):
+    if tokenizer.vocabulary_size > model.vocab_size:
+        raise ValueError(
+            f"`{arg}` has {tokenizer.vocabulary_size} ids but the model's vocabulary "
+            f"has only {model.vocab_size}."
+        )
+
+
+class _TextModule(tf.Module):
+    """Strings in, strings out: `__call__` and `export` shared by the modules below.
+
+    A subclass defines `serve` (the `serving_default` signature) and `OUTPUT`, the
+    key of its main string output.
+    """
+
+    OUTPUT = None
+
+    def __call__(self, texts):
+        """Outputs for `texts` (a list of str or a 1-D string tensor), a string tensor."""
+        return self.serve(_check_text_batch(texts))[self.OUTPUT]
+
+    def export(self, path):
+        """Writes the SavedModel to `path`, replacing only an earlier tfblocks export.
+
+        The SavedModel is written to a staging directory beside `path` and renamed
+        into place when complete, together with a marker file (`tfblocks_export.json`)
+        that lets a later export recognise and replace it. An existing export at
+        `path` is renamed away, replaced and only then deleted; if writing fails it
+        is left as it was. Folders left beside `path` by killed exports are cleaned up.
+
+        Returns:
+            `path`, absolute.
+
+        Raises:
+            ValueError: before anything is written, if `path` is `""`, `.`, the current
+                directory or one of its parents, a regular file, or an existing
+                directory that is not an export written by tfblocks (e.g. one holding
+                a user's files, or a SavedModel from an older tfblocks: delete it
+                yourself to reuse the path).
+        """
+
+        def write(staging):
+            serve = self.serve.get_concrete_function()
+            # Track the tf.Variables the signature reads (not only Keras' variable
+            # wrappers): TF1-style loaders such as `saved_model_cli run` restore
+            # only tracked tf.Variables.
+            self._signature_variables = list(serve.variables)
+            tf.saved_model.save(self, staging, signatures={"serving_default": serve})
+
+        return replace_directory(path, write, kind="tfblocks-export")
+
+
+class Translator(_TextModule):
     """Translates a batch of strings with a trained `build_transformer` model.
 
     Args:
@@ -51,6 +126,8 @@ class Translator(tf.Module):
     TensorShape([2])
     """
 
+    OUTPUT = "translation"
+
     def __init__(
         self,
         model,
@@ -63,20 +140,14 @@ class Translator(tf.Module):
         name=None,
     ):
         super().__init__(name=name)
-        for arg, value in (("max_length", max_length), ("beam_size", beam_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"`{arg}` must be a positive integer, got {arg}={value!r}.")
-        if max_length < 2:
-            raise ValueError(f"`max_length` must be at least 2, got max_length={max_length}.")
-        if not alpha >= 0:
-            raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
-        vocab = model.output.shape[-1]
-        for arg, tokenizer in (("target_tokenizer", target_tokenizer),):
-            if tokenizer.vocabulary_size > vocab:
-                raise ValueError(
-                    f"`{arg}` has {tokenizer.vocabulary_size} ids but the model's vocabulary "
-                    f"has only {vocab}."
-                )
+        _check_decoding(max_length, beam_size, alpha)
+        if not getattr(model, "has_input", False):
+            raise ValueError(
+                "`model` must be an encoder–decoder `tfblocks.Transformer` (from "
+                f"`build_transformer`), got {type(model).__name__} '{model.name}'; use "
+                "`Generator` for a decoder-only language model."
+            )
+        _check_vocabulary("target_tokenizer", target_tokenizer, model)
         self.model = model
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
@@ -101,15 +172,14 @@ class Translator(tf.Module):
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
         source = self.encode_source(text)
-        if self.jit_compile:  # the decoder's own (nested, XLA-compiled) functions
-            if self.beam_size == 1:
-                ids, scores = self._decoder.greedy(source)
-            else:
-                ids, scores = self._decoder.beam_search(source, self.beam_size, self.alpha)
-        elif self.beam_size == 1:  # traced inline into this signature's graph
-            ids, scores = self._decoder.decode_greedy(source)
+        # With jit_compile the decoder runs its own nested XLA-compiled function;
+        # without, the search is traced inline into this signature's graph.
+        if self.beam_size == 1:
+            ids, scores = self._decoder.greedy(source)
         else:
-            ids, scores = self._decoder.decode_beam(source, self.beam_size, self.alpha)
+            ids, scores = self._decoder.beam_search(
+                source, beam_size=self.beam_size, alpha=self.alpha
+            )
         translation = self.target_tokenizer.detokenize(ids)
         blank = tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
         return {
@@ -117,45 +187,116 @@ class Translator(tf.Module):
             "score": tf.where(blank, 0.0, scores),
         }
 
-    def __call__(self, texts):
-        """Translations of `texts` (a list of str or a 1-D string tensor), a string tensor."""
-        texts = tf.convert_to_tensor(texts)
-        if texts.dtype != tf.string or texts.shape.rank != 1:
+
+SEARCHES = ("greedy", "sample", "beam")
+
+
+class Generator(_TextModule):
+    """Continues prompts with a trained decoder-only language model.
+
+    The prompt is tokenized (without EOS) and forced as the first tokens of the
+    sequence; the search then continues it until EOS or `max_length` tokens in
+    all (prompt included). The output is the text after the prompt.
+
+    Args:
+        model: a trained `build_language_model` model.
+        tokenizer: its `tfblocks.text.SubwordTokenizer`.
+        max_length: the most tokens of prompt + continuation (EOS included); a
+            longer prompt is cut to its first `max_length - 1` tokens.
+        search: `"greedy"`, `"sample"` or `"beam"`.
+        beam_size: beam width for `"beam"`.
+        alpha: t2t length-penalty exponent for `"beam"`.
+        temperature: softmax temperature for `"sample"`.
+        top_k: sample among the `top_k` best tokens (0 = all).
+        top_p: nucleus sampling mass (1 = all).
+        seed: sampling seed (the same seed gives the same continuations).
+        jit_compile: compile the search with XLA.
+        name: the module's name.
+
+    The SavedModel's signature is `serving_default(text: tf.string [None]) ->
+    {"continuation": tf.string [None], "score": tf.float32 [None]}`.
+
+    Example (training elided):
+
+    >>> import tfblocks
+    >>> from tfblocks.text import train_tokenizer
+    >>> tok = train_tokenizer(["Today's lunch is curry."] * 20, vocab_size=30)
+    >>> hp = tfblocks.hparams("transformer_tiny", vocab_size=tok.vocabulary_size,
+    ...                       num_encoder_layers=0)
+    >>> generator = Generator(tfblocks.build_language_model(hp), tok, max_length=8)
+    >>> generator(["Today's lunch", ""]).shape
+    TensorShape([2])
+    """
+
+    OUTPUT = "continuation"
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        max_length=64,
+        search="greedy",
+        beam_size=4,
+        alpha=0.6,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+        jit_compile=True,
+        name=None,
+    ):
+        super().__init__(name=name)
+        _check_decoding(max_length, beam_size, alpha)
+        if search not in SEARCHES:
+            raise ValueError(f"`search` must be one of {SEARCHES}, got search={search!r}.")
+        if getattr(model, "has_input", True):
             raise ValueError(
-                "`texts` must be a 1-D batch of strings, got a tensor of dtype "
-                f"{texts.dtype.name} and shape {texts.shape}."
+                "`model` must be a decoder-only language model (from "
+                f"`build_language_model`), got '{model.name}'; use `Translator` for an "
+                "encoder–decoder."
             )
-        return self.serve(texts)["translation"]
+        _check_vocabulary("tokenizer", tokenizer, model)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.search = search
+        self.beam_size = beam_size
+        self.alpha = float(alpha)
+        self.temperature = temperature
+        self.top_k = top_k
+        self.top_p = top_p
+        self.seed = seed
+        self.jit_compile = bool(jit_compile)
+        self._decoder = Decoder(model, max_length, jit_compile=self.jit_compile)
+        if search == "sample":  # checks the sampling arguments now, not at the first call
+            _checks.check_non_negative_int("top_k", top_k)
 
-    def export(self, path):
-        """Writes the SavedModel to `path` atomically.
+    def encode_prompt(self, text):
+        """Prompt ids `[B, P]` without EOS, 0-padded, at most `max_length - 1` long."""
+        ids = self.tokenizer.tokenize(text)  # ragged [B, (n)], ends with EOS
+        ids = ids[:, :-1][:, : self.max_length - 1]
+        return ids.to_tensor(default_value=PAD_ID)
 
-        It is written to a temporary directory beside `path` and renamed into
-        place only when complete; an existing export at `path` is replaced, and is
-        left untouched if writing fails.
-
-        Returns:
-            `path`.
-        """
-        path = os.path.abspath(os.fspath(path))
-        parent = os.path.dirname(path)
-        os.makedirs(parent, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
-        try:
-            serve = self.serve.get_concrete_function()
-            # Track the tf.Variables the signature reads (not only Keras' variable
-            # wrappers): TF1-style loaders such as `saved_model_cli run` restore
-            # only tracked tf.Variables.
-            self._signature_variables = list(serve.variables)
-            tf.saved_model.save(self, staging, signatures={"serving_default": serve})
-            if os.path.exists(path):
-                old = staging + ".old"
-                os.rename(path, old)
-                os.rename(staging, path)
-                shutil.rmtree(old)
-            else:
-                os.rename(staging, path)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return path
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        """The `serving_default` signature: `{"continuation", "score"}` for a batch."""
+        prompt = self.encode_prompt(text)  # [B, P]
+        if self.search == "greedy":
+            ids, scores = self._decoder.greedy(prefix=prompt)
+        elif self.search == "sample":
+            ids, scores = self._decoder.sample(
+                prefix=prompt,
+                temperature=self.temperature,
+                top_k=self.top_k,
+                top_p=self.top_p,
+                seed=self.seed,
+            )
+        else:
+            ids, scores = self._decoder.beam_search(
+                prefix=prompt, beam_size=self.beam_size, alpha=self.alpha
+            )
+        # The prompt's positions become padding, which detokenize drops.
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(prompt, PAD_ID), tf.int32), axis=1)
+        after = tf.range(tf.shape(ids)[1])[None, :] >= lengths[:, None]  # [B, L]
+        continuation = self.tokenizer.detokenize(tf.where(after, ids, PAD_ID))
+        return {"continuation": continuation, "score": scores}
