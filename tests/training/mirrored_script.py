@@ -1,5 +1,8 @@
 """Subprocess body for test_distribute: mirrored (2 logical CPUs) vs single-device training.
 
+The mirrored model is compiled with `jit_compile=True` (per-replica XLA), the single
+one without XLA.
+
 Prints one JSON line: the largest weight difference, the loss histories, and the
 smoothed loss computed per replica vs on the whole batch.
 """
@@ -18,7 +21,7 @@ def main():
     import numpy as np
 
     from tfblocks.models import build_transformer, hparams
-    from tfblocks.training import SmoothedCrossEntropy, compile_transformer
+    from tfblocks.training import SmoothedCrossEntropy, compile_transformer, xla_step
     from tfblocks.training.distribute import get_strategy
 
     keras.utils.set_random_seed(0)
@@ -44,7 +47,7 @@ def main():
 
     single = build_transformer(hp)
     initial = single.get_weights()
-    # Same step compilation on both sides (XLA is off under a strategy).
+    # Keras' non-XLA step on one device vs per-replica XLA on two logical CPUs.
     compile_transformer(single, hp, jit_compile=False, learning_rate=1e-3)
     single_history = single.fit(dataset, epochs=3, verbose=0, shuffle=False).history
 
@@ -54,6 +57,12 @@ def main():
         mirrored.set_weights(initial)
         compile_transformer(mirrored, hp, jit_compile=True, learning_rate=1e-3)
     mirrored_history = mirrored.fit(dataset, epochs=3, verbose=0, shuffle=False).history
+    step = getattr(mirrored, xla_step.ATTRIBUTE)
+    mirrored_eval = mirrored.evaluate(dataset, verbose=0, return_dict=True)
+    single_eval = single.evaluate(dataset, verbose=0, return_dict=True)
+    predict_diff = float(
+        np.abs(mirrored.predict(dataset, verbose=0) - single.predict(dataset, verbose=0)).max()
+    )
 
     # The loss of one global batch, computed per replica and summed the Keras way.
     logits = single(x)
@@ -84,6 +93,13 @@ def main():
                 "replicas": strategy.num_replicas_in_sync,
                 "mirrored_jit_compile": bool(mirrored.jit_compile),
                 "single_jit_compile": bool(single.jit_compile),
+                "xla_traces": [
+                    fn.experimental_get_tracing_count()
+                    for fn in (step.train_gradients, step.test_metrics, step.predict_logits)
+                ],
+                "mirrored_eval": mirrored_eval,
+                "single_eval": single_eval,
+                "predict_diff": predict_diff,
                 "max_weight_diff": diff,
                 "max_weight_change": moved,
                 "single_loss": single_history["loss"],

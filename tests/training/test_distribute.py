@@ -24,6 +24,85 @@ def test_default_and_auto_on_cpu():
     assert get_strategy("auto").num_replicas_in_sync == 1
 
 
+def _devices(kind, n):
+    return [tf.config.PhysicalDevice(f"/physical_device:{kind}:{i}", kind) for i in range(n)]
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Pretends the machine has `devices[kind]` physical devices of each kind."""
+    devices = {"CPU": 1, "GPU": 0, "TPU": 0}
+
+    def list_physical_devices(device_type=None):
+        if device_type is None:
+            return [d for kind, n in devices.items() for d in _devices(kind, n)]
+        return _devices(device_type, devices.get(device_type, 0))
+
+    monkeypatch.setattr(tf.config, "list_physical_devices", list_physical_devices)
+    monkeypatch.delenv("TPU_NAME", raising=False)
+    monkeypatch.delenv("COLAB_TPU_ADDR", raising=False)
+    # Stand-ins for the strategies that would need the real devices.
+    monkeypatch.setattr(
+        tf.distribute, "MirroredStrategy", lambda devices=None: ("mirrored", devices)
+    )
+    monkeypatch.setattr(distribute, "_tpu_strategy", lambda: "tpu")
+    return devices
+
+
+@pytest.mark.parametrize(
+    "gpus, tpus, expected",
+    [(0, 0, "default"), (1, 0, "default"), (2, 0, "mirrored"), (8, 0, "mirrored"), (2, 4, "tpu")],
+)
+def test_auto_picks_by_devices(machine, gpus, tpus, expected):
+    machine.update(GPU=gpus, TPU=tpus)
+    strategy = get_strategy("auto")
+    if expected == "default":
+        assert strategy is tf.distribute.get_strategy()
+    elif expected == "mirrored":
+        assert strategy == ("mirrored", None)  # all GPUs
+    else:
+        assert strategy == "tpu"
+
+
+def test_auto_finds_a_named_cloud_tpu(machine, monkeypatch):
+    monkeypatch.setenv("TPU_NAME", "my-tpu")
+    assert get_strategy("auto") == "tpu"
+
+
+def test_compile_transformer_falls_back_with_one_log_line(caplog):
+    """A strategy that per-replica XLA does not cover: no XLA, and one warning saying why."""
+    from tfblocks.models import build_transformer, hparams
+    from tfblocks.training import compile_transformer, xla_step
+
+    hp = hparams("transformer_tiny", vocab_size=20, hidden_size=16, filter_size=16, num_heads=2)
+    strategy = tf.distribute.experimental.CentralStorageStrategy()
+    with strategy.scope():
+        model = build_transformer(hp)
+        with caplog.at_level("WARNING"):
+            compile_transformer(model, hp, jit_compile=True)
+    assert not model.jit_compile
+    assert getattr(model, xla_step.ATTRIBUTE, None) is None
+    lines = [r.getMessage() for r in caplog.records if "jit_compile=False" in r.getMessage()]
+    assert len(lines) == 1 and "CentralStorageStrategy" in lines[0], lines
+
+
+def test_compile_transformer_installs_per_replica_xla_and_removes_it():
+    from tfblocks.models import build_transformer, hparams
+    from tfblocks.training import compile_transformer, xla_step
+
+    hp = hparams("transformer_tiny", vocab_size=20, hidden_size=16, filter_size=16, num_heads=2)
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        model = build_transformer(hp)
+        compile_transformer(model, hp, jit_compile=True)
+        assert model.jit_compile
+        step = getattr(model, xla_step.ATTRIBUTE)
+        assert model.train_step == step.train_step
+        compile_transformer(model, hp, jit_compile=False)  # recompiled without XLA
+    assert not model.jit_compile
+    assert getattr(model, xla_step.ATTRIBUTE, None) is None
+    assert "train_step" not in vars(model)  # Keras' own step again
+
+
 def test_tpu_discovery(monkeypatch):
     monkeypatch.delenv("TPU_NAME", raising=False)
     monkeypatch.delenv("COLAB_TPU_ADDR", raising=False)
@@ -59,11 +138,16 @@ def mirrored_result():
 def test_mirrored_two_cpus_matches_single_device(mirrored_result):
     r = mirrored_result
     assert r["replicas"] == 2
-    assert not r["mirrored_jit_compile"]  # compile_transformer turns XLA off under a strategy
+    # Per-replica XLA on the mirrored side, Keras' non-XLA step on the single device.
+    assert r["mirrored_jit_compile"] and not r["single_jit_compile"]
+    assert all(n >= 1 for n in r["xla_traces"])  # train, test and predict all compiled
     assert r["max_weight_change"] > 1e-3  # training moved the weights...
     assert r["max_weight_diff"] < WEIGHT_TOLERANCE  # ...identically on both setups.
     np.testing.assert_allclose(r["mirrored_loss"], r["single_loss"], rtol=LOSS_RTOL)
     np.testing.assert_allclose(r["mirrored_accuracy"], r["single_accuracy"], rtol=LOSS_RTOL)
+    for key, value in r["single_eval"].items():
+        assert r["mirrored_eval"][key] == pytest.approx(value, rel=LOSS_RTOL), key
+    assert r["predict_diff"] < 1e-4
 
 
 def test_loss_is_the_global_token_mean_across_replicas(mirrored_result):

@@ -11,6 +11,9 @@ Build and compile the model inside `strategy.scope()`; `model.fit` does the rest
 Losses and metrics in `tfblocks.training` are exact over the *global* batch (token
 counts are all-reduced / summed across replicas), so a mirrored run matches a
 single-device run on the same global batch up to floating-point summation order.
+`compile_transformer` keeps XLA on under `MirroredStrategy` and
+`MultiWorkerMirroredStrategy` by compiling each replica's gradient computation
+(`tfblocks.training.xla_step`).
 """
 
 import os
@@ -48,8 +51,10 @@ def get_strategy(kind="auto", devices=None):
             `devices`), `"tpu"` (`TPUClusterResolver`: the Cloud TPU named by
             `TPU_NAME`, the local chips of a TPU VM, or Colab's), `"multi_worker"`
             (`MultiWorkerMirroredStrategy` configured by `TF_CONFIG`, with
-            `tfblocks.training.multi_worker.patch_keras` applied), or `"auto"`: TPU if
-            present, else all GPUs mirrored, else default.
+            `tfblocks.training.multi_worker.patch_keras` applied), or `"auto"`: a
+            TPU if one is found, else `MirroredStrategy` over all GPUs when there
+            are several, else the default strategy (one GPU or CPU only: nothing to
+            mirror, and the whole step compiles with XLA).
         devices: device names for `"mirrored"` (e.g. two logical CPUs in tests).
 
     Returns:
@@ -70,7 +75,7 @@ def get_strategy(kind="auto", devices=None):
     if kind == "auto":
         if _tpu_name() is not None:
             kind = "tpu"
-        elif tf.config.list_physical_devices("GPU"):
+        elif len(tf.config.list_physical_devices("GPU")) > 1:
             kind = "mirrored"
         else:
             kind = "default"
