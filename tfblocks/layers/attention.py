@@ -46,8 +46,9 @@ class MultiHeadAttention(keras.layers.Layer):
             (Keras' TensorFlow implementation also computes the softmax in float32
             and turns masked logits into a finite large negative, so a fully masked
             row stays a uniform average). Off by default: on the TensorFlow backend
-            the op has no flash/cuDNN kernel and measured 0.8× (eager graph) to 1.03×
-            (XLA) the default path on CPU (`benchmarks/attention_fused.py`).
+            the op has no flash/cuDNN kernel (it is the same einsum-softmax-einsum),
+            and on CPU it measured 0.86×–1.09× the default path's speed, i.e. no
+            gain beyond noise (`benchmarks/attention_fused.py`, benchmarks/RESULTS.md).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
