@@ -43,6 +43,8 @@ def test_writes_a_new_directory_with_its_marker(tmp_path):
     assert info["kind"] == "tfblocks-export"
     assert info["files"] == ["model.txt", "variables", "variables/data"]
     assert _entries(tmp_path / "sub") == ["export"]  # no staging left behind
+    (tmp_path / "plain").mkdir()  # permissions follow the umask (tempfile would give 0o700)
+    assert target.stat().st_mode == (tmp_path / "plain").stat().st_mode
 
 
 def test_replaces_its_own_earlier_write_and_an_empty_directory(tmp_path):

@@ -27,7 +27,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 import time
 
 MARKER = "tfblocks_export.json"
@@ -58,7 +57,7 @@ def replace_directory(path, write_fn, kind="tfblocks-export", *, arg="path"):
     os.makedirs(parent, exist_ok=True)
     _clean_stale(parent, name)
     pid = os.getpid()
-    staging = tempfile.mkdtemp(prefix=f".{name}.tmp-{pid}-", dir=parent)
+    staging = _make_staging(parent, name, pid)
     try:
         write_fn(staging)
         _write_marker(staging, kind)
@@ -80,6 +79,17 @@ def replace_directory(path, write_fn, kind="tfblocks-export", *, arg="path"):
     return path
 
 
+def _make_staging(parent, name, pid):
+    """A new empty `.NAME.tmp-<pid>-<random>`, with the umask's permissions (not 0o700)."""
+    while True:
+        staging = os.path.join(parent, f".{name}.tmp-{pid}-{secrets.token_hex(4)}")
+        try:
+            os.mkdir(staging)
+        except FileExistsError:
+            continue
+        return staging
+
+
 def _check_path(path, kind, arg):
     """`path` as an absolute path, or a ValueError if writing there could destroy data."""
     if not isinstance(path, (str, os.PathLike)):
@@ -91,9 +101,12 @@ def _check_path(path, kind, arg):
             "(the current directory is never replaced)."
         )
     absolute = os.path.abspath(raw)
-    cwd = os.path.realpath(os.getcwd())
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except FileNotFoundError:  # the working directory was deleted: nothing to protect
+        cwd = None
     for candidate in {absolute, os.path.realpath(absolute)}:
-        if os.path.commonpath([candidate, cwd]) == candidate:
+        if cwd is not None and os.path.commonpath([candidate, cwd]) == candidate:
             raise ValueError(
                 f"`{arg}` is the current working directory or one of its parents, got "
                 f"{arg}={raw!r}; choose a new directory such as {os.path.join(raw, 'export')!r}."
