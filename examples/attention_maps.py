@@ -5,11 +5,10 @@ This script draws the real thing: it trains a Pre-LN `transformer_tiny` on the e
 phrasebook (400 steps of 64 pairs, t2t's rsqrt schedule with a 100-step warm-up: about a
 minute on 2 CPU cores), or loads `--model`/`--tokenizer` (a `build_transformer` model
 saved as .keras and its SentencePiece model). It translates `--sentence` with greedy
-decoding, then runs the model's own layers (`tfblocks.models.transformer_layers`) once
-more over the source and the translation, asking every `MultiHeadAttention` for its
-weights (`return_attention_scores=True`). Each block's output is checked against a
-plain call of the block, and the logits against the greedy translation, so the maps are
-those of the forward pass that produced the translation.
+decoding, then runs the model's own forward pass (`model.encode` / `model.decode` /
+`model.logits`) once more over the source and the translation with
+`return_attention_scores=True`, and checks the logits against the greedy translation,
+so the maps are those of the forward pass that produced the translation.
 
 Writes `--output-dir`/encoder_self_attention.png, decoder_self_attention.png and
 cross_attention.png: one heatmap per layer (rows) and head (columns), keys on the x axis,
@@ -41,7 +40,6 @@ import matplotlib.pyplot as plt
 from matplotlib import font_manager, ft2font
 
 from tfblocks import text
-from tfblocks.models import transformer_layers
 
 CJK_FONT = re.compile(r"cjk|ipa|takao|gothic|mincho|hiragino|meiryo|msgothic", re.IGNORECASE)
 
@@ -71,65 +69,29 @@ def train_model(args):
     return model, tokenizer
 
 
-def sublayer(block, x, norm, fn):
-    """The block's residual wrapping (Pre-LN or Post-LN) around `fn`, which returns (y, w)."""
-    if block.norm_first:
-        y, weights = fn(norm(x))
-        return x + y, weights
-    y, weights = fn(x)
-    return norm(x + y), weights
-
-
-def run_block(block, x, mask, context=None, context_mask=None):
-    """One TransformerBlock, returning its output and its self-/cross-attention weights."""
-
-    def self_attention(h):
-        return block.self_attention(
-            h,
-            h,
-            query_mask=mask,
-            value_mask=mask,
-            use_causal_mask=block.causal,
-            return_attention_scores=True,
-        )
-
-    def cross_attention(h):
-        return block.cross_attention(
-            h, context, query_mask=mask, value_mask=context_mask, return_attention_scores=True
-        )
-
-    y, self_w = sublayer(block, x, block.self_attention_norm, self_attention)
-    cross_w = None
-    if block.cross_attention is not None:
-        y, cross_w = sublayer(block, y, block.cross_attention_norm, cross_attention)
-    y, _ = sublayer(block, y, block.ffn_norm, lambda h: (block.ffn(h), None))
-    expected = block(x, context=context, padding_mask=mask, context_padding_mask=context_mask)
-    np.testing.assert_allclose(y, expected, atol=1e-4, err_msg=f"rebuilt {block.name} differs")
-    return y, self_w, cross_w
-
-
 def attention_weights(model, source, target):
-    """Encoder self, decoder self and cross-attention weights, one [H, T, S] array per layer."""
-    layers = transformer_layers(model)  # embeddings, blocks and norms by role
-    maps = {"encoder_self_attention": [], "decoder_self_attention": [], "cross_attention": []}
-    source_mask = source != tfblocks.PAD_ID
-    x = layers["source_embedding"](source, training=False)  # [1, S, d]
-    for block in layers["encoder"]:
-        x, weights, _ = run_block(block, x, source_mask)
-        maps["encoder_self_attention"].append(weights[0])  # [H, S, S]
-    x = layers["encoder_norm"](x) if layers["encoder_norm"] else x
-    decoder_in = np.concatenate([[[tfblocks.BOS_ID]], target[:, :-1]], axis=1).astype("int32")
-    y = layers["target_embedding"](decoder_in, training=False)  # [1, T, d]
-    for block in layers["decoder"]:
-        y, self_w, cross_w = run_block(block, y, decoder_in != tfblocks.PAD_ID, x, source_mask)
-        maps["decoder_self_attention"].append(self_w[0])  # [H, T, T]
-        maps["cross_attention"].append(cross_w[0])  # [H, T, S]
-    y = layers["decoder_norm"](y) if layers["decoder_norm"] else y
-    softmax = layers["softmax"] or layers["target_embedding"].attend  # tied: h · Eᵀ
-    logits = np.asarray(softmax(y))  # [1, T, vocab]
+    """Encoder self, decoder self and cross-attention weights, one [H, T, S] array per layer.
+
+    The model's own `encode` / `decode` / `logits` (the forward pass that training and
+    decoding run), asked for the attention weights of every block.
+    """
+    memory, encoder_scores = model.encode(source, return_attention_scores=True)  # [1, S, d]
+    decoder_in = np.asarray(tfblocks.models.shift_right(target))  # [1, T]: <s>, translation
+    hidden, decoder_scores = model.decode(
+        decoder_in,
+        memory,
+        tfblocks.models.padding_mask(source),
+        return_attention_scores=True,
+    )
+    logits = np.asarray(model.logits(hidden))  # [1, T, vocab]
     chosen = np.take_along_axis(logits, target[..., None], axis=-1)[..., 0]  # [1, T]
     best = np.delete(logits, [tfblocks.PAD_ID, tfblocks.BOS_ID], axis=-1).max(axis=-1)
     assert np.all(chosen >= best - 1e-4), "the greedy tokens are not the argmax of this pass"
+    maps = {
+        "encoder_self_attention": [np.asarray(s["self_attention"])[0] for s in encoder_scores],
+        "decoder_self_attention": [np.asarray(s["self_attention"])[0] for s in decoder_scores],
+        "cross_attention": [np.asarray(s["cross_attention"])[0] for s in decoder_scores],
+    }
     return maps, decoder_in
 
 

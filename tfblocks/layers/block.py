@@ -54,6 +54,8 @@ class TransformerBlock(keras.layers.Layer):
             `(output, new_cache)` for the positions `cache_index, cache_index + 1, ...`.
         cache_index: position of the first row of `x` in the decoded sequence.
         training: enables dropout.
+        return_attention_scores: also return a dict with the `[B, H, T, S]` weights
+            of `"self_attention"` (and `"cross_attention"`), without a cache.
 
     Example:
 
@@ -184,9 +186,11 @@ class TransformerBlock(keras.layers.Layer):
         cache=None,
         cache_index=None,
         training=None,
+        return_attention_scores=False,
     ):
         if cache is not None:
             return self._call_cached(x, context, context_padding_mask, cache, cache_index, training)
+        scores = {}
         if self.cross_attention is not None and context is None:
             raise ValueError(
                 f"TransformerBlock '{self.name}' has cross_attention=True and must be "
@@ -211,29 +215,38 @@ class TransformerBlock(keras.layers.Layer):
             )
 
         def self_attention(h):
-            return self.self_attention(
+            out = self.self_attention(
                 h,
                 h,
                 query_mask=padding_mask,
                 value_mask=padding_mask,
                 use_causal_mask=self.causal,
                 training=training,
+                return_attention_scores=return_attention_scores,
             )
+            if return_attention_scores:
+                out, scores["self_attention"] = out
+            return out
 
         x = self._sublayer(x, self.self_attention_norm, self_attention, training)
         if self.cross_attention is not None:
 
             def cross_attention(h):
-                return self.cross_attention(
+                out = self.cross_attention(
                     h,
                     context,
                     query_mask=padding_mask,
                     value_mask=context_padding_mask,
                     training=training,
+                    return_attention_scores=return_attention_scores,
                 )
+                if return_attention_scores:
+                    out, scores["cross_attention"] = out
+                return out
 
             x = self._sublayer(x, self.cross_attention_norm, cross_attention, training)
-        return self._sublayer(x, self.ffn_norm, lambda h: self.ffn(h, training=training), training)
+        x = self._sublayer(x, self.ffn_norm, lambda h: self.ffn(h, training=training), training)
+        return (x, scores) if return_attention_scores else x
 
     def _check_inputs(self, x, context):
         layout = ("batch", "length", "dim")

@@ -225,8 +225,11 @@ class Transformer(keras.Model):
 
     # The forward pass, written once -----------------------------------------------------------
 
-    def encode(self, source_ids, training=None):
+    def encode(self, source_ids, training=None, return_attention_scores=False):
         """Encoder output `[B, S, d]` for source ids `[B, S]` (0 = padding).
+
+        With `return_attention_scores`, also a list with each block's dict of
+        `[B, H, S, S]` attention weights (`"self_attention"`).
 
         Example:
 
@@ -243,9 +246,19 @@ class Transformer(keras.Model):
         source_ids = _check_ids("source_ids", source_ids)
         source_mask = padding_mask(source_ids)  # [B, S]
         x = self.source_embedding(source_ids, training=training)  # [B, S, d]
+        scores = []
         for block in self.encoder_blocks:
-            x = block(x, padding_mask=source_mask, training=training)
-        return x if self.encoder_norm is None else self.encoder_norm(x)
+            x = block(
+                x,
+                padding_mask=source_mask,
+                training=training,
+                return_attention_scores=return_attention_scores,
+            )
+            if return_attention_scores:
+                x, block_scores = x
+                scores.append(block_scores)
+        x = x if self.encoder_norm is None else self.encoder_norm(x)
+        return (x, scores) if return_attention_scores else x
 
     def decode(
         self,
@@ -255,6 +268,7 @@ class Transformer(keras.Model):
         cache=None,
         index=None,
         training=None,
+        return_attention_scores=False,
     ):
         """Decoder hidden states for decoder input ids (they start with `BOS_ID`).
 
@@ -266,10 +280,14 @@ class Transformer(keras.Model):
             cache: per-block caches from `init_cache`, for incremental decoding.
             index: position of `decoder_ids[:, 0]` in the sequence (with `cache`).
             training: enables dropout.
+            return_attention_scores: also return a list with each block's dict of
+                attention weights (`"self_attention"` `[B, H, T, T]`,
+                `"cross_attention"` `[B, H, T, S]`); not with a `cache`.
 
         Returns:
             Hidden states `[B, T, d]` (after the final LayerNorm when Pre-LN); with a
-            `cache`, `(hidden, new_cache)`.
+            `cache`, `(hidden, new_cache)`; with `return_attention_scores`,
+            `(hidden, scores)`.
         """
         decoder_ids = _check_ids("decoder_ids", decoder_ids)
         if self.has_input and encoder_output is None and cache is None:
@@ -283,9 +301,12 @@ class Transformer(keras.Model):
                 f"one of shape {tuple(encoder_output.shape)}."
             )
         if cache is not None:
+            if return_attention_scores:
+                raise ValueError("`return_attention_scores` is not supported with a `cache`.")
             return self._decode_cached(decoder_ids, source_mask, cache, index, training)
         x = self.target_embedding(decoder_ids, training=training)  # [B, T, d]
         target_mask = padding_mask(decoder_ids)  # [B, T]
+        scores = []
         for block in self.decoder_blocks:
             x = block(
                 x,
@@ -293,8 +314,13 @@ class Transformer(keras.Model):
                 padding_mask=target_mask,
                 context_padding_mask=source_mask,
                 training=training,
+                return_attention_scores=return_attention_scores,
             )
-        return x if self.decoder_norm is None else self.decoder_norm(x)
+            if return_attention_scores:
+                x, block_scores = x
+                scores.append(block_scores)
+        x = x if self.decoder_norm is None else self.decoder_norm(x)
+        return (x, scores) if return_attention_scores else x
 
     def _decode_cached(self, decoder_ids, source_mask, cache, index, training):
         if index is None:

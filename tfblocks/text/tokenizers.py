@@ -19,6 +19,7 @@ import tensorflow as tf
 import tensorflow_text
 
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
 _MODEL_TYPES = ("unigram", "bpe", "char", "word")
 
 
