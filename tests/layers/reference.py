@@ -54,3 +54,27 @@ def timing_signal(length, channels, min_timescale=1.0, max_timescale=1e4, start_
             out[0, p, i] = np.sin(pos * inv)
             out[0, p, half + i] = np.cos(pos * inv)
     return out
+
+
+def t2t_local_1d_visibility(length, block_length, filter_width):
+    """[length, length] booleans: which keys t2t's `local_attention_1d` code lets a query see.
+
+    Follows the index arithmetic of that function (for `filter_width % block_length == 0`):
+    keys are zero-padded to a multiple of `block_length`, then by `filter_width +
+    block_length` on each side; query block n attends to padded key blocks n .. n + 2·f
+    with f = filter_width // block_length. Zero (padding) keys are masked out.
+    """
+    assert filter_width % block_length == 0, "only whole blocks are transcribed"
+    blocks = -(-length // block_length)
+    pad = filter_width + block_length
+    # Key position held by each slot of the padded key sequence; -1 = padding.
+    slots = np.full(pad + blocks * block_length + pad, -1)
+    slots[pad : pad + length] = np.arange(length)
+    slot_blocks = slots.reshape(-1, block_length)
+    seen = np.zeros((length, length), bool)
+    for n in range(blocks):
+        keys = slot_blocks[n : n + 2 * (filter_width // block_length) + 1].ravel()
+        keys = keys[keys >= 0]
+        rows = np.arange(n * block_length, min((n + 1) * block_length, length))
+        seen[np.ix_(rows, keys)] = True
+    return seen

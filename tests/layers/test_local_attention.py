@@ -33,6 +33,14 @@ def band_mask(length, window, causal, non_causal_window="centered"):
 CASES = [(True, "centered"), (False, "centered"), (False, "t2t")]
 
 
+@pytest.mark.parametrize(("length", "window"), [(12, 4), (11, 4), (3, 5), (9, 1), (13, 3)])
+def test_t2t_window_is_what_t2t_code_computes(length, window):
+    # t2t pads filter_width + block_length on each side: two previous blocks + own.
+    t2t = reference.t2t_local_1d_visibility(length, window, filter_width=window)
+    np.testing.assert_array_equal(band_mask(length, window, False, "t2t"), t2t)
+    assert length <= 2 * window or not np.array_equal(band_mask(length, window, False), t2t)
+
+
 @pytest.mark.parametrize(("causal", "non_causal_window"), CASES)
 @pytest.mark.parametrize(("length", "window"), [(12, 4), (11, 4), (3, 5), (9, 1), (13, 3)])
 @pytest.mark.parametrize("fused", [False, True])
