@@ -155,3 +155,27 @@ def test_export_is_atomic(parts, tmp_path, monkeypatch):
         translator.export(target)
     assert marker.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no staging left over
+    monkeypatch.undo()
+    # Replacing its own export: the marker lists exactly what the SavedModel wrote.
+    assert translator.export(target) == str(target)
+    assert tf.saved_model.load(str(target)).signatures["serving_default"] is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_export_refuses_what_tfblocks_did_not_write(exported, tmp_path, monkeypatch):
+    translator, path = exported
+    with open(os.path.join(path, "tfblocks_export.json")) as f:
+        info = json.load(f)
+    assert info["kind"] == "tfblocks-export" and "saved_model.pb" in info["files"]
+    users = tmp_path / "results"
+    users.mkdir()
+    (users / "notes.txt").write_bytes(b"mine\n")
+    with pytest.raises(ValueError, match=r"`path` is an existing directory.*results"):
+        translator.export(users)
+    assert sorted(p.name for p in users.iterdir()) == ["notes.txt"]
+    assert (users / "notes.txt").read_bytes() == b"mine\n"
+    monkeypatch.chdir(users)
+    for bad in ["", "."]:
+        with pytest.raises(ValueError, match=rf"`path`.*path={bad!r}"):
+            translator.export(bad)
+    assert sorted(p.name for p in users.iterdir()) == ["notes.txt"]
