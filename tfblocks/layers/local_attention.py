@@ -46,6 +46,19 @@ def _length(x):
     return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
 
 
+def _visible(query_pos, key_pos, window, offsets, causal):
+    """The window, once for both paths: may the query at `query_pos` see `key_pos`?
+
+    True when the key's block is within `offsets` of the query's block (and, if causal,
+    the key is not later). Positions broadcast against each other.
+    """
+    query_block, key_block = query_pos // window, key_pos // window
+    ok = ops.logical_and(
+        key_block >= query_block + min(offsets), key_block <= query_block + max(offsets)
+    )
+    return ops.logical_and(ok, key_pos <= query_pos) if causal else ok
+
+
 def _blocks(x, window, pad_value=0):
     """[B, L, ...] -> padded to a multiple of window -> [B, nb, window, ...]."""
     length = _length(x)
@@ -127,14 +140,15 @@ class LocalMultiHeadAttention(MultiHeadAttention):
             _utils.check_mask_shape("value_mask", value_mask, tuple(value.shape[:2]))
             real = ops.logical_and(_blocks(ops.cast(value_mask, "bool"), r, False), real)
         mask = ops.expand_dims(_neighbours(real, offsets, False), 2)  # [B|1, nb, 1, W]
-        if causal:
-            # Absolute positions of the window's key slots and of the queries.
-            block_start = ops.arange(ops.shape(positions)[1], dtype="int32") * r  # [nb]
-            slots = ops.convert_to_tensor([o * r + i for o in offsets for i in range(r)], "int32")
-            key_pos = ops.expand_dims(block_start, 1) + ops.expand_dims(slots, 0)  # [nb, W]
-            query_pos = ops.expand_dims(block_start, 1) + ops.arange(r, dtype="int32")  # [nb, r]
-            allowed = ops.expand_dims(key_pos, 1) <= ops.expand_dims(query_pos, 2)  # [nb, r, W]
-            mask = ops.logical_and(mask, ops.expand_dims(allowed, 0))  # [B|1, nb, r, W]
+        # Absolute positions of the queries and of the window's key slots.
+        block_start = ops.arange(ops.shape(positions)[1], dtype="int32") * r  # [nb]
+        slots = ops.convert_to_tensor([o * r + i for o in offsets for i in range(r)], "int32")
+        key_pos = ops.expand_dims(block_start, 1) + ops.expand_dims(slots, 0)  # [nb, W]
+        query_pos = ops.expand_dims(block_start, 1) + ops.arange(r, dtype="int32")  # [nb, r]
+        allowed = _visible(
+            ops.expand_dims(query_pos, 2), ops.expand_dims(key_pos, 1), r, offsets, causal
+        )  # [nb, r, W]
+        mask = ops.logical_and(mask, ops.expand_dims(allowed, 0))  # [B|1, nb, r, W]
         if query_mask is not None:
             _utils.check_mask_shape("query_mask", query_mask, tuple(query.shape[:2]))
             query_ok = _blocks(ops.cast(query_mask, "bool"), r, False)  # [B, nb, r]
@@ -165,16 +179,17 @@ class LocalMultiHeadAttention(MultiHeadAttention):
         else:
             logits = ops.einsum("bnqhd,bnkhd->bhnqk", qb, kw)  # [B, H, nb, r, W]
             # Softmax in float32 even under mixed precision.
-            weights = _utils.masked_softmax(logits, ops.expand_dims(mask.mask, 1))
+            weights = _utils.masked_softmax(
+                logits, ops.expand_dims(mask.mask, 1)
+            )  # [B, H, nb, r, W]
             dropped = self.dropout_layer(ops.cast(weights, v.dtype), training=training)
             out = ops.einsum("bhnqk,bnkhd->bnqhd", dropped, vw)  # [B, nb, r, H, dv]
         out = ops.reshape(out, (batch, num_blocks * r, *out.shape[-2:]))  # [B, nb·r, H, dv]
         return out[:, :length], weights  # [B, L, H, dv]
 
     def _cache_mask(self, rows, cols):
-        # The causal window of masked_local_attention_1d: own block and the previous one.
-        r = self.window
-        return ops.logical_and(cols <= rows, cols // r >= rows // r - 1)
+        # Cached decoding is causal: masked_local_attention_1d's own + previous block.
+        return _visible(rows, cols, self.window, _OFFSETS["causal"], causal=True)
 
     def get_config(self):
         config = super().get_config()
