@@ -21,7 +21,6 @@ os.environ.setdefault("TFBLOCKS_QUIET", "1")  # no TensorFlow C++ log lines (--v
 
 import tfblocks  # isort: skip  (first, so that TensorFlow loads quietly)
 import keras
-import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
