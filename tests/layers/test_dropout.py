@@ -1,4 +1,9 @@
-"""Tests for tfblocks.layers.HashDropout and its counter-hash bits."""
+"""Tests for tfblocks.layers.HashDropout and its counter-hash bits.
+
+Under XLA the layer's mask is `hash_bits`; elsewhere it is Keras' own dropout
+(`keras.random.dropout`), so the two paths give different masks for one seed. The
+bits themselves (`hash_bits`) are the same with and without XLA.
+"""
 
 import keras
 import numpy as np
@@ -8,7 +13,7 @@ import tensorflow as tf
 from tests.layers.harness import run_layer_test
 from tfblocks import TransformerBlock
 from tfblocks.layers import HashDropout
-from tfblocks.layers.dropout import hash_bits
+from tfblocks.layers.dropout import flat_size, hash_bits, in_xla_context, position_bits
 
 
 def _np(x):
@@ -17,6 +22,14 @@ def _np(x):
 
 def _mask(layer, shape):
     return _np(layer(np.ones(shape, "float32"), training=True)) != 0
+
+
+def _xla(layer):
+    return tf.function(lambda x: layer(x, training=True), jit_compile=True)
+
+
+def _u32(values):
+    return tf.constant(np.array(values, dtype=np.uint64).astype(np.uint32))
 
 
 def test_layer_harness(tmp_path):
@@ -158,3 +171,99 @@ def test_transformer_block_dropout_uses_hash_bits():
     a, b = _np(block(x, training=True)), _np(block(x, training=True))
     assert not np.allclose(a, b)  # a fresh mask per call
     np.testing.assert_array_equal(_np(block(x)), _np(block(x)))  # inference: none
+
+
+# --- Which path: hash bits under XLA, Keras' dropout elsewhere ----------------------
+
+
+def test_in_xla_context_only_inside_compiled_functions():
+    seen = {}
+
+    def probe(name):
+        seen[name] = in_xla_context()
+        return tf.constant(0)
+
+    probe("eager")
+    tf.function(lambda: probe("graph"))()
+    tf.function(lambda: probe("xla"), jit_compile=True)()
+    tf.function(lambda: tf.function(lambda: probe("nested"))(), jit_compile=True)()
+    assert seen == {"eager": False, "graph": False, "xla": True, "nested": True}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
+def test_without_xla_the_layer_is_keras_dropout(compiled):
+    x = np.random.default_rng(4).normal(size=(16, 40)).astype("float32")
+    ours, theirs = HashDropout(0.3, seed=9), keras.layers.Dropout(0.3, seed=9)
+    run = (lambda f: tf.function(f)) if compiled else (lambda f: f)
+    for _ in range(2):  # same seed stream: the same masks, call after call
+        a = _np(run(lambda v: ours(v, training=True))(x))
+        b = _np(run(lambda v: theirs(v, training=True))(x))
+        np.testing.assert_array_equal(a, b)
+
+
+def test_under_xla_the_mask_is_the_hash():
+    layer = HashDropout(0.25, seed=6)
+    run = _xla(layer)
+    shape = (8, 5, 33)
+    for call in range(2):  # the seed generator's state is [seed, call]
+        y = _np(run(tf.ones(shape)))
+        bits = _np(hash_bits(shape, tf.constant([6, call], tf.int64)))
+        np.testing.assert_array_equal(y != 0, bits >= round(0.25 * 2**24))
+        assert set(np.unique(y)) == {0.0, np.float32(1 / 0.75)}
+
+
+# --- Sizes of 2^31 elements and more, without allocating them -----------------------
+
+
+def test_flat_size_is_exact_beyond_int32():
+    assert flat_size((64, 8, 2048, 2048)) == 2**31  # attention weights of an ordinary GPU
+    assert flat_size((3, 2**40, 1000)) == 3 * 2**40 * 1000
+    # Dynamic dims arrive as int32 scalars from `ops.shape`: the product is int64.
+    dims = [tf.constant(64), 8, tf.constant(2048), tf.constant(2048)]
+    size = flat_size(dims)
+    assert size.dtype == tf.int64 and int(size) == 2**31
+    assert int(flat_size([tf.constant(2**20)] * 3)) == 2**60
+    assert int(flat_size(tf.constant([64, 8, 2048, 2048]))) == 2**31  # a tf.shape tensor
+
+
+def test_hash_bits_traces_for_shapes_of_2_31_elements_and_more():
+    """Building the graph (no allocation) works where int32 positions used to fail."""
+    for shape in [(64, 8, 2048, 2048), (2**33,), (None, 8, 2048, 2048)]:
+        fn = tf.function(lambda x: hash_bits(tf.shape(x), tf.constant([1, 2])))
+        graph = fn.get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph
+        ranges = [op for op in graph.get_operations() if op.type == "Range"]
+        assert [op.get_attr("Tidx") for op in ranges] == [tf.int64], shape
+
+
+def test_bits_below_2_32_are_those_of_the_int32_version():
+    # hash_bits((4, 5), [3, 4]) of the version that counted positions in int32.
+    bits = _np(hash_bits((4, 5), tf.constant([3, 4], tf.int64))).ravel()
+    assert bits[:6].tolist() == [12483775, 15974395, 5590871, 7602224, 6682749, 14980475]
+    assert bits[-3:].tolist() == [5457666, 12260982, 8999840]
+    dynamic = tf.function(
+        lambda x: hash_bits(tf.shape(x), tf.constant([3, 4])),
+        input_signature=[tf.TensorSpec((None, 5))],
+    )
+    np.testing.assert_array_equal(_np(dynamic(tf.zeros((4, 5)))).ravel(), bits)
+
+
+def test_positions_beyond_2_32_get_their_own_bits():
+    seed = tf.constant([11, 0], tf.int64)
+    positions = [2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**40, 2**62 + 5]
+    index = np.array(positions, dtype=np.uint64)
+    bits = _np(position_bits(_u32(index & 0xFFFFFFFF), _u32(index >> 32), seed))
+    assert len(set(bits.tolist())) == len(positions)
+    # A high word of 0 is the same as none.
+    assert bits[1] == _np(position_bits(_u32([2**31]), None, seed))[0]
+    # A block of 1M positions 2^32 apart from another (same low words): uncorrelated,
+    # uniform bits, not a copy.
+    lo = _u32(np.arange(1 << 20))
+    u = [
+        _np(position_bits(lo, _u32(np.full(1 << 20, hi)), seed)).astype(np.float64)
+        for hi in (0, 1, 2**30)
+    ]
+    for a, b in [(0, 1), (0, 2), (1, 2)]:
+        assert abs(np.corrcoef(u[a], u[b])[0, 1]) < 0.01
+    counts = np.bincount((u[1].astype(np.int64) >> 16), minlength=256)
+    expected = u[1].size / 256
+    assert ((counts - expected) ** 2 / expected).sum() < 360  # chi-square, df 255

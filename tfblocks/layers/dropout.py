@@ -1,25 +1,47 @@
-"""Dropout whose random bits come from a counter hash instead of the Philox generator.
+"""Dropout whose random bits come from a counter hash when XLA compiles the step.
 
 `keras.layers.Dropout` draws its mask with `tf.random.stateless_uniform`, which XLA lowers
 to a Philox bit generator. On CPUs that generator costs about 13 ns per element, more
 than the matmul the dropout follows: in `benchmarks/profile_step.py` it took a quarter of
 a training step. Dropout needs independent-looking bits, not a cryptographic stream, so
-`HashDropout` computes each element's bits as a pure function of (seed, flat position)
-with two rounds of a 32-bit integer finalizer (xor-shift / multiply, the MurmurHash3
-`fmix32` constants). These are element-wise integer ops that XLA fuses into the multiply:
-15.7× cheaper than Keras' Dropout under XLA on the benchmark machine. Without XLA each op
-runs separately and the hash is slower (0.70×); see `benchmarks/dropout.py`.
+under XLA `HashDropout` computes each element's bits as a pure function of (seed, flat
+position) with two rounds of a 32-bit integer finalizer (xor-shift / multiply, the
+MurmurHash3 `fmix32` constants). These are element-wise integer ops that XLA fuses into
+the multiply: about 15× cheaper than Keras' Dropout under XLA (`benchmarks/dropout.py`).
+
+Without XLA each of those ops would run as its own kernel over the whole tensor, slower
+than TensorFlow's fused dropout kernel, so outside an XLA-compiled function (eager, or a
+`tf.function` without `jit_compile`) the layer draws its mask exactly like
+`keras.layers.Dropout` (`keras.random.dropout` on the same seed generator) and costs the
+same. The two paths give different masks for the same seed; each is reproducible. The
+test is TensorFlow's own: is the graph being built inside an XLA context (what
+`tf.function(jit_compile=True)` and TPU replication set)?
+
+Size: the element count and the flat position are int64 (the position split into two
+32-bit words for the hash), so any tensor below 2⁶³ elements gets distinct positions; a
+tensor of ≥ 2³¹ elements, e.g. attention weights at batch 64 × 8 heads × 2048², is an
+ordinary GPU shape. Below 2³² elements the high word is 0 and the bits are those of the
+earlier int32 version. Under XLA the int64 positions cost no measurable time (they fuse
+with the hash).
 
 The seed changes on every call (a Keras `SeedGenerator`, exactly as Keras' own Dropout),
-so every training step sees a fresh mask; a given seed always gives the same mask, with
-or without XLA. Keep probability is quantized to 2⁻²⁴.
+so every training step sees a fresh mask. Keep probability is quantized to 2⁻²⁴ on the
+hash path.
 """
+
+import math
 
 import keras
 import numpy as np
+import tensorflow as tf
 from keras import ops
 
 from tfblocks.layers import _utils
+
+try:  # TensorFlow's test for "inside an XLA-compiled function" (not public API).
+    from tensorflow.python.ops import control_flow_util as _control_flow_util
+except ImportError:  # pragma: no cover - another TensorFlow layout: always hash
+    _control_flow_util = None
 
 # MurmurHash3's 32-bit finalizer constants (odd multipliers with good avalanche).
 _MUL_1 = 0x85EBCA6B
@@ -41,8 +63,74 @@ def _fmix32(h):
     return ops.bitwise_xor(h, ops.right_shift(h, _u32(16)))
 
 
+def in_xla_context():
+    """True while tracing inside an XLA-compiled function (`jit_compile=True`, TPU).
+
+    Example:
+    >>> in_xla_context()
+    False
+    >>> bool(tf.function(lambda: tf.constant(in_xla_context()), jit_compile=True)())
+    True
+    """
+    if _control_flow_util is None:
+        return True  # cannot tell: the hash is correct everywhere, only slower
+    if tf.executing_eagerly():
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return bool(_control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+def flat_size(shape):
+    """The element count of `shape`: a Python int when static, else an int64 scalar.
+
+    `shape` is a tuple of ints and / or scalar tensors (`keras.ops.shape`) or a 1-D
+    shape tensor (`tf.shape`).
+
+    Never int32, so counts of 2³¹ and more neither overflow nor wrap.
+
+    Example:
+    >>> flat_size((64, 8, 2048, 2048))
+    2147483648
+    """
+    if tf.is_tensor(shape):  # a shape tensor, e.g. tf.shape(x)
+        return ops.prod(ops.cast(shape, "int64"))
+    if all(isinstance(d, (int, np.integer)) for d in shape):
+        return math.prod(int(d) for d in shape)
+    dims = [ops.cast(d, "int64") for d in shape]  # some dims are int32 scalar tensors
+    return math.prod(dims[1:], start=dims[0])
+
+
+def position_bits(lo, hi, seed):
+    """24 bits for each position `hi · 2³² + lo`, as int32 in [0, 2²⁴).
+
+    Args:
+        lo: uint32 tensor, the low word of each flat position.
+        hi: uint32 tensor (broadcast against `lo`) with the high word, or None for 0.
+        seed: integer tensor of shape `[2]`; only the low 32 bits of each word are used.
+
+    Example:
+    >>> seed = keras.ops.convert_to_tensor([1, 2])
+    >>> lo = keras.ops.convert_to_tensor(np.array([5, 5], "uint32"))
+    >>> hi = keras.ops.convert_to_tensor(np.array([0, 1], "uint32"))
+    >>> a, b = keras.ops.convert_to_numpy(position_bits(lo, hi, seed))
+    >>> int(a) == int(position_bits(lo[:1], None, seed)[0]), int(a) != int(b)
+    (True, True)
+    """
+    words = ops.cast(ops.bitwise_and(ops.cast(seed, "int64"), 0xFFFFFFFF), "uint32")
+    key_a = _fmix32(ops.add(words[0], _u32(_SEED_OFFSET)))
+    key_b = _fmix32(ops.bitwise_xor(words[1], key_a))
+    if hi is not None:
+        # Multiplying by an odd constant is a bijection of uint32, and 0 ↦ 0: every high
+        # word gets its own key, and positions below 2³² keep the int32 path's bits.
+        key_b = ops.bitwise_xor(key_b, ops.multiply(hi, _u32(_MUL_1)))
+    h = _fmix32(ops.add(_fmix32(ops.bitwise_xor(lo, key_a)), key_b))
+    return ops.cast(ops.right_shift(h, _u32(8)), "int32")  # top 24 bits, exact in int32
+
+
 def hash_bits(shape, seed):
     """24 pseudo-random bits per element, as int32 in [0, 2²⁴), from a `[2]` int seed.
+
+    Element `i` (row-major flat position) gets `position_bits` of `i`.
 
     Args:
         shape: the output shape (may contain dynamic sizes).
@@ -54,14 +142,10 @@ def hash_bits(shape, seed):
     >>> bool(keras.ops.all(a == b)), a.dtype.name, bool(keras.ops.all(a < 2**24))
     (True, 'int32', True)
     """
-    words = ops.cast(ops.bitwise_and(ops.cast(seed, "int64"), 0xFFFFFFFF), "uint32")
-    key_a = _fmix32(ops.add(words[0], _u32(_SEED_OFFSET)))
-    key_b = _fmix32(ops.bitwise_xor(words[1], key_a))
-    size = ops.prod(ops.convert_to_tensor(shape, dtype="int32"))
-    index = ops.cast(ops.arange(size, dtype="int32"), "uint32")  # [prod(shape)]
-    h = _fmix32(ops.add(_fmix32(ops.bitwise_xor(index, key_a)), key_b))
-    h = ops.cast(ops.right_shift(h, _u32(8)), "int32")  # top 24 bits, exact in int32
-    return ops.reshape(h, shape)  # [*shape]
+    index = ops.arange(flat_size(shape), dtype="int64")  # [size]
+    lo = ops.cast(ops.bitwise_and(index, 0xFFFFFFFF), "uint32")
+    hi = ops.cast(ops.right_shift(index, 32), "uint32")
+    return ops.reshape(position_bits(lo, hi, seed), shape)  # [*shape]
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -69,7 +153,9 @@ class HashDropout(keras.layers.Layer):
     """Inverted dropout (`x / (1 - rate)` where kept, 0 elsewhere) with counter-hash bits.
 
     A drop-in for `keras.layers.Dropout(rate, seed=seed)` without `noise_shape`; see the
-    module docstring for why. Every tfblocks layer uses it for its dropout.
+    module docstring for why. Under XLA the mask comes from `hash_bits`; elsewhere the
+    layer computes exactly what `keras.layers.Dropout` computes. Every tfblocks layer
+    uses it for its dropout.
 
     Args:
         rate: fraction of the elements to zero, in [0, 1).
@@ -105,6 +191,8 @@ class HashDropout(keras.layers.Layer):
     def call(self, inputs, training=False):
         if not training or self.rate == 0:
             return inputs
+        if not in_xla_context():  # TensorFlow's fused dropout kernel, as Keras' Dropout
+            return keras.random.dropout(inputs, self.rate, seed=self.seed_generator)
         bits = hash_bits(ops.shape(inputs), self.seed_generator.next())
         keep = ops.greater_equal(bits, round(self.rate * (1 << 24)))
         scale = ops.cast(1.0 / (1.0 - self.rate), inputs.dtype)
