@@ -76,18 +76,17 @@ def check_last_dim(name, x, expected, built_for="the layer was built for it"):
         )
 
 
-def check_same_dim(axis, what, **named):
-    """Raises `ValueError` when the static sizes of axis `axis` of `named` differ.
+def check_same_dim(axis, what, named):
+    """Raises `ValueError` when the static sizes of axis `axis` differ across `named`.
 
-    Unknown (None) sizes are skipped, so symbolic inputs with a free batch pass.
+    `named` maps argument names to tensors (None entries are skipped). Unknown (None)
+    sizes are skipped too, so symbolic inputs with a free batch pass.
     """
-    known = {name: _shape(x)[axis] for name, x in named.items() if x is not None}
-    sizes = {size for size in known.values() if size is not None}
-    if len(sizes) > 1:
-        shapes = " and ".join(f"{name}.shape={_shape(named[name])}" for name in known)
-        raise ValueError(
-            f"{', '.join(f'`{n}`' for n in known)} must have the same {what}, got {shapes}."
-        )
+    known = {name: _shape(x) for name, x in named.items() if x is not None}
+    if len({shape[axis] for shape in known.values() if shape[axis] is not None}) > 1:
+        names = ", ".join(f"`{name}`" for name in known)
+        shapes = " and ".join(f"{name}.shape={shape}" for name, shape in known.items())
+        raise ValueError(f"{names} must have the same {what}, got {shapes}.")
 
 
 def is_concrete(x):

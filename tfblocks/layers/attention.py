@@ -180,8 +180,8 @@ class MultiHeadAttention(keras.layers.Layer):
         _utils.check_rank("value", value, layout)
         if key is not None:
             _utils.check_rank("key", key, layout)
-            _utils.check_same_dim(1, "length", value=value, key=key)
-        _utils.check_same_dim(0, "batch size", query=query, value=value, key=key)
+            _utils.check_same_dim(1, "length", {"value": value, "key": key})
+        _utils.check_same_dim(0, "batch size", {"query": query, "value": value, "key": key})
         for name, x in (("query", query), ("value", value), ("key", key)):
             if x is not None:
                 _utils.check_last_dim(name, x, self._input_dims[name])
@@ -299,7 +299,7 @@ class MultiHeadAttention(keras.layers.Layer):
         layout = ("batch", "max_length", "heads", "depth")
         _utils.check_rank("cache['key']", cache["key"], layout)
         _utils.check_rank("cache['value']", cache["value"], layout)
-        _utils.check_same_dim(0, "batch size", query=query, cache_key=cache["key"])
+        _utils.check_same_dim(0, "batch size", {"query": query, "cache['key']": cache["key"]})
         q = self._project_query(query)  # [B, T, H, dk], scaled
         k, v = cache["key"], cache["value"]  # [B, S_max, H, dk], [B, S_max, H, dv]
         if cache_index is None:

@@ -253,7 +253,7 @@ class TransformerBlock(keras.layers.Layer):
         _utils.check_rank("x", x, layout)
         if context is not None:
             _utils.check_rank("context", context, layout)
-            _utils.check_same_dim(0, "batch size", x=x, context=context)
+            _utils.check_same_dim(0, "batch size", {"x": x, "context": context})
         for name, t in (("x", x), ("context", context)):
             if t is not None:
                 _utils.check_last_dim(name, t, self._input_dims[name])
