@@ -28,7 +28,8 @@ import keras
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
-from tfblocks import pipeline
+from tfblocks import evaluation, pipeline, text
+from tfblocks.models.hparams import parse_overrides
 from tfblocks.text import RUNNING_EXAMPLE
 
 
@@ -79,7 +80,7 @@ def main(argv=None):
     timer = pipeline.Timer()
 
     with timer("data"):
-        splits = pipeline.load_splits(args.corpus_dir, args.tsv, seed=args.seed)
+        splits = text.load_splits(args.corpus_dir, args.tsv, seed=args.seed)
         splits["train"] = splits["train"][: args.limit_train]
         splits["test"] = splits["test"][: args.limit_test]
         tokenizer, _ = pipeline.tokenizers_for(
@@ -88,7 +89,7 @@ def main(argv=None):
     sizes = {k: len(v) for k, v in splits.items()}
     print(f"pairs {sizes}; shared vocabulary {tokenizer.vocabulary_size} ({args.tokenizer_model})")
 
-    overrides = pipeline.parse_overrides(args.hparams_override)
+    overrides = parse_overrides(args.hparams_override)
     hp = tfblocks.hparams(args.hparams, vocab_size=tokenizer.vocabulary_size, **overrides)
     with timer("train"):
         model, history = pipeline.train(
@@ -109,7 +110,7 @@ def main(argv=None):
         model, tokenizer, hp.max_length, args.beam_size, args.alpha
     )
     with timer("evaluate"):
-        metrics, hypotheses = pipeline.evaluate(translator, splits["test"])
+        metrics, hypotheses = evaluation.evaluate(translator, splits["test"])
     print(f"test BLEU {metrics['bleu']} ({metrics['bleu_signature']}), exact match "
           f"{metrics['exact_match']:.4f} over {metrics['sentences']} sentences")  # fmt: skip
     for (source, reference), hypothesis in list(zip(splits["test"], hypotheses, strict=True))[:3]:
@@ -123,8 +124,8 @@ def main(argv=None):
         again = reloaded(text=tf.constant(samples))["translation"].numpy()
     in_memory = translator(samples).numpy()
     print(f"exported to {path}; translations (in memory | reloaded SavedModel):")
-    for text, a, b in zip(samples, in_memory, again, strict=True):
-        print(f"  {text} -> {a.decode()} | {b.decode()}")
+    for sample, a, b in zip(samples, in_memory, again, strict=True):
+        print(f"  {sample} -> {a.decode()} | {b.decode()}")
 
     metrics.update(
         preset=args.hparams,

@@ -1,35 +1,30 @@
 """The translation job end to end: corpus → tokenizer → `fit` → evaluation → export.
 
 `examples/translate.py` is a thin command line over these functions, so every step
-can also be imported and reused: `load_splits` reads the embedded phrasebook or a real
-corpus, `train` fits `build_transformer` with the t2t recipe (resumable through
-`keras.callbacks.BackupAndRestore` when given an output directory), `evaluate`
-scores translations with sacrebleu's corpus BLEU (its default `13a` tokenization,
-the WMT standard for English output) and the exact-match rate, and `Timer` keeps the
-wall time of each phase.
+can also be imported and reused: `tokenizers_for` trains (or reloads) the shared
+tokenizer, `train` fits `build_transformer` with the t2t recipe (resumable through
+`keras.callbacks.BackupAndRestore` when given an output directory), `write_metrics`
+writes metrics.json, and `Timer` keeps the wall time of each phase. The other steps
+live where they belong: `tfblocks.text.load_splits` (corpora),
+`tfblocks.models.hparams.parse_overrides`, `tfblocks.training.callbacks.TimeLimit` and
+`tfblocks.evaluation` (BLEU, chrF; the only importer of sacrebleu).
 """
 
-import dataclasses
 import json
 import os
-import random
 import time
 
 import keras
-import sacrebleu
 
 from tfblocks.export import Translator
-from tfblocks.models.hparams import HParams, hparams
 from tfblocks.models.transformer import build_transformer
 from tfblocks.text import (
     SubwordTokenizer,
-    load_phrasebook,
     make_dataset,
-    read_parallel,
-    read_tsv,
     train_tokenizers,
 )
 from tfblocks.training import compile_transformer, get_strategy
+from tfblocks.training.callbacks import TimeLimit
 
 # The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
 # which are tuned for hundreds of thousands of steps; peak rate ≈ 1.9e-3 at d=128.
@@ -54,103 +49,6 @@ class Timer:
                 timer.seconds[phase] = timer.seconds.get(phase, 0.0) + elapsed
 
         return _Phase()
-
-
-class TimeLimit(keras.callbacks.Callback):
-    """Stops `fit` at the first batch that ends after `seconds` of training."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        if not seconds > 0:
-            raise ValueError(f"`seconds` must be > 0, got seconds={seconds!r}.")
-        self.seconds = seconds
-        self.stopped_early = False
-
-    def on_train_begin(self, logs=None):
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if time.perf_counter() - self._start > self.seconds:
-            self.model.stop_training = True
-            self.stopped_early = True
-
-
-def parse_overrides(text):
-    """Parses `"key=value,key=value"` into typed `HParams` overrides.
-
-    Values are converted to the type of the field's default (bool accepts
-    true/false/1/0). Unknown keys raise `ValueError` listing the valid ones.
-    """
-    if not text:
-        return {}
-    fields = {f.name: f for f in dataclasses.fields(HParams)}
-    defaults = dataclasses.asdict(hparams("transformer_tiny"))
-    overrides = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key:
-            raise ValueError(f"`--hparams-override` items must be key=value, got {item!r}.")
-        if key not in fields:
-            raise ValueError(
-                f"Unknown hparams field {key!r} in --hparams-override; valid: {sorted(fields)}."
-            )
-        kind = type(defaults[key])
-        if kind is bool:
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(f"`{key}` must be true or false, got {key}={value!r}.")
-            overrides[key] = value.lower() in ("true", "1")
-        else:
-            try:
-                overrides[key] = kind(value)
-            except ValueError as error:
-                raise ValueError(
-                    f"`{key}` must be a {kind.__name__}, got {key}={value!r}."
-                ) from error
-    return overrides
-
-
-def _split_pairs(pairs, seed, held_out=0.02):
-    """Deterministic train/dev/test split for a corpus that comes as one file."""
-    pairs = list(pairs)
-    random.Random(seed).shuffle(pairs)
-    n = max(1, int(len(pairs) * held_out / 2))
-    return {"train": pairs[2 * n :], "dev": pairs[:n], "test": pairs[n : 2 * n]}
-
-
-def load_splits(corpus_dir=None, tsv=None, source="ja", target="en", seed=0):
-    """Train/dev/test `(source, target)` pairs.
-
-    Args:
-        corpus_dir: a folder with line-aligned `{train,dev,test}.{source,target}`
-            files (e.g. small_parallel_enja; spaces in `.ja` files are removed).
-        tsv: a Tatoeba/manythings file `English<TAB>Japanese<TAB>attribution`;
-            2 % of it is held out for dev and test.
-        source: source language suffix.
-        target: target language suffix.
-        seed: seed of the phrasebook / of the TSV split.
-
-    Returns:
-        `{"train": [...], "dev": [...], "test": [...]}`; the embedded phrasebook when
-        neither `corpus_dir` nor `tsv` is given.
-    """
-    if corpus_dir and tsv:
-        raise ValueError("Give either `corpus_dir` or `tsv`, not both.")
-    if corpus_dir:
-        return {
-            split: list(
-                read_parallel(
-                    os.path.join(corpus_dir, f"{split}.{source}"),
-                    os.path.join(corpus_dir, f"{split}.{target}"),
-                )
-            )
-            for split in ("train", "dev", "test")
-        }
-    if tsv:
-        columns = {"en": 0, "ja": 1}
-        corpus = read_tsv(tsv, src_column=columns[source], tgt_column=columns[target])
-        return _split_pairs(corpus, seed)
-    return load_phrasebook(seed=seed)
 
 
 def tokenizers_for(splits, vocab_size, model_type, output_dir=None):
@@ -218,31 +116,6 @@ def train(
         data, validation_data=dev, epochs=epochs, callbacks=callbacks, shuffle=False, verbose=1
     )
     return model, history
-
-
-def evaluate(translator, pairs, batch_size=256):
-    """Translates `pairs`' sources; returns `(metrics, hypotheses)`.
-
-    Metrics: `bleu` (sacrebleu corpus BLEU, 13a tokenization, cased), `exact_match`
-    (share of translations equal to the reference after stripping spaces at the
-    ends), and `sentences`.
-    """
-    sources = [s for s, _ in pairs]
-    references = [t for _, t in pairs]
-    hypotheses = []
-    for start in range(0, len(sources), batch_size):
-        batch = translator(sources[start : start + batch_size]).numpy()
-        hypotheses.extend(h.decode("utf-8") for h in batch)
-    metric = sacrebleu.BLEU(tokenize="13a")
-    bleu = metric.corpus_score(hypotheses, [references])
-    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True))
-    metrics = {
-        "bleu": round(bleu.score, 2),
-        "bleu_signature": str(metric.get_signature()),
-        "exact_match": exact / max(len(pairs), 1),
-        "sentences": len(pairs),
-    }
-    return metrics, hypotheses
 
 
 def make_translator(model, tokenizer, max_length, beam_size, alpha):

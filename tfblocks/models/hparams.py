@@ -204,3 +204,43 @@ def hparams(name, **overrides):
             f"{', '.join(fields)}."
         )
     return HParams(**{**PRESETS[name], **overrides})
+
+
+def parse_overrides(text):
+    """Parses `"key=value,key=value"` into typed `HParams` overrides (`--hparams-override`).
+
+    Values are converted to the type of the field's default (bool accepts
+    true/false/1/0). Unknown keys raise `ValueError` listing the valid ones.
+
+    Example:
+
+    >>> parse_overrides("hidden_size=64, norm_first=false")
+    {'hidden_size': 64, 'norm_first': False}
+    """
+    if not text:
+        return {}
+    fields = {f.name: f for f in dataclasses.fields(HParams)}
+    defaults = dataclasses.asdict(hparams("transformer_tiny"))
+    overrides = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ValueError(f"`--hparams-override` items must be key=value, got {item!r}.")
+        if key not in fields:
+            raise ValueError(
+                f"Unknown hparams field {key!r} in --hparams-override; valid: {sorted(fields)}."
+            )
+        kind = type(defaults[key])
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"`{key}` must be true or false, got {key}={value!r}.")
+            overrides[key] = value.lower() in ("true", "1")
+        else:
+            try:
+                overrides[key] = kind(value)
+            except ValueError as error:
+                raise ValueError(
+                    f"`{key}` must be a {kind.__name__}, got {key}={value!r}."
+                ) from error
+    return overrides

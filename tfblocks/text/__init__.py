@@ -1,6 +1,12 @@
 """Text pipeline: the embedded phrasebook, corpus readers, subword tokenizers and tf.data."""
 
-from tfblocks.text.corpus import Corpus, read_parallel, read_tsv, remove_japanese_spaces
+from tfblocks.text.corpus import (
+    Corpus,
+    load_splits,
+    read_parallel,
+    read_tsv,
+    remove_japanese_spaces,
+)
 from tfblocks.text.dataset import bucket_boundaries, length_summary, make_dataset
 from tfblocks.text.phrasebook import (
     RUNNING_EXAMPLE,
@@ -31,6 +37,7 @@ __all__ = [
     "generate_phrasebook",
     "length_summary",
     "load_phrasebook",
+    "load_splits",
     "make_dataset",
     "read_parallel",
     "read_tsv",

@@ -11,7 +11,10 @@ are trained on. A space is kept only between two ASCII letters or digits (`Windo
 
 import dataclasses
 import os
+import random
 import re
+
+from tfblocks.text.phrasebook import load_phrasebook
 
 # Whitespace that does not sit between two ASCII letters/digits.
 _JOINABLE_SPACE = re.compile(r"(?<![A-Za-z0-9])\s+|\s+(?![A-Za-z0-9])")
@@ -206,3 +209,46 @@ def read_tsv(
             )
         rows.append((columns[src_column], columns[tgt_column]))
     return _collect(rows, (path,), len(lines), remove_source_spaces, remove_target_spaces)
+
+
+def _split_pairs(pairs, seed, held_out=0.02):
+    """Deterministic train/dev/test split for a corpus that comes as one file."""
+    pairs = list(pairs)
+    random.Random(seed).shuffle(pairs)
+    n = max(1, int(len(pairs) * held_out / 2))
+    return {"train": pairs[2 * n :], "dev": pairs[:n], "test": pairs[n : 2 * n]}
+
+
+def load_splits(corpus_dir=None, tsv=None, source="ja", target="en", seed=0):
+    """Train/dev/test `(source, target)` pairs.
+
+    Args:
+        corpus_dir: a folder with line-aligned `{train,dev,test}.{source,target}`
+            files (e.g. small_parallel_enja; spaces in `.ja` files are removed).
+        tsv: a Tatoeba/manythings file `English<TAB>Japanese<TAB>attribution`;
+            2 % of it is held out for dev and test.
+        source: source language suffix.
+        target: target language suffix.
+        seed: seed of the phrasebook / of the TSV split.
+
+    Returns:
+        `{"train": [...], "dev": [...], "test": [...]}`; the embedded phrasebook when
+        neither `corpus_dir` nor `tsv` is given.
+    """
+    if corpus_dir and tsv:
+        raise ValueError("Give either `corpus_dir` or `tsv`, not both.")
+    if corpus_dir:
+        return {
+            split: list(
+                read_parallel(
+                    os.path.join(corpus_dir, f"{split}.{source}"),
+                    os.path.join(corpus_dir, f"{split}.{target}"),
+                )
+            )
+            for split in ("train", "dev", "test")
+        }
+    if tsv:
+        columns = {"en": 0, "ja": 1}
+        corpus = read_tsv(tsv, src_column=columns[source], tgt_column=columns[target])
+        return _split_pairs(corpus, seed)
+    return load_phrasebook(seed=seed)

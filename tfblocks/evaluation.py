@@ -1,0 +1,50 @@
+"""Translation quality: corpus BLEU and chrF (sacrebleu) and the exact-match rate.
+
+sacrebleu (the `examples` extra) is imported here and nowhere else, so the rest of
+tfblocks imports on a plain install. BLEU uses sacrebleu's default `13a`
+tokenization, the WMT standard for English output, cased; chrF is sacrebleu's
+character n-gram F-score (n = 6, β = 2).
+"""
+
+import sacrebleu
+
+
+def score(hypotheses, references):
+    """`{"bleu", "chrf", "exact_match", "sentences", "bleu_signature"}` of a corpus.
+
+    Example:
+
+    >>> m = score(["Today's lunch is curry."], ["Today's lunch is curry."])
+    >>> m["bleu"], m["chrf"], m["exact_match"]
+    (100.0, 100.0, 1.0)
+    """
+    hypotheses, references = list(hypotheses), list(references)
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"`hypotheses` and `references` must have the same length, got "
+            f"{len(hypotheses)} and {len(references)}."
+        )
+    bleu = sacrebleu.BLEU(tokenize="13a")
+    exact = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True))
+    return {
+        "bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2),
+        "chrf": round(sacrebleu.CHRF().corpus_score(hypotheses, [references]).score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "exact_match": exact / max(len(references), 1),
+        "sentences": len(references),
+    }
+
+
+def evaluate(translator, pairs, batch_size=256):
+    """Translates `pairs`' sources; returns `(metrics, hypotheses)`.
+
+    Metrics as `score`: `bleu`, `chrf`, `exact_match` (share of translations equal
+    to the reference after stripping spaces at the ends) and `sentences`.
+    """
+    sources = [s for s, _ in pairs]
+    references = [t for _, t in pairs]
+    hypotheses = []
+    for start in range(0, len(sources), batch_size):
+        batch = translator(sources[start : start + batch_size]).numpy()
+        hypotheses.extend(h.decode("utf-8") for h in batch)
+    return score(hypotheses, references), hypotheses
