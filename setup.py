@@ -23,7 +23,8 @@ setup(
         "tensorflow>=2.21,<2.22",
         "keras>=3.15,<4",
         "tensorflow-text>=2.21,<2.22",
-        "keras-nlp>=0.32,<0.33",
+        "keras-nlp>=0.32,<0.33",  # the GUIDE's dependency; it brings keras-hub
+        "keras-hub>=0.32,<0.33",  # imported: Transformer is a KerasHub Backbone (presets)
         "sentencepiece>=0.2",  # trains the subword models of tfblocks.text
         "numpy>=1.26",
     ],

@@ -25,6 +25,8 @@ from tfblocks.models import (
     build_language_model,
     build_transformer,
     hparams,
+    load_preset,
+    save_preset,
 )
 from tfblocks.training import (
     MaskedAccuracy,
@@ -67,6 +69,8 @@ __all__ = [
     "decoding",
     "get_strategy",
     "hparams",
+    "load_preset",
+    "save_preset",
     "static_batches",
     "text",
     "timing_signal",

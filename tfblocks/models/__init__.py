@@ -2,6 +2,7 @@
 
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models.hparams import PRESETS, HParams, hparams
+from tfblocks.models.preset import Preset, load_preset, save_preset
 from tfblocks.models.transformer import (
     Transformer,
     build_language_model,
@@ -17,10 +18,13 @@ __all__ = [
     "PRESETS",
     "UNK_ID",
     "HParams",
+    "Preset",
     "Transformer",
     "build_language_model",
     "build_transformer",
     "hparams",
+    "load_preset",
     "padding_mask",
+    "save_preset",
     "shift_right",
 ]

@@ -1,6 +1,6 @@
 """`Transformer`: the one model class that owns the t2t forward pass.
 
-A functional `keras.Model` subclass (the keras-hub Backbone pattern): the constructor
+A `keras_hub.models.Backbone` (a functional `keras.Model` subclass): the constructor
 creates the sublayers as attributes, traces its own `encode` / `decode` / `logits`
 methods on `keras.Input`s to build the functional graph, and `get_config` returns the
 constructor arguments, so a `.keras` file rebuilds it. Training calls the model
@@ -33,6 +33,7 @@ cross-attention over the encoder output (→ LayerNorm when Pre-LN) → softmax.
 """
 
 import keras
+import keras_hub
 from keras import ops
 
 from tfblocks import _checks
@@ -81,7 +82,7 @@ def shift_right(ids, start_id=BOS_ID):
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
-class Transformer(keras.Model):
+class Transformer(keras_hub.models.Backbone):
     """The t2t Transformer: encoder–decoder, or decoder-only with `num_encoder_layers=0`.
 
     Build it from an `HParams` with `build_transformer(hp)` /
@@ -100,7 +101,13 @@ class Transformer(keras.Model):
         norm_first: Pre-LN (each stack ends with a LayerNorm) or Post-LN.
         shared_embedding_and_softmax_weights: one matrix for the source and target
             embeddings and the softmax; otherwise each has its own.
+        dtype: dtype policy of every sublayer (e.g. `"mixed_bfloat16"`); defaults to
+            the global policy. The logits are float32 either way.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
+
+    Being a KerasHub `Backbone`, it saves and loads in the KerasHub preset layout
+    (`model.save_to_preset(dir)`, `Transformer.from_preset(dir)`; see
+    `tfblocks.models.save_preset` for the model together with its tokenizer).
 
     Example:
 
@@ -130,6 +137,7 @@ class Transformer(keras.Model):
         relu_dropout=0.0,
         norm_first=True,
         shared_embedding_and_softmax_weights=True,
+        dtype=None,
         **kwargs,
     ):
         # === Arguments ===
@@ -154,7 +162,7 @@ class Transformer(keras.Model):
 
         # === Layers ===
         def embedding(cls, name):
-            return cls(vocab_size, hidden_size, dropout=dropout, name=name)
+            return cls(vocab_size, hidden_size, dropout=dropout, dtype=dtype, name=name)
 
         def block(name, decoder):
             return TransformerBlock(
@@ -167,13 +175,16 @@ class Transformer(keras.Model):
                 causal=decoder,
                 cross_attention=decoder and has_input,
                 epsilon=LAYER_NORM_EPSILON,
+                dtype=dtype,
                 name=name,
             )
 
         def norm(name):
             if not norm_first:
                 return None
-            return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, name=name)
+            return keras.layers.LayerNormalization(
+                epsilon=LAYER_NORM_EPSILON, dtype=dtype, name=name
+            )
 
         if tied:
             self.target_embedding = embedding(_TiedEmbedding, "embedding")
@@ -184,7 +195,9 @@ class Transformer(keras.Model):
             self.source_embedding = (
                 embedding(SinusoidalEmbedding, "source_embedding") if has_input else None
             )
-            self.softmax = keras.layers.Dense(vocab_size, use_bias=False, name="softmax")
+            self.softmax = keras.layers.Dense(
+                vocab_size, use_bias=False, dtype=dtype, name="softmax"
+            )
         self.encoder_blocks = [
             block(f"encoder_layer_{i}", False) for i in range(num_encoder_layers)
         ]
@@ -203,7 +216,8 @@ class Transformer(keras.Model):
         else:
             inputs = keras.Input((None,), dtype="int32", name="ids")
             hidden = self.decode(shift_right(inputs))
-        super().__init__(inputs=inputs, outputs=self.logits(hidden), **kwargs)
+        super().__init__(inputs=inputs, outputs=self.logits(hidden), dtype=dtype, **kwargs)
+        self.token_embedding = self.target_embedding  # the Backbone convention
 
         # === Config ===
         self.vocab_size = vocab_size
@@ -370,8 +384,7 @@ class Transformer(keras.Model):
 
     def get_config(self):
         return {
-            "name": self.name,
-            "trainable": self.trainable,
+            **super().get_config(),  # name, trainable, dtype
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
             "filter_size": self.filter_size,
@@ -384,10 +397,6 @@ class Transformer(keras.Model):
             "norm_first": self.norm_first,
             "shared_embedding_and_softmax_weights": self.shared_embedding_and_softmax_weights,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
 
 
 def _check_ids(name, ids):

@@ -1,0 +1,136 @@
+"""A trained model with its tokenizer and hyper-parameters, in the KerasHub preset layout.
+
+`save_preset(model, tokenizer, path, hp)` writes a directory that KerasHub's own
+loaders read:
+
+    path/config.json              the `Transformer`'s config (`Backbone.save_to_preset`)
+    path/model.weights.h5         its weights
+    path/metadata.json            KerasHub / Keras versions, parameter count
+    path/tokenizer.json           a `keras_hub.tokenizers.SentencePieceTokenizer` config
+    path/assets/tokenizer/vocabulary.spm   the SentencePiece model
+    path/hparams.json             the `HParams` of the training recipe (tfblocks' own)
+    path/tfblocks_export.json     tfblocks' marker (see `tfblocks/_atomic.py`)
+
+so `tfblocks.Transformer.from_preset(path)` and
+`TransformerTokenizer.from_preset(path)` (a KerasHub tokenizer layer) load it too, and
+`load_preset(path)` gives back the model, a `tfblocks.text.SubwordTokenizer` and the
+`HParams`. The directory is written whole (staging folder, then a rename) and only
+replaces an earlier preset written by tfblocks.
+"""
+
+import dataclasses
+import json
+import os
+from typing import NamedTuple
+
+import keras
+import keras_hub
+
+from tfblocks._atomic import replace_directory
+from tfblocks.models.hparams import HParams
+from tfblocks.models.transformer import Transformer
+from tfblocks.text import SubwordTokenizer
+
+HPARAMS_FILE = "hparams.json"
+KIND = "tfblocks-preset"
+
+
+@keras.saving.register_keras_serializable(package="tfblocks")
+class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
+    """KerasHub's SentencePiece tokenizer layer, paired with `Transformer` presets.
+
+    The preset form of a `tfblocks.text.SubwordTokenizer` (same SentencePiece model,
+    so the same pieces; KerasHub's layer adds no EOS, ours does).
+
+    Example:
+
+    >>> from tfblocks.text import train_tokenizer
+    >>> tok = train_tokenizer(["Today's lunch is curry."] * 20, vocab_size=30)
+    >>> TransformerTokenizer(proto=tok.proto).vocabulary_size() == tok.vocabulary_size
+    True
+    """
+
+    backbone_cls = Transformer
+
+
+class Preset(NamedTuple):
+    """What `load_preset` returns."""
+
+    model: Transformer
+    tokenizer: SubwordTokenizer
+    hparams: HParams | None
+
+
+def save_preset(model, tokenizer, path, hp=None):
+    """Writes `model`, `tokenizer` (and `hp`) to `path` in the KerasHub preset layout.
+
+    Args:
+        model: a `tfblocks.Transformer`.
+        tokenizer: its `tfblocks.text.SubwordTokenizer` (shared vocabulary).
+        path: the preset directory; refused if it exists and is not a preset written by
+            tfblocks (see `tfblocks/_atomic.py`).
+        hp: optional `HParams` of the training recipe, stored as `hparams.json`.
+
+    Returns:
+        `path`, absolute.
+
+    Example:
+
+    >>> import tempfile, os
+    >>> import tfblocks
+    >>> from tfblocks.text import train_tokenizer
+    >>> tok = train_tokenizer(["Today's lunch is curry."] * 20, vocab_size=30)
+    >>> hp = tfblocks.hparams("transformer_tiny", vocab_size=tok.vocabulary_size)
+    >>> path = save_preset(tfblocks.build_transformer(hp), tok,
+    ...                    os.path.join(tempfile.mkdtemp(), "preset"), hp)
+    >>> loaded = load_preset(path)
+    >>> loaded.hparams == hp, loaded.tokenizer.vocabulary_size == tok.vocabulary_size
+    (True, True)
+    """
+    if not isinstance(model, Transformer):
+        raise ValueError(
+            f"`model` must be a tfblocks.Transformer, got {type(model).__name__} '{model.name}'."
+        )
+    if tokenizer.vocabulary_size > model.vocab_size:
+        raise ValueError(
+            f"`tokenizer` has {tokenizer.vocabulary_size} ids but the model's vocabulary has "
+            f"only {model.vocab_size}."
+        )
+    if hp is not None and not isinstance(hp, HParams):
+        raise ValueError(f"`hp` must be an HParams or None, got {type(hp).__name__}.")
+
+    def write(staging):
+        model.save_to_preset(staging)
+        keras_tokenizer = TransformerTokenizer(proto=tokenizer.proto)
+        keras_tokenizer.save_to_preset(staging)
+        if hp is not None:
+            with open(os.path.join(staging, HPARAMS_FILE), "w", encoding="utf-8") as f:
+                json.dump(dataclasses.asdict(hp), f, indent=2)
+
+    return replace_directory(path, write, kind=KIND)
+
+
+def load_preset(path):
+    """Loads what `save_preset` wrote: `Preset(model, tokenizer, hparams)`.
+
+    Args:
+        path: a preset directory written by `save_preset`.
+
+    Returns:
+        A `Preset`; `hparams` is None when none was saved.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise ValueError(
+            f"`path` must be a preset directory written by save_preset (with config.json), "
+            f"got path={path!r}."
+        )
+    model = Transformer.from_preset(path)
+    keras_tokenizer = TransformerTokenizer.from_preset(path)
+    tokenizer = SubwordTokenizer(keras_tokenizer.proto)
+    hp = None
+    hparams_path = os.path.join(path, HPARAMS_FILE)
+    if os.path.exists(hparams_path):
+        with open(hparams_path, encoding="utf-8") as f:
+            hp = HParams(**json.load(f))
+    return Preset(model, tokenizer, hp)
