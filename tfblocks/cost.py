@@ -22,6 +22,8 @@ The counts mirror what tfblocks computes: blocked local attention really compute
 import dataclasses
 import math
 
+from tfblocks import _checks
+
 
 @dataclasses.dataclass(frozen=True)
 class Cost:
@@ -46,8 +48,7 @@ def total(costs):
 def _check(name, value, allow_none=False):
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {name}={value!r}.")
+    _checks.check_positive_int(name, value)
 
 
 def attention_cost(

@@ -13,26 +13,11 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-
-def check_positive_int(name, value):
-    """Raises `ValueError` unless `value` is a positive int (bools rejected)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {name}={value!r}.")
-    return value
-
-
-def check_optional_positive_int(name, value):
-    """Like `check_positive_int` but accepts `None`."""
-    if value is None:
-        return None
-    return check_positive_int(name, value)
-
-
-def check_rate(name, value):
-    """Raises `ValueError` unless `0 <= value < 1` (a dropout rate)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a float in [0, 1), got {name}={value!r}.")
-    return float(value)
+from tfblocks._checks import (  # noqa: F401  (the layers' checks: one home)
+    check_optional_positive_int,
+    check_positive_int,
+    check_rate,
+)
 
 
 def check_choice(name, value, choices):

@@ -25,6 +25,8 @@ layer counts are explicit (`num_encoder_layers`/`num_decoder_layers` instead of
 
 import dataclasses
 
+from tfblocks import _checks
+
 RSQRT_DECAY = "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size"
 LEGACY_NOAM = "legacy"
 _SCHEDULES = (RSQRT_DECAY, LEGACY_NOAM)
@@ -100,15 +102,8 @@ class HParams:
             "batch_size",
             "max_length",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive integer, got {name}={value!r}.")
-        value = self.num_encoder_layers
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(
-                "`num_encoder_layers` must be a non-negative integer (0 = decoder-only "
-                f"language model), got num_encoder_layers={value!r}."
-            )
+            _checks.check_positive_int(name, getattr(self, name))
+        _checks.check_non_negative_int("num_encoder_layers", self.num_encoder_layers)
         for name in (
             "layer_prepostprocess_dropout",
             "attention_dropout",
@@ -117,15 +112,9 @@ class HParams:
             "optimizer_adam_beta1",
             "optimizer_adam_beta2",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"`{name}` must be a float in [0, 1), got {name}={value!r}.")
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"`{name}` must be a float in [0, 1), got {name}={value!r}.")
+            _checks.check_rate(name, getattr(self, name))
         for name in ("learning_rate", "learning_rate_constant", "optimizer_adam_epsilon"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive float, got {name}={value!r}.")
+            _checks.check_positive_float(name, getattr(self, name))
         for name in ("norm_first", "shared_embedding_and_softmax_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be a bool, got {name}={getattr(self, name)!r}.")

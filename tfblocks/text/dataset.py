@@ -12,7 +12,8 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from tfblocks.text.tokenizers import PAD_ID
+from tfblocks import _checks
+from tfblocks.ids import PAD_ID
 
 _LOG = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def length_summary(pairs, source_tokenizer, target_tokenizer, max_length):
     (1, 1, [True, False])
     """
     pairs = _check_pairs(pairs)
-    max_length = _check_positive("max_length", max_length)
+    max_length = _checks.check_positive_int("max_length", max_length)
     source_lengths = source_tokenizer.tokenize([p[0] for p in pairs]).row_lengths().numpy()
     target_lengths = target_tokenizer.tokenize([p[1] for p in pairs]).row_lengths().numpy()
     keep = (source_lengths <= max_length) & (target_lengths <= max_length)
@@ -63,12 +64,6 @@ def length_summary(pairs, source_tokenizer, target_tokenizer, max_length):
         "keep": keep.tolist(),
         "lengths": np.maximum(source_lengths, target_lengths).tolist(),
     }
-
-
-def _check_positive(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive int, got {name}={value!r}.")
-    return value
 
 
 def bucket_boundaries(max_length, min_length=8, step=1.1):
@@ -88,8 +83,8 @@ def bucket_boundaries(max_length, min_length=8, step=1.1):
     >>> bucket_boundaries(24)
     [8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22]
     """
-    _check_positive("max_length", max_length)
-    _check_positive("min_length", min_length)
+    _checks.check_positive_int("max_length", max_length)
+    _checks.check_positive_int("min_length", min_length)
     if not step > 1:
         raise ValueError(f"`step` must be > 1, got step={step!r}.")
     boundaries, length = [], min_length
@@ -153,8 +148,8 @@ def make_dataset(
     >>> tuple(features["inputs"].shape), tuple(labels.shape)
     ((4, 32), (4, 32))
     """
-    batch_tokens = _check_positive("batch_tokens", batch_tokens)
-    max_length = _check_positive("max_length", max_length)
+    batch_tokens = _checks.check_positive_int("batch_tokens", batch_tokens)
+    max_length = _checks.check_positive_int("max_length", max_length)
     if batch_tokens < max_length:
         raise ValueError(
             f"`batch_tokens` must be >= `max_length` so that a longest pair fits in a batch, "

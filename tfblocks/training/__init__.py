@@ -2,11 +2,12 @@
 
 from tfblocks.training.distribute import get_strategy, static_batches
 from tfblocks.training.losses import SmoothedCrossEntropy
-from tfblocks.training.metrics import MaskedAccuracy, Perplexity
+from tfblocks.training.metrics import CrossEntropy, MaskedAccuracy, Perplexity
 from tfblocks.training.recipe import compile_transformer, learning_rate_schedule
 from tfblocks.training.schedules import NoamSchedule, RsqrtDecay
 
 __all__ = [
+    "CrossEntropy",
     "MaskedAccuracy",
     "NoamSchedule",
     "Perplexity",

@@ -67,6 +67,26 @@ def global_token_mean(total, count):
     return ops.divide_no_nan(total, count)
 
 
+def token_weights(y_true, sample_weight=None):
+    """Float32 weights `[B, T]`: 0 at padding (`y_true == PAD_ID`), else `sample_weight`
+    (`[B]` per sentence or `[B, T]` per token; 1 when None). The one place the loss and
+    the metrics decide which tokens count.
+
+    Example:
+
+    >>> import numpy as np
+    >>> np.asarray(token_weights(np.array([[5, 1, 0]]))).tolist()
+    [[1.0, 1.0, 0.0]]
+    """
+    weights = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")  # [B, T]
+    if sample_weight is not None:
+        sample_weight = ops.cast(sample_weight, "float32")
+        if len(sample_weight.shape) == 1:
+            sample_weight = ops.expand_dims(sample_weight, -1)  # [B, 1]
+        weights = weights * sample_weight
+    return weights
+
+
 @keras.saving.register_keras_serializable(package="tfblocks")
 class SmoothedCrossEntropy(keras.losses.Loss):
     """t2t label-smoothed cross-entropy over non-padding tokens.
@@ -100,17 +120,12 @@ class SmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         """Per-token losses `[B, T]`, 0 at padding."""
         losses = smoothed_token_losses(y_true, y_pred, self.label_smoothing)
-        return losses * ops.cast(ops.not_equal(y_true, PAD_ID), losses.dtype)
+        return losses * ops.cast(token_weights(y_true), losses.dtype)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
             losses = smoothed_token_losses(y_true, y_pred, self.label_smoothing)
-            weights = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")  # [B, T]
-            if sample_weight is not None:
-                sample_weight = ops.cast(sample_weight, "float32")
-                if len(sample_weight.shape) == 1:
-                    sample_weight = ops.expand_dims(sample_weight, -1)  # [B, 1]
-                weights = weights * sample_weight
+            weights = token_weights(y_true, sample_weight)  # [B, T]
             loss = global_token_mean(ops.sum(losses * weights), ops.sum(weights))
             return ops.cast(loss, self.dtype)
 

@@ -9,7 +9,7 @@ float32 logits contract of `build_transformer` without importing keras-hub.)
 import keras
 from keras import ops
 
-from tfblocks.ids import PAD_ID
+from tfblocks.training.losses import token_weights
 
 
 class _MaskedTokenMean(keras.metrics.Metric):
@@ -25,12 +25,7 @@ class _MaskedTokenMean(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         values = ops.cast(self.token_values(y_true, ops.cast(y_pred, "float32")), "float32")
-        weights = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")  # [B, T]
-        if sample_weight is not None:
-            sample_weight = ops.cast(sample_weight, "float32")
-            if len(sample_weight.shape) == 1:
-                sample_weight = ops.expand_dims(sample_weight, -1)  # [B, 1]
-            weights = weights * sample_weight
+        weights = token_weights(y_true, sample_weight)  # [B, T]
         self.total.assign_add(ops.cast(ops.sum(values * weights), self.dtype))
         self.count.assign_add(ops.cast(ops.sum(weights), self.dtype))
 
@@ -67,7 +62,38 @@ class MaskedAccuracy(_MaskedTokenMean):
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
-class Perplexity(_MaskedTokenMean):
+class CrossEntropy(_MaskedTokenMean):
+    """Mean cross-entropy without label smoothing over non-padding tokens.
+
+    t2t reports its evaluation loss without label smoothing; the training loss
+    (`SmoothedCrossEntropy`) keeps it. `compile_transformer` adds this metric, so
+    `model.evaluate` and the validation logs show `cross_entropy` next to `loss`.
+
+    Args:
+        name: metric name.
+        dtype: dtype of the accumulators.
+
+    Example:
+
+    >>> import numpy as np
+    >>> m = CrossEntropy()
+    >>> m.update_state(np.array([[1, 0]]), np.zeros((1, 2, 4)))  # uniform over 4
+    >>> round(float(m.result()), 4)  # ln 4
+    1.3863
+    """
+
+    def __init__(self, name="cross_entropy", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+
+    def token_values(self, y_true, y_pred):
+        # −log p_y = lse(z) − z_y; the same lse as the loss's, which XLA computes once.
+        ids = ops.expand_dims(ops.cast(y_true, "int32"), -1)  # [B, T, 1]
+        target = ops.squeeze(ops.take_along_axis(y_pred, ids, axis=-1), -1)  # [B, T]
+        return ops.logsumexp(y_pred, axis=-1) - target
+
+
+@keras.saving.register_keras_serializable(package="tfblocks")
+class Perplexity(CrossEntropy):
     """`exp` of the mean (unsmoothed) cross-entropy over non-padding tokens.
 
     Args:
@@ -85,12 +111,6 @@ class Perplexity(_MaskedTokenMean):
 
     def __init__(self, name="perplexity", dtype=None):
         super().__init__(name=name, dtype=dtype)
-
-    def token_values(self, y_true, y_pred):
-        # −log p_y = lse(z) − z_y; the same lse as the loss's, which XLA computes once.
-        ids = ops.expand_dims(ops.cast(y_true, "int32"), -1)  # [B, T, 1]
-        target = ops.squeeze(ops.take_along_axis(y_pred, ids, axis=-1), -1)  # [B, T]
-        return ops.logsumexp(y_pred, axis=-1) - target
 
     def result(self):
         return ops.exp(super().result())

@@ -8,7 +8,7 @@ import tensorflow as tf
 from tfblocks.models.hparams import LEGACY_NOAM
 from tfblocks.training import xla_step
 from tfblocks.training.losses import SmoothedCrossEntropy
-from tfblocks.training.metrics import MaskedAccuracy, Perplexity
+from tfblocks.training.metrics import CrossEntropy, MaskedAccuracy, Perplexity
 from tfblocks.training.schedules import NoamSchedule, RsqrtDecay
 
 
@@ -91,7 +91,7 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
     model.compile(
         optimizer=optimizer,
         loss=SmoothedCrossEntropy(hp.label_smoothing),
-        metrics=[MaskedAccuracy(), Perplexity()],
+        metrics=[MaskedAccuracy(), CrossEntropy(), Perplexity()],
         jit_compile=jit_compile,
         **compile_kwargs,
     )
