@@ -129,3 +129,13 @@ def test_model_cost_flops_match_the_traced_model():
         tf.TensorSpec((1, 9), tf.int32),
     )
     assert cost.total(cost.model_cost(hp, 12, 9)).flops == flops
+
+
+@pytest.mark.parametrize("encoders", [2, 0])
+def test_model_cost_of_the_model_object_equals_count_params(encoders):
+    from tfblocks.models import build_language_model, build_transformer, hparams
+
+    hp = hparams("transformer_tiny", vocab_size=500, num_encoder_layers=encoders,
+                 shared_embedding_and_softmax_weights=False)  # fmt: skip
+    model = (build_transformer if encoders else build_language_model)(hp)
+    assert cost.total(cost.model_cost(model, 10, 12)).params == model.count_params()

@@ -164,31 +164,51 @@ def dense_over_sequence_cost(hidden_size, length):
 
 
 def model_cost(hp, source_length, target_length):
-    """Per-component costs of `build_transformer(hp)` for one sentence pair.
+    """Per-component costs of a `tfblocks.Transformer` for one sentence pair.
 
     Args:
-        hp: an hparams object with t2t field names (`hidden_size`, `filter_size`,
-            `num_heads`, `num_encoder_layers`, `num_decoder_layers`, `vocab_size`,
-            `norm_first`, `shared_embedding_and_softmax_weights`).
-        source_length: source positions n_s.
+        hp: an `HParams`, or the `Transformer` itself (it carries the same fields:
+            `hidden_size`, `filter_size`, `num_heads`, `num_encoder_layers`,
+            `num_decoder_layers`, `vocab_size`, `norm_first`,
+            `shared_embedding_and_softmax_weights`). `num_encoder_layers=0` is the
+            decoder-only language model: no encoder, no cross-attention.
+        source_length: source positions n_s (ignored without an encoder).
         target_length: target positions n_t.
 
     Returns:
         dict with `encoder`, `decoder` (all their blocks), `final_norms`, `embedding`
         and `softmax` costs; `total(...)` of it is the whole model.
+
+    Example:
+
+    >>> from tfblocks.models import build_language_model, hparams
+    >>> lm = build_language_model(hparams("transformer_tiny", num_encoder_layers=0))
+    >>> total(model_cost(lm, None, 16)).params == lm.count_params()
+    True
     """
     d, f, h = hp.hidden_size, hp.filter_size, hp.num_heads
-    encoder = total(block_cost(d, f, h, source_length)) * hp.num_encoder_layers
+    has_input = hp.num_encoder_layers > 0
+    encoder = (
+        total(block_cost(d, f, h, source_length)) * hp.num_encoder_layers if has_input else Cost()
+    )
     decoder_block = block_cost(
-        d, f, h, target_length, context_length=source_length, cross_attention=True, causal=True
+        d,
+        f,
+        h,
+        target_length,
+        context_length=source_length if has_input else None,
+        cross_attention=has_input,
+        causal=True,
     )
     decoder = total(decoder_block) * hp.num_decoder_layers
     shared = hp.shared_embedding_and_softmax_weights
     vocab = hp.vocab_size
+    embeddings = (1 if shared else 2) if has_input else 1
+    stacks = 2 if has_input else 1
     return {
-        "embedding": Cost(vocab * d * (1 if shared else 2), 0),
+        "embedding": Cost(vocab * d * embeddings, 0),
         "encoder": encoder,
         "decoder": decoder,
-        "final_norms": Cost(2 * 2 * d if hp.norm_first else 0, 0),
+        "final_norms": Cost(stacks * 2 * d if hp.norm_first else 0, 0),
         "softmax": Cost(0 if shared else vocab * d, 2 * target_length * d * vocab),
     }
