@@ -17,7 +17,7 @@ import time
 import keras
 
 from tfblocks.export import Translator
-from tfblocks.models.transformer import build_transformer
+from tfblocks.models.builders import build_transformer
 from tfblocks.text import (
     SubwordTokenizer,
     make_dataset,

@@ -5,14 +5,9 @@ import numpy as np
 import pytest
 
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tfblocks.models.builders import build_language_model, build_transformer
 from tfblocks.models.hparams import PRESETS, hparams
-from tfblocks.models.transformer import (
-    Transformer,
-    build_language_model,
-    build_transformer,
-    padding_mask,
-    shift_right,
-)
+from tfblocks.models.transformer import Transformer, padding_mask, shift_right
 
 VOCAB = 37
 

@@ -118,6 +118,20 @@ def load_preset(path):
 
     Returns:
         A `Preset`; `hparams` is None when none was saved.
+
+    Example:
+
+    >>> import tempfile, os
+    >>> import tfblocks
+    >>> from tfblocks.text import train_tokenizer
+    >>> tok = train_tokenizer(["Today's lunch is curry."] * 20, vocab_size=30)
+    >>> hp = tfblocks.hparams("transformer_tiny", vocab_size=tok.vocabulary_size,
+    ...                       num_encoder_layers=0)
+    >>> path = save_preset(tfblocks.build_language_model(hp), tok,
+    ...                    os.path.join(tempfile.mkdtemp(), "lm"))
+    >>> model, tokenizer, saved_hp = load_preset(path)
+    >>> model.has_input, saved_hp is None
+    (False, True)
     """
     path = os.fspath(path)
     if not os.path.isfile(os.path.join(path, "config.json")):
