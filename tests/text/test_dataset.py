@@ -77,36 +77,131 @@ def test_long_pairs_are_filtered_and_counted(pairs, tokenizer, caplog):
     assert max(map(len, sources + targets)) <= 10
 
 
-def test_static_shapes_for_xla(pairs, tokenizer):
+@pytest.mark.parametrize("kwargs", [{"shapes": "max_length"}, {"static_shapes": True}])
+def test_max_length_shapes_for_xla(pairs, tokenizer, kwargs):
     dataset = text_dataset.make_dataset(
-        pairs, tokenizer, tokenizer, batch_tokens=512, max_length=32, static_shapes=True,
-        shuffle=False,
-    )  # fmt: skip
+        pairs, tokenizer, tokenizer, batch_tokens=512, max_length=32, shuffle=False, **kwargs
+    )
     features_spec, labels_spec = dataset.element_spec
     assert features_spec["inputs"].shape == features_spec["targets"].shape == (16, 32)
     assert labels_spec.shape == (16, 32)
     kept = text_dataset.length_summary(pairs, tokenizer, tokenizer, 32)["kept"]
-    assert sum(1 for _ in dataset) == len(dataset) == kept // 16  # the partial batch is dropped
+    assert kept % 16  # so that the last batch is partial
+    assert sum(1 for _ in dataset) == len(dataset) == -(-kept // 16)  # padded, not dropped
     features, _ = next(iter(dataset))  # without shuffling the order is the input order
     assert _rows(features["inputs"])[0] == _expected_rows(tokenizer, pairs[:1], 0)[0]
+    sources, targets = _all_rows(dataset)
+    assert sources.count(()) == targets.count(()) == 16 * len(dataset) - kept  # all-PAD rows
+    kept_pairs = [p for p, k in zip(pairs, text_dataset.length_summary(
+        pairs, tokenizer, tokenizer, 32)["keep"], strict=True) if k]  # fmt: skip
+    assert [s for s in sources if s] == _expected_rows(tokenizer, kept_pairs, 0)
+
+
+def test_fixed_bucket_lengths():
+    assert text_dataset.fixed_bucket_lengths(40) == [8, 16, 24, 32, 40]
+    assert text_dataset.fixed_bucket_lengths(100) == [8, 16, 24, 32, 48, 72, 100]
+    assert text_dataset.fixed_bucket_lengths(8) == [8]
+    assert text_dataset.fixed_bucket_lengths(5) == [5]
+    assert text_dataset.fixed_bucket_lengths(40, step=16) == [16, 32, 40]
+    with pytest.raises(ValueError, match="step=0"):
+        text_dataset.fixed_bucket_lengths(40, step=0)
+
+
+@pytest.mark.parametrize("bucket_lengths", [None, [12, 24]])
+def test_fixed_buckets_few_shapes_every_pair_once(pairs, tokenizer, bucket_lengths):
+    dataset = text_dataset.make_dataset(
+        pairs, tokenizer, tokenizer, batch_tokens=256, max_length=40, seed=2,
+        shapes="buckets", bucket_lengths=bucket_lengths,
+    )  # fmt: skip
+    lengths = [12, 24, 40] if bucket_lengths else [8, 16, 24, 32, 40]
+    allowed = {(256 // length, length) for length in lengths}
+    shapes, partial, sources, targets = set(), 0, [], []
+    for features, labels in dataset:
+        np.testing.assert_array_equal(features["targets"], labels)
+        shape = tuple(labels.shape)
+        assert tuple(features["inputs"].shape) == shape and shape in allowed, shape
+        shapes.add(shape)
+        low = max([0] + [length for length in lengths if length < shape[1]])
+        source_rows, target_rows = _rows(features["inputs"]), _rows(labels)
+        for source, target in zip(source_rows, target_rows, strict=True):
+            if source or target:  # a real pair, in the bucket of its longer side
+                assert low < max(len(source), len(target)) <= shape[1]
+                assert source[-1] == target[-1] == EOS
+            else:
+                partial += 1
+        pad_rows = source_rows.count(())
+        assert pad_rows == 0 or source_rows[-pad_rows:] == [()] * pad_rows  # PAD rows last
+        sources += [row for row in source_rows if row]
+        targets += [row for row in target_rows if row]
+    assert len(shapes) <= len(lengths)
+    assert partial < sum(size for size, _ in allowed)  # one partial batch per bucket at most
+    assert sum(1 for _ in dataset) == len(dataset)
+    expected = zip(
+        _expected_rows(tokenizer, pairs, 0), _expected_rows(tokenizer, pairs, 1), strict=True
+    )
+    kept = [p for p in expected if max(map(len, p)) <= 40]
+    assert sorted(zip(sources, targets, strict=True)) == sorted(kept)  # each pair exactly once
+
+
+def test_padding_rows_weigh_nothing():
+    """The loss and the metrics of a batch are those of its real rows alone."""
+    from tfblocks import MaskedAccuracy, Perplexity, SmoothedCrossEntropy
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(2, 20, size=(3, 6)).astype("int32")
+    labels[1, 4:] = PAD
+    logits = rng.normal(size=(3, 6, 20)).astype("float32")
+    padded_labels = np.concatenate([labels, np.zeros((2, 6), "int32")])  # two all-PAD rows
+    padded_logits = np.concatenate([logits, rng.normal(size=(2, 6, 20)).astype("float32")])
+    loss = SmoothedCrossEntropy(label_smoothing=0.1)
+    np.testing.assert_allclose(
+        float(loss(padded_labels, padded_logits)), float(loss(labels, logits)), rtol=1e-6
+    )
+    for metric_class in (MaskedAccuracy, Perplexity):
+        short, padded = metric_class(), metric_class()
+        short.update_state(labels, logits)
+        padded.update_state(padded_labels, padded_logits)
+        np.testing.assert_allclose(float(padded.result()), float(short.result()), rtol=1e-6)
+
+
+def test_padding_rows_through_a_tiny_model():
+    """All-PAD rows (fully masked attention) give finite outputs and leave the loss unchanged."""
+    from tfblocks import SmoothedCrossEntropy
+    from tfblocks.models import build_transformer, hparams
+
+    hp = hparams("transformer_tiny", vocab_size=30, hidden_size=16, filter_size=32)
+    model = build_transformer(hp)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(2, 30, size=(2, 8)).astype("int32")
+    ids[:, -1] = EOS
+    padded = np.concatenate([ids, np.zeros((2, 8), "int32")])
+    logits = model({"inputs": ids, "targets": ids}, training=False)
+    padded_logits = model({"inputs": padded, "targets": padded}, training=False)
+    assert np.isfinite(np.asarray(padded_logits)).all()
+    loss = SmoothedCrossEntropy()
+    np.testing.assert_allclose(
+        float(loss(padded, padded_logits)), float(loss(ids, logits)), rtol=1e-5
+    )
 
 
 def test_shuffle_changes_the_order_between_epochs(pairs, tokenizer):
     dataset = text_dataset.make_dataset(
-        pairs, tokenizer, tokenizer, batch_tokens=512, max_length=32, static_shapes=True, seed=3
+        pairs, tokenizer, tokenizer, batch_tokens=512, max_length=32, shapes="max_length", seed=3
     )
     first, second = (_rows(next(iter(dataset))[1]) for _ in range(2))
     assert first != second
 
 
-def test_input_context_shards_the_pairs(pairs, tokenizer):
+@pytest.mark.parametrize("shapes", ["dynamic", "buckets"])
+def test_input_context_shards_the_pairs(pairs, tokenizer, shapes):
     shards = []
     for index in range(2):
         context = tf.distribute.InputContext(2, index, 2)
         dataset = text_dataset.make_dataset(
-            pairs, tokenizer, tokenizer, batch_tokens=512, max_length=40, input_context=context
-        )
-        shards.append(_all_rows(dataset)[0])
+            pairs, tokenizer, tokenizer, batch_tokens=512, max_length=40, input_context=context,
+            shapes=shapes,
+        )  # fmt: skip
+        shards.append([row for row in _all_rows(dataset)[0] if row])
         assert len(dataset) == sum(1 for _ in dataset)
     assert abs(len(shards[0]) - len(shards[1])) <= 1
     assert sorted(shards[0] + shards[1]) == sorted(_expected_rows(tokenizer, pairs, 0))
@@ -134,6 +229,15 @@ def test_distribute_datasets_from_function(pairs, tokenizer):
         ({"shuffle": 1}, "shuffle=1"),
         ({"static_shapes": "yes"}, "static_shapes='yes'"),
         ({"max_length": 1}, "No pair fits in max_length=1"),
+        ({"shapes": "fixed"}, "shapes='fixed'"),
+        ({"shapes": "buckets", "static_shapes": True}, "static_shapes=True"),
+        ({"shapes": "max_length", "static_shapes": False}, "static_shapes=False"),
+        ({"bucket_lengths": [8, 16]}, "only used with shapes='buckets'"),
+        ({"shapes": "buckets", "bucket_lengths": [16, 8]}, r"bucket_lengths=\[16, 8\]"),
+        ({"shapes": "buckets", "bucket_lengths": [8, 128]}, "max_length=64"),
+        ({"shapes": "buckets", "bucket_lengths": []}, r"bucket_lengths=\[\]"),
+        ({"shapes": "buckets", "bucket_lengths": [0, 8]}, "bucket_lengths=0"),
+        ({"shapes": "buckets", "bucket_lengths": "8"}, "bucket_lengths='8'"),
     ],
 )
 def test_bad_arguments(pairs, tokenizer, kwargs, match):

@@ -1,12 +1,28 @@
 """`tf.data` pipelines from sentence pairs to `model.fit` batches.
 
 `make_dataset` tokenizes inside the `tf.data` graph with the subword tokenizers, filters pairs to
-`max_length`, and batches them either by length bucket under a token budget (t2t's `batch_size`
-counts tokens, so short sentences come in bigger batches) or, for TPU/XLA, at one fixed shape.
+`max_length`, and batches them under a token budget (t2t's `batch_size` counts tokens, so short
+sentences come in bigger batches) in one of three `shapes`:
+
+- `"dynamic"`: t2t's fine length buckets (`bucket_boundaries`), each batch padded to its longest
+  pair. Least padding, but dozens of batch shapes: XLA would compile the step for each.
+- `"buckets"`: a handful of padded lengths (`fixed_bucket_lengths`: 8, 16, 24, 32, 48, 64, …) and
+  one batch size per length (`batch_tokens // length`), so there are at most as many batch shapes
+  as lengths and XLA compiles the step once per length.
+- `"max_length"`: every batch `[batch_tokens // max_length, max_length]`: one shape (TPUs), at
+  the price of the most padding.
+
+The fixed-shape modes complete a bucket's last, partial batch with all-padding rows instead of
+dropping pairs (t2t and tf.data drop them with `drop_remainder`): the loss and the metrics weigh
+tokens by `targets != PAD_ID` (`tfblocks.training.losses.token_weights`), so such rows count for
+nothing and every pair is seen once per epoch. Sequence packing (t2t `pack_examples`) is not
+implemented: it needs segment ids in the model.
+
 The features match `tfblocks.build_transformer`: `({"inputs": src, "targets": tgt}, tgt)`; the
 model shifts the targets right itself.
 """
 
+import itertools
 import logging
 
 import numpy as np
@@ -94,6 +110,99 @@ def bucket_boundaries(max_length, min_length=8, step=1.1):
     return boundaries
 
 
+def fixed_bucket_lengths(max_length, step=8):
+    """The padded lengths of `make_dataset(shapes="buckets")`: few, so XLA compiles few shapes.
+
+    Multiples of `step` up to `4 * step`, then each 1.5× the previous (rounded up to a multiple
+    of `step`), and `max_length` last. t2t's boundaries (`bucket_boundaries`) grow by 10 % from
+    8 and give dozens of lengths; these coarsen them so that a step compiled per length is
+    compiled a handful of times, for some more padding.
+
+    Args:
+        max_length: the longest pair kept, the last length.
+        step: the granularity of the lengths (8 suits vector units and XLA's tiling).
+
+    Returns:
+        An increasing list of ints ending with `max_length`.
+
+    Example:
+
+    >>> fixed_bucket_lengths(32), fixed_bucket_lengths(64), fixed_bucket_lengths(256)
+    ([8, 16, 24, 32], [8, 16, 24, 32, 48, 64], [8, 16, 24, 32, 48, 72, 112, 168, 256])
+    """
+    max_length = _checks.check_positive_int("max_length", max_length)
+    step = _checks.check_positive_int("step", step)
+    lengths, length = [], step
+    while length < max_length:
+        lengths.append(length)
+        length = length + step if length < 4 * step else -(-length * 3 // 2 // step) * step
+    return [*lengths, max_length]
+
+
+def _check_bucket_lengths(bucket_lengths, max_length):
+    """`bucket_lengths` as an increasing list of ints ending with `max_length`."""
+    if isinstance(bucket_lengths, (str, bytes)) or not hasattr(bucket_lengths, "__iter__"):
+        raise ValueError(
+            f"`bucket_lengths` must be a list of increasing positive ints <= max_length, "
+            f"got bucket_lengths={bucket_lengths!r}."
+        )
+    lengths = list(bucket_lengths)
+    for length in lengths:
+        _checks.check_positive_int("bucket_lengths", length)
+    increasing = all(a < b for a, b in itertools.pairwise(lengths))
+    if not lengths or not increasing or lengths[-1] > max_length:
+        raise ValueError(
+            f"`bucket_lengths` must be a non-empty list of increasing positive ints <= "
+            f"max_length={max_length}, got bucket_lengths={bucket_lengths!r}."
+        )
+    return [int(length) for length in lengths[:-1]] + (
+        [int(lengths[-1])] if lengths[-1] == max_length else [int(lengths[-1]), max_length]
+    )
+
+
+def _pad_rows(ids, rows):
+    """`[b, L]` → `[rows, L]` with all-PAD rows appended (b <= rows)."""
+    missing = tf.cast(rows, tf.int32) - tf.shape(ids)[0]
+    return tf.pad(ids, [[0, missing], [0, 0]], constant_values=PAD_ID)
+
+
+def _batch_in_fixed_buckets(dataset, lengths, sizes):
+    """Batches of `sizes[i]` pairs padded to `[sizes[i], lengths[i]]`, pair → first length >= it."""
+    lengths_t = tf.constant(lengths, tf.int64)
+    sizes_t = tf.constant(sizes, tf.int64)
+
+    def bucket(source, target):  # index of the first length >= the longer side
+        longest = tf.cast(tf.maximum(tf.shape(source)[0], tf.shape(target)[0]), tf.int64)
+        return tf.reduce_sum(tf.cast(lengths_t < longest, tf.int64))
+
+    def batch(key, window):
+        length, size = lengths_t[key], sizes_t[key]
+        window = window.padded_batch(
+            size, padded_shapes=([length], [length]), padding_values=(PAD_ID, PAD_ID)
+        )  # [b <= size, length] each
+        return window.map(lambda source, target: (_pad_rows(source, size), _pad_rows(target, size)))
+
+    return dataset.group_by_window(bucket, batch, window_size_func=lambda key: sizes_t[key])
+
+
+SHAPES = ("dynamic", "buckets", "max_length")
+
+
+def _check_shapes(shapes, static_shapes):
+    """Resolves `shapes` and its older spelling `static_shapes` into one of `SHAPES`."""
+    if shapes is None:
+        return "max_length" if static_shapes else "dynamic"
+    if shapes not in SHAPES:
+        raise ValueError(f"`shapes` must be one of {SHAPES}, got shapes={shapes!r}.")
+    if static_shapes is not None and static_shapes != (shapes == "max_length"):
+        raise ValueError(
+            f"`static_shapes` is the older spelling of shapes='max_length' (True) or "
+            f"shapes='dynamic' (False); got both shapes={shapes!r} and "
+            f"static_shapes={static_shapes!r}. Pass only `shapes`."
+        )
+    return shapes
+
+
 def make_dataset(
     pairs,
     source_tokenizer,
@@ -103,7 +212,9 @@ def make_dataset(
     max_length=64,
     shuffle=True,
     seed=None,
-    static_shapes=False,
+    shapes=None,
+    bucket_lengths=None,
+    static_shapes=None,
     input_context=None,
 ):
     """Builds `({"inputs": src, "targets": tgt}, tgt)` batches for `model.fit`.
@@ -114,11 +225,19 @@ def make_dataset(
     dropped is logged (as a warning of the `tfblocks.text.dataset` logger when any were) and
     available from `length_summary`.
 
-    With `static_shapes=False` examples are grouped into t2t length buckets and each batch holds
-    at most `batch_tokens` tokens per side (batch size × padded length); with
-    `static_shapes=True` every batch is exactly `[batch_tokens // max_length, max_length]` and
-    the last partial batch is dropped, as TPUs and XLA need. Either way the dataset knows its
-    number of batches (`len(dataset)`).
+    Every batch holds at most `batch_tokens` tokens per side (batch size × padded length), in
+    the batch shapes that `shapes` chooses (see the module docstring):
+
+    - `"dynamic"` (the default): t2t length buckets, each batch padded to its longest pair; many
+      shapes, for training without XLA.
+    - `"buckets"`: sources and targets padded to the first of `bucket_lengths` that holds the
+      longer side, in batches of exactly `batch_tokens // length` rows: at most
+      `len(bucket_lengths)` shapes, for XLA (`compile_transformer(..., jit_compile=True)`).
+    - `"max_length"`: every batch exactly `[batch_tokens // max_length, max_length]`.
+
+    In the fixed-shape modes a bucket's last batch is completed with all-PAD rows, which the
+    loss and metrics ignore, so no pair is dropped. The dataset knows its number of batches
+    (`len(dataset)`).
 
     Args:
         pairs: `(source, target)` string pairs (a list, a `Corpus`, a phrasebook split).
@@ -129,7 +248,12 @@ def make_dataset(
         max_length: longest id sequence kept, EOS included.
         shuffle: shuffle the pairs each epoch (buffer = all pairs).
         seed: optional int seed of the shuffle.
-        static_shapes: pad to fixed `[batch, max_length]` batches with `drop_remainder=True`.
+        shapes: `"dynamic"`, `"buckets"` or `"max_length"`; None means `"max_length"` if
+            `static_shapes` else `"dynamic"`.
+        bucket_lengths: the padded lengths of `shapes="buckets"`, increasing, at most
+            `max_length` (which is appended if missing); default `fixed_bucket_lengths(max_length)`.
+        static_shapes: the older spelling, kept working: True = `shapes="max_length"`,
+            False = `shapes="dynamic"`; with `shapes` it must agree.
         input_context: optional `tf.distribute.InputContext` (from
             `strategy.distribute_datasets_from_function`); each input pipeline reads its shard.
 
@@ -143,10 +267,15 @@ def make_dataset(
     >>> pairs = [("今日のランチはカレーだ。", "Today's lunch is curry.")] * 8
     >>> tokenizer = train_tokenizer([t for p in pairs for t in p], vocab_size=40)
     >>> dataset = make_dataset(pairs, tokenizer, tokenizer, batch_tokens=128, max_length=32,
-    ...                        static_shapes=True)
+    ...                        shapes="max_length")
     >>> features, labels = next(iter(dataset))
     >>> tuple(features["inputs"].shape), tuple(labels.shape)
     ((4, 32), (4, 32))
+    >>> dataset = make_dataset(pairs, tokenizer, tokenizer, batch_tokens=128, max_length=32,
+    ...                        shapes="buckets", bucket_lengths=[16, 24, 32])
+    >>> features, labels = next(iter(dataset))  # 14 + 25 ids: bucket 32, 4 rows of real pairs
+    >>> tuple(features["inputs"].shape), len(dataset)
+    ((4, 32), 2)
     """
     batch_tokens = _checks.check_positive_int("batch_tokens", batch_tokens)
     max_length = _checks.check_positive_int("max_length", max_length)
@@ -156,8 +285,20 @@ def make_dataset(
             f"got batch_tokens={batch_tokens}, max_length={max_length}."
         )
     for name, value in (("shuffle", shuffle), ("static_shapes", static_shapes)):
-        if not isinstance(value, bool):
+        if not isinstance(value, bool) and not (name == "static_shapes" and value is None):
             raise TypeError(f"`{name}` must be a bool, got {name}={value!r}.")
+    shapes = _check_shapes(shapes, static_shapes)
+    if shapes == "buckets":
+        lengths = (
+            fixed_bucket_lengths(max_length)
+            if bucket_lengths is None
+            else _check_bucket_lengths(bucket_lengths, max_length)
+        )
+    elif bucket_lengths is not None:
+        raise ValueError(
+            f"`bucket_lengths` is only used with shapes='buckets', got shapes={shapes!r}, "
+            f"bucket_lengths={bucket_lengths!r}."
+        )
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise TypeError(f"`seed` must be an int or None, got seed={seed!r}.")
     pairs = _check_pairs(pairs)
@@ -190,14 +331,23 @@ def make_dataset(
     # Tokenizing 256 strings per call is much faster than one by one.
     dataset = dataset.batch(256).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.unbatch().map(unpad, num_parallel_calls=tf.data.AUTOTUNE)
-    if static_shapes:
+    if shapes == "max_length":
+        lengths = [max_length]
         batch_size = batch_tokens // max_length
         dataset = dataset.padded_batch(
             batch_size,
-            padded_shapes=([max_length], [max_length]),  # [B, max_length] each
+            padded_shapes=([max_length], [max_length]),  # [b <= B, max_length] each
             padding_values=(PAD_ID, PAD_ID),
-            drop_remainder=True,
+        ).map(
+            lambda source, target: (
+                tf.ensure_shape(_pad_rows(source, batch_size), [batch_size, max_length]),
+                tf.ensure_shape(_pad_rows(target, batch_size), [batch_size, max_length]),
+            )  # [B, max_length] each, a static shape
         )
+        sizes = [batch_size]
+    elif shapes == "buckets":
+        sizes = [batch_tokens // length for length in lengths]
+        dataset = _batch_in_fixed_buckets(dataset, lengths, sizes)
     else:
         boundaries = bucket_boundaries(max_length + 1)  # a bucket holds lengths < its boundary
         sizes = [max(1, batch_tokens // length) for length in [*boundaries, max_length + 1]]
@@ -210,17 +360,18 @@ def make_dataset(
     dataset = dataset.map(lambda source, target: ({"inputs": source, "targets": target}, target))
     # Bucketing hides the number of batches from tf.data; it only depends on how many pairs
     # fall in each bucket, so state it (Keras then shows progress and does not warn).
-    lengths = np.array(
+    pair_lengths = np.array(
         [n for n, keep in zip(summary["lengths"], summary["keep"], strict=True) if keep]
     )
     if input_context is not None:
-        lengths = lengths[input_context.input_pipeline_id :: input_context.num_input_pipelines]
-    if static_shapes:
-        batches = len(lengths) // batch_size
-    else:
-        counts = np.bincount(
-            np.searchsorted(boundaries, lengths, side="right"), minlength=len(sizes)
-        )
-        batches = int(sum(-(-count // size) for count, size in zip(counts, sizes, strict=True)))
+        pair_lengths = pair_lengths[
+            input_context.input_pipeline_id :: input_context.num_input_pipelines
+        ]
+    if shapes == "dynamic":  # bucket i holds lengths < boundaries[i]
+        bucket = np.searchsorted(boundaries, pair_lengths, side="right")
+    else:  # bucket i holds lengths <= lengths[i]
+        bucket = np.searchsorted(lengths, pair_lengths, side="left")
+    counts = np.bincount(bucket, minlength=len(sizes))
+    batches = int(sum(-(-count // size) for count, size in zip(counts, sizes, strict=True)))
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(tf.data.AUTOTUNE)
