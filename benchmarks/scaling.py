@@ -11,15 +11,19 @@ length 64, no padding) with and without XLA:
   per-replica XLA step (`tfblocks.training.xla_step`).
 
 Every process gets one CPU: `taskset -c <core>` where available (workers on different
-cores) and one intra-op and one inter-op thread. Each process trains `--warmup` untimed
-steps (tracing, XLA compilation) and then `--steps` timed steps per mode; the step time
-is the median of the per-step times (the slower worker's, for 2 workers). Each round
-runs the 1-worker process, then the 2-worker pair; figures are medians over rounds.
+cores) and one intra-op and one inter-op thread. Each process builds both models, trains
+each for `--warmup` untimed steps (tracing, XLA compilation), then alternates the modes
+`--chunks` times, `--steps` steps each, so that both see the same machine load; the
+step time is the median of the per-step times (the slower worker's, for 2 workers),
+leaving out the first step of each `fit` call (it also starts the input iterator).
+Each round runs the 1-worker process, then the 2-worker pair; figures are medians over
+rounds. The machine should be otherwise idle: two workers take both cores of a 2-core
+machine, and any other job slows them.
 
 Printed: ms/step and tokens/s per configuration, XLA / no-XLA at 2 workers, and the
 scaling efficiency = tokens/s of 2 workers / (2 × tokens/s of 1 worker), per mode.
 
-Run:  python benchmarks/scaling.py                # shape (a), about 10 minutes on 2 cores
+Run:  python benchmarks/scaling.py                # shape (a), about 5 minutes on 2 cores
       python benchmarks/scaling.py --rounds 3
       python benchmarks/scaling.py --quick        # tiny model, smoke run
 """
@@ -90,27 +94,30 @@ def worker(args):
     dataset = dataset.batch(global_batch, drop_remainder=True).repeat().with_options(options)
 
     class Timer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times = []
+
         def on_train_batch_begin(self, batch, logs=None):
             self.start = time.perf_counter()
 
         def on_train_batch_end(self, batch, logs=None):
-            times.append(time.perf_counter() - self.start)
+            self.times.append(time.perf_counter() - self.start)
 
-    result = {}
+    models, result = {}, {}
     for mode, jit_compile in MODES.items():
         keras.utils.set_random_seed(0)
         with strategy.scope() if strategy else tf.distribute.get_strategy().scope():
             model = build_transformer(hp)
             compile_transformer(model, hp, jit_compile=jit_compile, learning_rate=1e-4)
-        times = []
-        model.fit(
-            dataset,
-            epochs=1,
-            steps_per_epoch=args.warmup + args.steps,
-            verbose=0,
-            callbacks=[Timer()],
-        )
-        result[mode] = {"step_s": times[args.warmup :], "jit_compile": bool(model.jit_compile)}
+        model.fit(dataset, epochs=1, steps_per_epoch=args.warmup, verbose=0)  # trace, compile
+        models[mode] = model
+        result[mode] = {"step_s": [], "jit_compile": bool(model.jit_compile)}
+    for _ in range(args.chunks):  # A B A B …: both modes see the same machine load
+        for mode, model in models.items():
+            timer = Timer()
+            model.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0, callbacks=[timer])
+            result[mode]["step_s"] += timer.times[1:]  # not the step that starts a fit
     print(json.dumps(result), flush=True)
 
 
@@ -148,6 +155,7 @@ def run_group(args, workers):
             env.pop("TF_CONFIG", None)
         command = [sys.executable, __file__, "--worker", "--workers", str(workers)]
         command += ["--shape", args.shape, "--warmup", str(args.warmup), "--steps", str(args.steps)]
+        command += ["--chunks", str(args.chunks)]
         if shutil.which("taskset") and len(cores) >= workers:
             command = ["taskset", "-c", str(cores[index]), *command]
         procs.append(
@@ -175,18 +183,22 @@ def parse_args(argv=None):
     parser.add_argument("--shape", choices=sorted(SHAPES), default="a")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per mode")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per mode")
+    parser.add_argument(
+        "--steps", type=int, default=5, help="steps per mode and chunk (all but the first timed)"
+    )
+    parser.add_argument("--chunks", type=int, default=3, help="alternations of the two modes")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process group")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, 2 steps")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.shape, args.rounds, args.warmup, args.steps = "quick", 1, 1, 2
-    if min(args.rounds, args.warmup, args.steps) < 1:
+        args.shape, args.rounds, args.warmup, args.steps, args.chunks = "quick", 1, 1, 2, 2
+    if min(args.rounds, args.warmup, args.steps - 1, args.chunks) < 1:
         parser.error(
-            "--rounds, --warmup and --steps must be >= 1, got "
-            f"--rounds {args.rounds} --warmup {args.warmup} --steps {args.steps}"
+            "--rounds, --warmup and --chunks must be >= 1 and --steps >= 2, got "
+            f"--rounds {args.rounds} --warmup {args.warmup} --steps {args.steps} "
+            f"--chunks {args.chunks}"
         )
     return args
 
@@ -199,7 +211,8 @@ def main(argv=None):
     print(f"# start {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, load {os.getloadavg()}")
     print(
         f"shape {args.shape}: {preset} {overrides}, batch {batch} per worker × length {length}; "
-        f"{args.warmup} warm-up + {args.steps} timed steps per mode, {args.rounds} round(s); "
+        f"{args.warmup} warm-up steps, then {args.chunks} × {args.steps} steps per mode "
+        f"(modes alternating, the first of each {args.steps} untimed), {args.rounds} round(s); "
         f"one CPU per process ({'taskset' if shutil.which('taskset') else 'threads only'})"
     )
     step = {(workers, mode): [] for workers in (1, 2) for mode in MODES}
