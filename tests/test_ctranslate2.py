@@ -1,0 +1,107 @@
+"""export_ctranslate2: CTranslate2's greedy translations equal tfblocks' on a trained model."""
+
+import json
+import os
+
+import keras
+import pytest
+
+import tfblocks
+from tfblocks.export import Translator
+from tfblocks.text import load_phrasebook, train_tokenizer
+
+pytest.importorskip("ctranslate2")
+
+from tfblocks.ctranslate2_export import (
+    CTranslate2Translator,
+    build_spec,
+    export_ctranslate2,
+)
+
+MAX_LENGTH = 16
+
+
+@pytest.fixture(scope="module")
+def data():
+    pairs = load_phrasebook()["train"][:400]
+    tokenizer = train_tokenizer([side for pair in pairs for side in pair], vocab_size=300)
+    return pairs, tokenizer
+
+
+def _trained(data, **overrides):
+    """A transformer_tiny trained for a few seconds (its greedy output is not trivial)."""
+    pairs, tokenizer = data
+    keras.utils.set_random_seed(0)
+    hp = tfblocks.hparams("transformer_tiny", vocab_size=tokenizer.vocabulary_size, **overrides)
+    model = tfblocks.build_transformer(hp)
+    tfblocks.compile_transformer(model, hp, learning_rate=3e-3)
+    source = tokenizer.tokenize([s for s, _ in pairs]).to_tensor(shape=[None, MAX_LENGTH])
+    target = tokenizer.tokenize([t for _, t in pairs]).to_tensor(shape=[None, MAX_LENGTH])
+    model.fit({"inputs": source, "targets": target}, target, batch_size=32, epochs=2, verbose=0)
+    return model
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # Pre-LN, tied embeddings and softmax
+        {"norm_first": False, "shared_embedding_and_softmax_weights": False},
+    ],
+    ids=["pre_ln_tied", "post_ln_untied"],
+)
+def test_greedy_translations_equal_translator(data, overrides, tmp_path):
+    pairs, tokenizer = data
+    model = _trained(data, **overrides)
+    texts = [s for s, _ in pairs[:48]] + ["今日のランチはカレーだ。", "", "私" * 40]
+    want = Translator(model, tokenizer, tokenizer, max_length=MAX_LENGTH, beam_size=1)(texts)
+    want = [t.decode() for t in want.numpy()]
+    path = export_ctranslate2(model, tokenizer, tmp_path / "ct2")
+    got = CTranslate2Translator(path, beam_size=1, max_length=MAX_LENGTH, intra_threads=1)(texts)
+    assert len(set(want)) > 3  # the model says different things for different inputs
+    assert got == want
+    with open(os.path.join(path, "config.json")) as f:
+        config = json.load(f)
+    assert config["decoder_start_token"] == "<s>" and config["add_source_eos"] is True
+
+
+def test_vocabulary_and_quantized_export(data, tmp_path):
+    pairs, tokenizer = data
+    hp = tfblocks.hparams("transformer_tiny", vocab_size=tokenizer.vocabulary_size + 5)
+    model = tfblocks.build_transformer(hp)
+    spec = build_spec(model, tokenizer)
+    vocabulary = spec._vocabularies["target"][0]
+    assert vocabulary[:4] == ["<pad>", "</s>", "<unk>", "<s>"]
+    assert len(vocabulary) == model.vocab_size
+    assert vocabulary[-1] == f"<tfblocks_unused_{model.vocab_size - 1}>"
+    path = export_ctranslate2(model, tokenizer, tmp_path / "int8", quantization="int8")
+    out = CTranslate2Translator(path, beam_size=2, max_length=6)([pairs[0][0], " "])
+    assert len(out) == 2 and out[1] == ""
+    assert CTranslate2Translator(path)([]) == []
+
+
+def test_bad_input(data, tmp_path):
+    _, tokenizer = data
+    model = tfblocks.build_transformer(
+        tfblocks.hparams("transformer_tiny", vocab_size=tokenizer.vocabulary_size)
+    )
+    with pytest.raises(ValueError, match="quantization='int3'"):
+        export_ctranslate2(model, tokenizer, tmp_path / "a", quantization="int3")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"`output_dir`.*full"):
+        export_ctranslate2(model, tokenizer, tmp_path / "full")
+    small = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=50))
+    with pytest.raises(ValueError, match="`tokenizer` has 300 pieces"):
+        export_ctranslate2(small, tokenizer, tmp_path / "b")
+    lm = tfblocks.build_language_model(
+        tfblocks.hparams("transformer_tiny", vocab_size=300, num_encoder_layers=0)
+    )
+    with pytest.raises(ValueError, match="encoder–decoder"):
+        export_ctranslate2(lm, tokenizer, tmp_path / "c")
+    with pytest.raises(ValueError, match="model_dir="):
+        CTranslate2Translator(tmp_path / "nothing")
+    path = export_ctranslate2(model, tokenizer, tmp_path / "ok")
+    with pytest.raises(ValueError, match="beam_size=0"):
+        CTranslate2Translator(path, beam_size=0)
+    with pytest.raises(ValueError, match="single str"):
+        CTranslate2Translator(path)("今日")

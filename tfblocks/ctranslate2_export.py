@@ -1,0 +1,389 @@
+"""Export to CTranslate2: `export_ctranslate2` writes a model, `CTranslate2Translator` runs it.
+
+CTranslate2 (`pip install tfblocks[ctranslate2]`) is a C++ inference engine for
+Transformer translation models on CPUs and GPUs, with int8 / float16 weights. The
+converter fills CTranslate2's own model description (`ctranslate2.specs.TransformerSpec`)
+from a trained encoder–decoder `tfblocks.Transformer` and its SentencePiece tokenizer(s):
+
+- Pre-LN or Post-LN blocks (`pre_norm`), with the final LayerNorm of each Pre-LN stack;
+  LayerNorm epsilon 1e-6; ReLU feed-forward networks with biases; attention
+  projections without bias (q, k, v fused the way CTranslate2 stores them).
+- Embeddings × √d (`scale_embeddings`); the tied softmax reuses the target embedding
+  matrix (`h · Eᵀ`), an untied one is the model's `softmax` kernel.
+- Positions: the t2t timing signal (sin | cos concatenated, position 0 first) is
+  stored as an explicit position table (`position_encodings.encodings`) rather than
+  relying on CTranslate2's built-in sinusoid, so positions mean exactly what they
+  mean in tfblocks. The table covers `max_positions` positions (source and target).
+- Vocabulary: the SentencePiece pieces in id order (`<pad>`, `</s>`, `<unk>`, `<s>`
+  are ids 0–3), so CTranslate2 token i is tfblocks id i; ids the model has beyond the
+  tokenizer's pieces get placeholder tokens `<tfblocks_unused_i>`. The decoder starts
+  from `<s>` (BOS) and the source gets `</s>` appended (`add_source_eos`), as
+  `Translator` does.
+
+Differences that remain: CTranslate2's beam search scores hypotheses with its own
+length normalization, so beam outputs can differ from `Translator`'s t2t beam search
+in a few percent of sentences; greedy decoding (beam 1) gives the same ids.
+`CTranslate2Translator` asks CTranslate2 never to generate `<pad>` or `<s>`, as
+`tfblocks.Decoder` does.
+"""
+
+import os
+
+import numpy as np
+
+from tfblocks import _checks
+from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tfblocks.layers.embedding import timing_signal
+from tfblocks.models.transformer import LAYER_NORM_EPSILON
+
+SPECIAL_PIECES = {PAD_ID: "<pad>", EOS_ID: "</s>", UNK_ID: "<unk>", BOS_ID: "<s>"}
+QUANTIZATIONS = (
+    None,
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+    "float32",
+)
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "CTranslate2 is not installed: `pip install tfblocks[ctranslate2]`."
+        ) from error
+    return ctranslate2
+
+
+def _pieces(tokenizer, vocab_size, arg):
+    """The tokenizer's pieces in id order, padded with placeholders to `vocab_size`."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.proto)
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    for token_id, piece in SPECIAL_PIECES.items():
+        if pieces[token_id] != piece:
+            raise ValueError(
+                f"`{arg}` must name id {token_id} {piece!r} (as `train_tokenizer` does), "
+                f"got {pieces[token_id]!r}."
+            )
+    if len(pieces) > vocab_size:
+        raise ValueError(
+            f"`{arg}` has {len(pieces)} pieces but the model's vocabulary has only {vocab_size}."
+        )
+    pieces += [f"<tfblocks_unused_{i}>" for i in range(len(pieces), vocab_size)]
+    if len(set(pieces)) != len(pieces):
+        raise ValueError(f"`{arg}` has repeated pieces; CTranslate2 needs one token per id.")
+    return pieces
+
+
+def _numpy(variable):
+    return np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable, "float32")
+
+
+def _linear(spec, dense):
+    """Keras `Dense` (kernel `[in, out]`) → CTranslate2 linear (weight `[out, in]`)."""
+    spec.weight = _numpy(dense.kernel).T.copy()
+    if dense.use_bias:
+        spec.bias = _numpy(dense.bias)
+
+
+def _fused(spec, denses):
+    """Several bias-free projections of one input, concatenated along the outputs."""
+    spec.weight = np.concatenate([_numpy(d.kernel).T for d in denses], axis=0)
+    if any(d.use_bias for d in denses):
+        spec.bias = np.concatenate(
+            [_numpy(d.bias) if d.use_bias else np.zeros(d.units, "float32") for d in denses]
+        )
+
+
+def _layer_norm(spec, norm):
+    spec.gamma = _numpy(norm.gamma)
+    spec.beta = _numpy(norm.beta)
+
+
+def _attention(spec, attention, norm, self_attention):
+    q, k, v = attention.query_dense, attention.key_dense, attention.value_dense
+    if self_attention:
+        _fused(spec.linear[0], [q, k, v])
+    else:
+        _fused(spec.linear[0], [q])
+        _fused(spec.linear[1], [k, v])
+    _linear(spec.linear[-1], attention.output_dense)
+    _layer_norm(spec.layer_norm, norm)
+
+
+def _block(spec, block):
+    _attention(spec.self_attention, block.self_attention, block.self_attention_norm, True)
+    if block.cross_attention is not None:
+        _attention(spec.attention, block.cross_attention, block.cross_attention_norm, False)
+    _linear(spec.ffn.linear_0, block.ffn.filter_dense)
+    _linear(spec.ffn.linear_1, block.ffn.output_dense)
+    _layer_norm(spec.ffn.layer_norm, block.ffn_norm)
+
+
+def _check_model(model):
+    if not getattr(model, "has_input", False):
+        raise ValueError(
+            "`model` must be an encoder–decoder `tfblocks.Transformer` (from "
+            f"`build_transformer`), got {type(model).__name__} '{getattr(model, 'name', '')}'."
+        )
+    for block in [*model.encoder_blocks, *model.decoder_blocks]:
+        if block.activation != "relu" or block.attention_window is not None:
+            raise ValueError(
+                f"`model` block '{block.name}' has activation={block.activation!r}, "
+                f"attention_window={block.attention_window!r}; the CTranslate2 export "
+                "supports ReLU blocks with full attention."
+            )
+        if block.key_dim not in (None, model.hidden_size // model.num_heads):
+            raise ValueError(
+                f"`model` block '{block.name}' has key_dim={block.key_dim}; the CTranslate2 "
+                "export needs key_dim = hidden_size // num_heads."
+            )
+
+
+def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=1024):
+    """The `ctranslate2.specs.TransformerSpec` of `model`, weights filled in.
+
+    Arguments as `export_ctranslate2`. Useful to inspect or adjust the spec before
+    `spec.validate()`, `spec.optimize(...)` and `spec.save(dir)`.
+    """
+    _check_model(model)
+    _checks.check_positive_int("max_positions", max_positions)
+    specs = _ctranslate2().specs
+    target_tokenizer = target_tokenizer or source_tokenizer
+    common = dict(num_heads=model.num_heads, pre_norm=model.norm_first)
+    encoder = specs.TransformerEncoderSpec(model.num_encoder_layers, **common)
+    decoder = specs.TransformerDecoderSpec(model.num_decoder_layers, **common)
+    spec = specs.TransformerSpec(encoder, decoder)
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON
+    spec.config.add_source_eos = True
+    spec.config.add_source_bos = False
+    spec.config.decoder_start_token = SPECIAL_PIECES[BOS_ID]
+    spec.config.bos_token = SPECIAL_PIECES[BOS_ID]
+    spec.config.eos_token = SPECIAL_PIECES[EOS_ID]
+    spec.config.unk_token = SPECIAL_PIECES[UNK_ID]
+
+    # t2t's timing signal for positions 0 … max_positions − 1: [max_positions, d].
+    positions = _numpy(timing_signal(max_positions, model.hidden_size)[0])
+    for stack, embedding, blocks, norm in (
+        (encoder, model.source_embedding, model.encoder_blocks, model.encoder_norm),
+        (decoder, model.target_embedding, model.decoder_blocks, model.decoder_norm),
+    ):
+        embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
+        embeddings.weight = _numpy(embedding.embeddings)
+        stack.scale_embeddings = bool(embedding.scale)
+        stack.position_encodings.encodings = positions
+        for layer_spec, block in zip(stack.layer, blocks, strict=True):
+            _block(layer_spec, block)
+        if norm is not None:
+            _layer_norm(stack.layer_norm, norm)
+    if model.softmax is None:
+        decoder.projection.weight = _numpy(model.target_embedding.embeddings)  # [V, d]: h · Eᵀ
+    else:
+        _linear(decoder.projection, model.softmax)
+
+    spec.register_source_vocabulary(_pieces(source_tokenizer, model.vocab_size, "tokenizer"))
+    spec.register_target_vocabulary(_pieces(target_tokenizer, model.vocab_size, "target_tokenizer"))
+    return spec
+
+
+def export_ctranslate2(
+    model,
+    tokenizer,
+    output_dir,
+    quantization=None,
+    target_tokenizer=None,
+    max_positions=1024,
+):
+    """Writes `model` as a CTranslate2 model directory.
+
+    Args:
+        model: a trained encoder–decoder `tfblocks.Transformer` (Pre- or Post-LN,
+            tied or untied softmax, ReLU FFN, full attention).
+        tokenizer: the source `tfblocks.text.SubwordTokenizer` (also the target's
+            unless `target_tokenizer` is given).
+        output_dir: the directory to write (`model.bin`, `config.json`, the
+            vocabularies and the tokenizers' `source.model` / `target.model`); it must
+            not exist yet or be empty.
+        quantization: `None` (float32 weights) or one of CTranslate2's weight types:
+            `"int8"`, `"int8_float32"`, `"int8_float16"`, `"int8_bfloat16"`, `"int16"`,
+            `"float16"`, `"bfloat16"`, `"float32"`.
+        target_tokenizer: the target tokenizer when the vocabularies are not shared.
+        max_positions: positions covered by the stored timing-signal table: the
+            longest source (EOS included) and the longest translation it can serve.
+
+    Returns:
+        `output_dir`, absolute.
+
+    Example (training elided):
+
+    >>> import tempfile, os
+    >>> import tfblocks
+    >>> from tfblocks.text import train_tokenizer
+    >>> tok = train_tokenizer(["今日のランチはカレーだ。", "Today's lunch is curry."] * 20,
+    ...                       vocab_size=40)
+    >>> model = tfblocks.build_transformer(
+    ...     tfblocks.hparams("transformer_tiny", vocab_size=tok.vocabulary_size))
+    >>> path = export_ctranslate2(model, tok, os.path.join(tempfile.mkdtemp(), "ct2"))
+    >>> sorted(os.listdir(path))[:3]
+    ['config.json', 'model.bin', 'shared_vocabulary.json']
+    """
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"`quantization` must be one of {QUANTIZATIONS}, got quantization={quantization!r}."
+        )
+    output_dir = os.path.abspath(os.fspath(output_dir))
+    if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)):
+        raise ValueError(
+            f"`output_dir` must be a new or empty directory, got output_dir={output_dir!r}."
+        )
+    spec = build_spec(model, tokenizer, target_tokenizer, max_positions=max_positions)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    os.makedirs(output_dir, exist_ok=True)
+    spec.save(output_dir)
+    tokenizer.save(os.path.join(output_dir, "source.model"))
+    (target_tokenizer or tokenizer).save(os.path.join(output_dir, "target.model"))
+    return output_dir
+
+
+class CTranslate2Translator:
+    """Strings in, strings out, with a model written by `export_ctranslate2`.
+
+    Tokenizes with the SentencePiece model saved beside the CTranslate2 model (or the
+    one given), translates in batches with `ctranslate2.Translator`, and detokenizes.
+    Like `tfblocks.Translator`, a source is cut to its first `max_length - 1` pieces
+    (plus EOS), a translation has at most `max_length` tokens (EOS included), `<pad>`
+    and `<s>` are never generated, and a blank string translates to `""`.
+
+    Args:
+        model_dir: the directory written by `export_ctranslate2`.
+        tokenizer: the source `SubwordTokenizer`; defaults to `model_dir/source.model`.
+        target_tokenizer: the target tokenizer; defaults to `model_dir/target.model`
+            (or `tokenizer` when that file is absent).
+        beam_size: beam width; 1 is greedy decoding.
+        max_length: as `tfblocks.Translator`'s.
+        length_penalty: CTranslate2's length-penalty exponent for beam search (its
+            own normalization, not t2t's).
+        max_batch_size: sentences per CTranslate2 batch (0 = all at once).
+        device: `"cpu"`, `"cuda"` or `"auto"`.
+        compute_type: CTranslate2's compute type (`"default"` keeps the saved weights'
+            type; e.g. `"int8"`, `"float32"`).
+        intra_threads: threads per translation (CTranslate2 `intra_threads`).
+        inter_threads: translations run in parallel (CTranslate2 `inter_threads`).
+
+    Example:
+
+    >>> import tempfile, os
+    >>> import tfblocks
+    >>> from tfblocks.text import train_tokenizer
+    >>> tok = train_tokenizer(["今日のランチはカレーだ。", "Today's lunch is curry."] * 20,
+    ...                       vocab_size=40)
+    >>> model = tfblocks.build_transformer(
+    ...     tfblocks.hparams("transformer_tiny", vocab_size=tok.vocabulary_size))
+    >>> path = export_ctranslate2(model, tok, os.path.join(tempfile.mkdtemp(), "ct2"))
+    >>> translate = CTranslate2Translator(path, beam_size=1, max_length=8)
+    >>> len(translate(["今日のランチはカレーだ。", ""]))
+    2
+    """
+
+    def __init__(
+        self,
+        model_dir,
+        tokenizer=None,
+        target_tokenizer=None,
+        beam_size=4,
+        max_length=64,
+        length_penalty=0.6,
+        max_batch_size=0,
+        device="cpu",
+        compute_type="default",
+        intra_threads=0,
+        inter_threads=1,
+    ):
+        import sentencepiece
+
+        from tfblocks.text import SubwordTokenizer
+
+        ctranslate2 = _ctranslate2()
+        model_dir = os.fspath(model_dir)
+        if not os.path.isfile(os.path.join(model_dir, "model.bin")):
+            raise ValueError(
+                "`model_dir` must be a directory written by `export_ctranslate2`, got "
+                f"model_dir={model_dir!r} (no model.bin)."
+            )
+        self.beam_size = _checks.check_positive_int("beam_size", beam_size)
+        self.max_length = _checks.check_positive_int("max_length", max_length)
+        if max_length < 2:
+            raise ValueError(f"`max_length` must be at least 2, got max_length={max_length}.")
+        self.length_penalty = float(length_penalty)
+        self.max_batch_size = _checks.check_non_negative_int("max_batch_size", max_batch_size)
+        if tokenizer is None:
+            tokenizer = SubwordTokenizer.load(os.path.join(model_dir, "source.model"))
+        if target_tokenizer is None:
+            target_path = os.path.join(model_dir, "target.model")
+            target_tokenizer = (
+                SubwordTokenizer.load(target_path) if os.path.isfile(target_path) else tokenizer
+            )
+        self.model_dir = model_dir
+        self._source = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.proto)
+        self._target = sentencepiece.SentencePieceProcessor(model_proto=target_tokenizer.proto)
+        self._target_ids = {
+            self._target.id_to_piece(i): i for i in range(self._target.get_piece_size())
+        }
+        self.translator = ctranslate2.Translator(
+            model_dir,
+            device=device,
+            compute_type=compute_type,
+            intra_threads=intra_threads,
+            inter_threads=inter_threads,
+        )
+
+    def tokenize(self, texts):
+        """SentencePiece pieces of each text, cut to `max_length - 1` (EOS is added later)."""
+        rows = self._source.encode(list(texts))  # ids, without EOS
+        return [[self._source.id_to_piece(i) for i in row[: self.max_length - 1]] for row in rows]
+
+    def detokenize(self, pieces):
+        """Text of a list of target pieces (placeholders and special pieces dropped)."""
+        unk = self._target.unk_id()
+        ids = [self._target_ids.get(piece, unk) for piece in pieces]
+        return self._target.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+
+    def translate_pieces(self, texts):
+        """`(pieces, scores)` of the best hypothesis for each text (a list of str)."""
+        results = self.translator.translate_batch(
+            self.tokenize(texts),
+            beam_size=self.beam_size,
+            length_penalty=self.length_penalty,
+            max_batch_size=self.max_batch_size,
+            max_decoding_length=self.max_length,
+            min_decoding_length=0,
+            suppress_sequences=[[SPECIAL_PIECES[PAD_ID]], [SPECIAL_PIECES[BOS_ID]]],
+            return_scores=True,
+        )
+        return [r.hypotheses[0] for r in results], [r.scores[0] for r in results]
+
+    def __call__(self, texts):
+        """Translations of `texts` (a list of str), a list of str."""
+        if isinstance(texts, str):
+            raise ValueError(f"`texts` must be a list of strings, got a single str: {texts!r}.")
+        texts = list(texts)
+        bad = [t for t in texts if not isinstance(t, str)]
+        if bad:
+            raise ValueError(
+                f"`texts` must hold only str, got {type(bad[0]).__name__}: {bad[0]!r}."
+            )
+        if not texts:
+            return []
+        pieces, _ = self.translate_pieces(texts)
+        return [
+            "" if not text.strip() else self.detokenize(row)
+            for text, row in zip(texts, pieces, strict=True)
+        ]
