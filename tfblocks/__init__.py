@@ -4,6 +4,7 @@
 # tfblocks-* commands) get TensorFlow without its C++ log lines; see tfblocks/_quiet.py.
 from tfblocks import _quiet  # noqa: F401  # isort: skip
 from tfblocks import decoding, text
+from tfblocks.ctranslate2_export import CTranslate2Translator, export_ctranslate2
 from tfblocks.decoder import Decoder
 from tfblocks.export import Generator, Translator
 from tfblocks.layers import (
@@ -46,6 +47,7 @@ __all__ = [
     "EOS_ID",
     "PAD_ID",
     "UNK_ID",
+    "CTranslate2Translator",
     "Decoder",
     "DenseReluDense",
     "Generator",
@@ -67,6 +69,7 @@ __all__ = [
     "build_transformer",
     "compile_transformer",
     "decoding",
+    "export_ctranslate2",
     "get_strategy",
     "hparams",
     "load_preset",
