@@ -29,9 +29,23 @@ setup(
         "numpy>=1.26",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6", "pdoc>=15"],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "ruff>=0.6",
+            "pdoc>=15",
+            "ctranslate2>=4.5,<5",
+        ],
+        "ctranslate2": ["ctranslate2>=4.5,<5"],  # export_ctranslate2, CTranslate2Translator
         "examples": ["matplotlib>=3.8", "sacrebleu>=2.4", "tensorboard>=2.21,<2.22"],
         "docs": ["pdoc>=15"],  # `make docs`: the API reference in docs/api/
+    },
+    entry_points={
+        "console_scripts": [
+            "tfblocks-train=tfblocks.cli.train:run",
+            "tfblocks-translate=tfblocks.cli.translate:run",
+            "tfblocks-evaluate=tfblocks.cli.evaluate:run",
+        ]
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -1,28 +1,40 @@
-"""The translation job end to end: corpus → tokenizer → `fit` → evaluation → export.
+"""The translation job: corpus → tokenizer → `fit`, epoch by epoch, in a durable run folder.
 
-`examples/translate.py` is a thin command line over these functions, so every step
-can also be imported and reused: `tokenizers_for` trains (or reloads) the shared
-tokenizer, `train` fits `build_transformer` with the t2t recipe (resumable through
-`keras.callbacks.BackupAndRestore` when given an output directory), `write_metrics`
-writes metrics.json, and `Timer` keeps the wall time of each phase. The other steps
-live where they belong: `tfblocks.text.load_splits` (corpora),
-`tfblocks.models.hparams.parse_overrides`, `tfblocks.training.callbacks.TimeLimit` and
-`tfblocks.evaluation` (BLEU, chrF; the only importer of sacrebleu).
+`tfblocks-train` (and `examples/translate.py`, which calls it) is a thin command line
+over `train_run`. What the job keeps is described in `tfblocks.run`; here is what it
+does with it:
+
+- Each epoch is one `model.fit` call on a dataset shuffled with the seed and the epoch
+  number, so epoch e sees the same batches whether the run went straight through or was
+  stopped and continued. After each finished epoch the model and optimizer state, the
+  epoch's weights and the progress (epochs, total training time, history) are saved.
+- Rerunning the same command continues after the last finished epoch: after a crash,
+  a `--max-train-minutes` stop, or a finished run given a larger `--epochs`.
+- Validation: loss, token accuracy and the unsmoothed cross-entropy on the dev split
+  (Keras), plus dev BLEU and chrF (sacrebleu) of greedy translations of up to
+  `dev_sentences` dev sentences with the cached decoder, in the progress output and
+  TensorBoard. `early_stopping` stops after that many epochs without a better dev BLEU;
+  the best epoch's weights are kept and become the final model.
+- `average_last=K` averages the last K epochs' weights (t2t `avg_checkpoints`) and keeps
+  the average when its dev BLEU is at least the best single epoch's.
+
+sacrebleu (the `examples` extra) is imported only when BLEU is computed.
 """
 
+import dataclasses
+import hashlib
 import json
 import os
 import time
 
 import keras
+import tensorflow as tf
 
+from tfblocks import _checks
 from tfblocks.export import Translator
 from tfblocks.models.builders import build_transformer
-from tfblocks.text import (
-    SubwordTokenizer,
-    make_dataset,
-    train_tokenizers,
-)
+from tfblocks.run import average_weights, load_weights
+from tfblocks.text import make_dataset
 from tfblocks.training import compile_transformer, get_strategy
 from tfblocks.training.callbacks import TimeLimit
 
@@ -51,83 +63,216 @@ class Timer:
         return _Phase()
 
 
-def tokenizers_for(splits, vocab_size, model_type, output_dir=None):
-    """A shared tokenizer trained on the training split, reused from `output_dir` if saved."""
-    path = os.path.join(output_dir, "tokenizer.model") if output_dir else None
-    if path and os.path.exists(path):
-        tokenizer = SubwordTokenizer.load(path)
-        return tokenizer, tokenizer
-    tokenizer, _ = train_tokenizers(splits["train"], vocab_size=vocab_size, model_type=model_type)
-    if path:
-        os.makedirs(output_dir, exist_ok=True)
-        tokenizer.save(path)
-    return tokenizer, tokenizer
+def corpus_fingerprint(pairs):
+    """A short SHA-256 of the pairs, to tell whether a run folder saw the same corpus."""
+    digest = hashlib.sha256()
+    for source, target in pairs:
+        digest.update(source.encode("utf-8") + b"\t" + target.encode("utf-8") + b"\n")
+    return digest.hexdigest()[:16]
 
 
-def train(
-    splits,
-    tokenizer,
-    hp,
-    epochs,
-    batch_tokens,
-    strategy="auto",
-    output_dir=None,
-    seed=0,
-    static_shapes=False,
-    time_limit=None,
-):
-    """Fits `build_transformer(hp)` on `splits["train"]`; returns `(model, history)`.
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions:
+    """How `train_run` trains (what may change between reruns of one run folder).
 
-    With `output_dir`, training is resumable (`BackupAndRestore` in
-    `output_dir/backup`) and writes TensorBoard logs to `output_dir/logs`.
-
-    `static_shapes=False` batches by length buckets without XLA (every new batch
-    shape would cost an XLA compilation); `static_shapes=True` pads every batch to
-    `[batch_tokens // max_length, max_length]` and compiles the step once with XLA
-    (what TPUs need). `time_limit` (seconds) stops training after the first batch
-    that ends past it (the epoch in progress is cut short).
+    Attributes:
+        epochs: total epochs of the run (a rerun with more continues).
+        batch_tokens: token budget of a batch.
+        seed: seed of the initialisation and of every epoch's shuffle.
+        strategy: a `get_strategy` kind or a `tf.distribute.Strategy`.
+        static_shapes: pad batches to `max_length` and compile the step with XLA.
+        time_limit: seconds of training in this invocation (None = no limit).
+        dev_sentences: dev sentences translated for dev BLEU/chrF after each epoch (0 = off).
+        early_stopping: stop after this many epochs without a better dev BLEU (None = off).
+        average_last: average the last K epochs' weights at the end (0 = off).
+        keep_checkpoints: epoch checkpoints kept (at least `average_last`).
+        verbose: `model.fit` verbosity.
     """
-    keras.utils.set_random_seed(seed)
+
+    epochs: int
+    batch_tokens: int = 4096
+    seed: int = 0
+    strategy: object = "auto"
+    static_shapes: bool = False
+    time_limit: float | None = None
+    dev_sentences: int = 200
+    early_stopping: int | None = None
+    average_last: int = 0
+    keep_checkpoints: int = 5
+    verbose: int = 2
+
+    def __post_init__(self):
+        _checks.check_positive_int("epochs", self.epochs)
+        _checks.check_positive_int("batch_tokens", self.batch_tokens)
+        _checks.check_non_negative_int("dev_sentences", self.dev_sentences)
+        _checks.check_non_negative_int("average_last", self.average_last)
+        _checks.check_positive_int("keep_checkpoints", self.keep_checkpoints)
+        if self.early_stopping is not None:
+            _checks.check_positive_int("early_stopping", self.early_stopping)
+            if not self.dev_sentences:
+                raise ValueError("`early_stopping` needs dev BLEU: set `dev_sentences` > 0.")
+        if self.time_limit is not None:
+            _checks.check_positive_float("time_limit", self.time_limit)
+
+
+def _dev_scores(translator, pairs):
+    from tfblocks import evaluation  # sacrebleu: only where BLEU is computed
+
+    metrics, _ = evaluation.evaluate(translator, pairs)
+    return {"dev_bleu": metrics["bleu"], "dev_chrf": metrics["chrf"]}
+
+
+def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbacks=(), log=print):
+    """Trains (or continues) the run in `folder`; returns `(model, report)`.
+
+    Args:
+        folder: a `RunFolder`.
+        splits: `{"train", "dev", ...}` lists of `(source, target)` pairs.
+        tokenizer: the shared `SubwordTokenizer`.
+        hp: the `HParams`.
+        options: `TrainingOptions`.
+        init_weights: optional .npz of weights to start from (fine-tuning) when the
+            folder has no finished epoch yet.
+        callbacks: further Keras callbacks for every epoch's `fit`.
+        log: where progress lines go.
+
+    Returns:
+        The model holding the final weights (best dev BLEU, or their average, or the
+        last epoch's), and a report dict: `epochs`, `train_seconds` (totals across
+        reruns), `history`, `best_epoch`, `final_weights`, `stopped` and, with
+        averaging, `dev_bleu_averaged` / `averaged_epochs`.
+    """
+    keras.utils.set_random_seed(options.seed)
+    strategy = options.strategy
     strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
     replicas = strategy.num_replicas_in_sync
-    data = make_dataset(
-        splits["train"],
-        tokenizer,
-        tokenizer,
-        batch_tokens=batch_tokens * replicas,
-        max_length=hp.max_length,
-        seed=seed,
-        static_shapes=static_shapes,
-    )
-    dev = make_dataset(
-        splits["dev"], tokenizer, tokenizer, batch_tokens=batch_tokens, max_length=hp.max_length,
-        shuffle=False, static_shapes=static_shapes,
-    )  # fmt: skip
     with strategy.scope():
         model = build_transformer(hp)
-        compile_transformer(model, hp, jit_compile=static_shapes)
-    callbacks = [TimeLimit(time_limit)] if time_limit else []
-    if output_dir:
-        callbacks += [
-            keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")),
-            keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"), write_graph=False),
-        ]
-    history = model.fit(
-        data, validation_data=dev, epochs=epochs, callbacks=callbacks, shuffle=False, verbose=1
-    )
-    return model, history
+        compile_transformer(model, hp, jit_compile=options.static_shapes)
+    progress = folder.progress()
+    if progress["epochs"]:
+        model.optimizer.build(model.trainable_variables)
+        model.load_weights(folder.state_weights)  # weights and optimizer state
+        log(f"continuing {folder.path} after epoch {progress['epochs']}")
+    elif init_weights is not None:
+        load_weights(model, init_weights)
+        log(f"starting from the weights of {init_weights}")
+
+    def dataset(pairs, seed, shuffle=True, scale=1):
+        return make_dataset(
+            pairs, tokenizer, tokenizer, batch_tokens=options.batch_tokens * scale,
+            max_length=hp.max_length, shuffle=shuffle, seed=seed,
+            static_shapes=options.static_shapes,
+        )  # fmt: skip
+
+    dev = dataset(splits["dev"], None, shuffle=False)
+    dev_pairs = splits["dev"][: options.dev_sentences]
+    translator = Translator(model, tokenizer, tokenizer, hp.max_length, beam_size=1)
+    logdir = folder.join("logs")
+    writer = tf.summary.create_file_writer(os.path.join(logdir, "validation"))
+    limit = TimeLimit(options.time_limit) if options.time_limit else None
+    spent = 0.0
+    stopped = "epochs"
+    for epoch in range(progress["epochs"], options.epochs):
+        epoch_callbacks = [keras.callbacks.TensorBoard(logdir, write_graph=False), *callbacks]
+        if limit is not None:
+            limit = TimeLimit(max(options.time_limit - spent, 1e-3))
+            epoch_callbacks.append(limit)
+        data = dataset(splits["train"], options.seed * 100_003 + epoch, scale=replicas)
+        start = time.perf_counter()
+        history = model.fit(
+            data, validation_data=dev, initial_epoch=epoch, epochs=epoch + 1,
+            callbacks=epoch_callbacks, shuffle=False, verbose=options.verbose,
+        )  # fmt: skip
+        elapsed = time.perf_counter() - start
+        spent += elapsed
+        progress["train_seconds"] += elapsed
+        if limit is not None and limit.stopped_early:
+            # The cut epoch counts as time, not as an epoch: a rerun repeats it from the
+            # saved state. Its weights still compete for the best dev BLEU.
+            stopped = "time limit"
+            log(f"time limit reached in epoch {epoch + 1}; rerun the command to continue")
+            if dev_pairs:
+                bleu = _dev_scores(translator, dev_pairs)["dev_bleu"]
+                log(f"dev BLEU of the cut epoch {epoch + 1}: {bleu}")
+                if progress["best_bleu"] is None or bleu > progress["best_bleu"]:
+                    progress["best_bleu"], progress["best_epoch"] = bleu, epoch + 1
+                    folder.save_weights(model, "best.npz")
+            folder.save_progress(progress)
+            break
+        logs = {k: float(v[-1]) for k, v in history.history.items()}
+        if dev_pairs:
+            logs.update(_dev_scores(translator, dev_pairs))
+            with writer.as_default():
+                tf.summary.scalar("epoch_bleu", logs["dev_bleu"], step=epoch)
+                tf.summary.scalar("epoch_chrf", logs["dev_chrf"], step=epoch)
+            writer.flush()
+            log(f"epoch {epoch + 1}: dev BLEU {logs['dev_bleu']} chrF {logs['dev_chrf']} "
+                f"({len(dev_pairs)} sentences, greedy)")  # fmt: skip
+        progress["epochs"] = epoch + 1
+        progress["history"].append({"epoch": epoch + 1, **logs})
+        keep = max(options.keep_checkpoints, options.average_last)
+        folder.save_checkpoint(model, epoch + 1, keep)
+        folder.save_weights(model, "last.npz")
+        best = progress["best_bleu"]
+        if dev_pairs and (best is None or logs["dev_bleu"] > best):
+            progress["best_bleu"], progress["best_epoch"] = logs["dev_bleu"], epoch + 1
+            folder.save_weights(model, "best.npz")
+        folder.save_state(model)
+        folder.save_progress(progress)  # last: a kill before this repeats the epoch
+        if (
+            options.early_stopping
+            and progress["best_epoch"] is not None
+            and progress["epochs"] - progress["best_epoch"] >= options.early_stopping
+        ):
+            stopped = "early stopping"
+            log(f"early stopping: no better dev BLEU for {options.early_stopping} epochs")
+            break
+    report = _final_weights(folder, model, translator, dev_pairs, progress, options)
+    report.update(stopped=stopped, train_seconds=round(progress["train_seconds"], 1))
+    return model, report
 
 
-def make_translator(model, tokenizer, max_length, beam_size, alpha):
-    """A `Translator` for the trained model (beam_size 1 = greedy)."""
-    return Translator(model, tokenizer, tokenizer, max_length, beam_size=beam_size, alpha=alpha)
+def _final_weights(folder, model, translator, dev_pairs, progress, options):
+    """Loads the weights the run ends with; returns the report's description of them."""
+    report = {
+        "epochs": progress["epochs"],
+        "history": progress["history"],
+        "best_epoch": progress["best_epoch"],
+        "final_weights": "last",
+    }
+    if progress["best_epoch"] is not None and os.path.exists(folder.join("best.npz")):
+        load_weights(model, folder.join("best.npz"))
+        report["final_weights"] = f"best (epoch {progress['best_epoch']})"
+    elif os.path.exists(folder.join("last.npz")):
+        load_weights(model, folder.join("last.npz"))  # not a cut epoch's weights
+        report["final_weights"] = f"last (epoch {progress['epochs']})"
+    checkpoints = folder.checkpoints()[-options.average_last :] if options.average_last else []
+    if len(checkpoints) >= 2:
+        kept = [p for _, p in checkpoints]
+        current = [v.numpy() for v in model.weights]
+        average_weights(model, kept)
+        epochs = [e for e, _ in checkpoints]
+        report["averaged_epochs"] = epochs
+        if dev_pairs:
+            averaged = _dev_scores(translator, dev_pairs)["dev_bleu"]
+            report["dev_bleu_averaged"] = averaged
+            if averaged >= (progress["best_bleu"] or 0.0):
+                report["final_weights"] = f"average of epochs {epochs[0]}–{epochs[-1]}"
+            else:
+                for variable, value in zip(model.weights, current, strict=True):
+                    variable.assign(value)
+        else:
+            report["final_weights"] = f"average of epochs {epochs[0]}–{epochs[-1]}"
+    return report
 
 
 def write_metrics(output_dir, metrics):
     """Writes `metrics.json` into `output_dir` atomically; returns its path."""
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "metrics.json")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(metrics, f, ensure_ascii=False, indent=2)
-    os.replace(path + ".tmp", path)
+    os.replace(tmp, path)
     return path

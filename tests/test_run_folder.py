@@ -1,0 +1,127 @@
+"""The run folder: continue, resume after a kill, time limits, early stopping, averaging."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.run_job import options, parts
+from tfblocks.pipeline import train_run
+from tfblocks.run import RunFolder, average_weights, load_weights
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def job():
+    return parts()
+
+
+@pytest.fixture(scope="module")
+def straight(job, tmp_path_factory):
+    """Three epochs without interruption: the reference the other runs must equal."""
+    folder = RunFolder(tmp_path_factory.mktemp("straight"))
+    model, report = train_run(folder, *job, options(3, average_last=2), log=lambda _: None)
+    return folder, report, model
+
+
+def npz(path):
+    with np.load(path) as stored:
+        return {k: stored[k] for k in stored.files}
+
+
+def assert_same_weights(a, b):
+    a, b = npz(a), npz(b)
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_continue_after_completion_equals_a_straight_run(job, straight, tmp_path):
+    reference, report, _ = straight
+    assert report["epochs"] == 3 and [h["epoch"] for h in report["history"]] == [1, 2, 3]
+    folder = RunFolder(tmp_path)
+    train_run(folder, *job, options(1), log=lambda _: None)
+    first = folder.progress()
+    _, second = train_run(folder, *job, options(2), log=print)  # the same command, more epochs
+    assert second["epochs"] == 2 and len(second["history"]) == 2
+    assert second["train_seconds"] > first["train_seconds"] > 0  # totals across reruns
+    assert_same_weights(folder.join("last.npz"), reference.join("checkpoints", "epoch-0002.npz"))
+
+
+def test_time_limit_stop_then_rerun_continues(job, straight, tmp_path):
+    reference, _, _ = straight
+    folder = RunFolder(tmp_path)
+    _, report = train_run(folder, *job, options(2, time_limit=1e-3), log=lambda _: None)
+    assert report["stopped"] == "time limit" and report["epochs"] == 0
+    assert folder.progress()["train_seconds"] > 0
+    _, report = train_run(folder, *job, options(2), log=lambda _: None)
+    assert report["epochs"] == 2 and report["stopped"] == "epochs"
+    assert_same_weights(folder.join("last.npz"), reference.join("checkpoints", "epoch-0002.npz"))
+
+
+def test_killed_run_resumes_to_the_same_weights(straight, tmp_path):
+    reference, _, _ = straight
+    script = os.path.join(ROOT, "tests", "run_job.py")
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, script, str(tmp_path), *map(str, args)],
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+
+    killed = run(3, 2)  # SIGKILLed in the middle of epoch 2
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert RunFolder(tmp_path).progress()["epochs"] == 1
+    resumed = run(3)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    progress = RunFolder(tmp_path).progress()
+    assert progress["epochs"] == 3 and [h["epoch"] for h in progress["history"]] == [1, 2, 3]
+    assert_same_weights(RunFolder(tmp_path).join("last.npz"), reference.join("last.npz"))
+
+
+def test_early_stopping_keeps_the_best_epoch(job, tmp_path):
+    splits, tokenizer, hp = job
+    frozen = hp.__class__(**{**hp.__dict__, "learning_rate_constant": 1e-12})  # BLEU can't move
+    folder = RunFolder(tmp_path)
+    opts = options(5, dev_sentences=8, early_stopping=1)
+    _, report = train_run(folder, splits, tokenizer, frozen, opts, log=lambda _: None)
+    assert report["stopped"] == "early stopping"
+    assert report["epochs"] == 2 and report["best_epoch"] == 1
+    assert all("dev_bleu" in h and "dev_chrf" in h for h in report["history"])
+    assert report["final_weights"] == "best (epoch 1)"
+
+
+def test_averaging_gives_the_mean_of_the_last_checkpoints(straight):
+    folder, report, model = straight  # trained with average_last=2, no dev BLEU
+    assert report["averaged_epochs"] == [2, 3]
+    assert report["final_weights"] == "average of epochs 2–3"
+    a, b = (npz(p) for _, p in folder.checkpoints()[-2:])
+    floats = [v for v in model.weights if np.issubdtype(a[v.path].dtype, np.floating)]
+    assert len(floats) > 10
+    for variable in floats:
+        want = (a[variable.path].astype(np.float64) + b[variable.path]) / 2
+        np.testing.assert_allclose(np.asarray(variable), want, atol=1e-6, err_msg=variable.path)
+    assert not np.allclose(np.asarray(floats[0]), a[floats[0].path])  # really averaged
+    with pytest.raises(ValueError, match="at least one"):
+        average_weights(model, [])
+    load_weights(model, folder.join("last.npz"))
+    np.testing.assert_array_equal(np.asarray(floats[0]), b[floats[0].path])
+
+
+def test_run_folder_refuses_a_users_directory_and_other_settings(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a tfblocks run folder"):
+        RunFolder(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+    folder = RunFolder(tmp_path / "run")
+    folder.check_settings({"vocab_size": 1000, "corpus": "abc"}, ["vocab_size", "corpus"])
+    with pytest.raises(ValueError, match=r"vocab_size: the folder has 1000.*asks for 8000"):
+        folder.check_settings({"vocab_size": 8000, "corpus": "abc"}, ["vocab_size", "corpus"])
+    saved = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
+    assert saved["vocab_size"] == 1000

@@ -1,0 +1,88 @@
+"""`tfblocks-translate`: translate lines of text with a trained model.
+
+Reads one sentence per line from standard input (or `--input FILE`) and writes one
+translation per line, in the same order, to standard output (or `--output FILE`); an
+empty line gives an empty line. Progress goes to standard error.
+
+Examples:
+  echo 今日のランチはカレーだ。 | tfblocks-translate --model runs/enja
+  tfblocks-translate --model runs/enja/export/1 --input test.ja --output test.hyp
+  tfblocks-translate --model runs/enja --beam-size 1 < test.ja
+"""
+
+import argparse
+import os
+import sys
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="tfblocks-translate",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument("--model", required=True, help="run folder, preset or SavedModel")
+    parser.add_argument("--input", help="file to translate (default: standard input)")
+    parser.add_argument("--output", help="file to write (default: standard output)")
+    parser.add_argument("--beam-size", type=int, default=None, help="default 4 (1 = greedy)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length-penalty exponent")
+    parser.add_argument("--max-length", type=int, default=None, help="subwords per sentence")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
+    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
+    args = parser.parse_args(argv)
+    if args.batch_size <= 0:
+        parser.error(f"--batch-size must be a positive integer, got {args.batch_size}")
+    if args.beam_size is not None and args.beam_size <= 0:
+        parser.error(f"--beam-size must be a positive integer, got {args.beam_size}")
+    return args
+
+
+def read_lines(stream):
+    """Lines without their line ending (other whitespace is kept)."""
+    return [line.rstrip("\r\n") for line in stream]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from tfblocks.cli import _engines
+
+    if args.input:
+        with open(args.input, encoding="utf-8") as f:
+            lines = read_lines(f)
+    else:
+        lines = read_lines(sys.stdin)
+    translate, what = _engines.load_translate(
+        args.model, args.beam_size, args.alpha, args.max_length, args.engine
+    )
+    print(f"translating {len(lines)} lines with {what}", file=sys.stderr)
+
+    def progress(done, total):
+        print(f"\r{done}/{total} lines", end="" if done < total else "\n", file=sys.stderr)
+
+    out = _engines.translate_lines(translate, lines, args.batch_size, progress)
+    text = "".join(line.replace("\n", " ") + "\n" for line in out)
+    if args.output:
+        tmp = f"{args.output}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, args.output)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def run():
+    """Console entry point: bad arguments or models end with a one-line error."""
+    try:
+        main()
+    except (ValueError, OSError) as error:
+        if "--verbose" in sys.argv:
+            raise
+        print(f"tfblocks-translate: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    run()
