@@ -48,3 +48,44 @@ def test_attention_fused_quick_prints_both_modes():
         assert re.search(rf"^\S+\s+{label}\s+\d+\.\d+ ms\s+\d+\.\d+ ms\s+\d+\.\d+×$", out, re.M), (
             out
         )
+
+
+def test_scaling_quick_prints_both_worker_counts_and_ratios():
+    out = _run("benchmarks/scaling.py", "--quick")
+    for workers in (1, 2):
+        for mode in ("no XLA", "XLA"):
+            assert re.search(rf"^\s+{workers}\s+{mode}\s+\d+\.\d\s+\d+$", out, re.M), out
+    assert re.search(r"^XLA / no XLA, 2 workers: \d+\.\d{3}×$", out, re.M), out
+    for mode in ("no XLA", "XLA"):
+        assert re.search(rf"^scaling efficiency, {mode}: \d+\.\d{{3}}$", out, re.M), out
+
+
+def test_accelerator_check_on_cpu_runs_tiny_and_says_what_it_skipped():
+    result = run_script(
+        "benchmarks/accelerator_check.py",
+        *("--steps", 2, "--rounds", 2, "--decode-calls", 1),
+        timeout=600,
+    )
+    out = result.stdout
+    assert "accelerator: none" in out, out
+    assert re.search(
+        r"^SKIPPED: training throughput at shape \(a\) and transformer_base", out, re.M
+    )
+    assert re.search(r"^SKIPPED: MirroredStrategy over several GPUs", out, re.M), out
+    assert re.search(r"^PASS: shape tiny: tfblocks loss decreases under mixed_float16", out, re.M)
+    assert re.search(r"^PASS: shape tiny: after training under mixed_float16", out, re.M), out
+    assert re.search(r"^tiny\s+tfblocks\s+on\s+\d+\.\d\s+\d+\s+\d+\.\d{3}×$", out, re.M), out
+    assert re.search(r"^tiny\s+keras-hub\s+on\s+\d+\.\d\s+\d+$", out, re.M), out
+    for search in ("greedy", "beam 4"):
+        assert re.search(rf"^{search}\s+\d+\.\d ms\s+\d+ positions/s$", out, re.M), out
+    assert re.search(r"^2 passed, 0 failed, 2 skipped", out, re.M), out
+
+
+def test_input_shapes_quick_prints_every_mode():
+    out = _run("benchmarks/input_shapes.py", "--quick")
+    for mode in ("dynamic", "buckets"):
+        assert re.search(rf"^\s+{mode}\s+\d+\.\d\s+\d+\s+\d+\.\d\d×\s", out, re.M), out
+    assert re.search(
+        r"^\s+buckets\s.*\s[12]\s+0\s+\d+\s+\d\.\d{4}\s+\d+\.\d{4}\s+\d+\.\d\d$", out, re.M
+    ), out
+    assert "load at the end:" in out, out
