@@ -179,3 +179,32 @@ def test_export_refuses_what_tfblocks_did_not_write(exported, tmp_path, monkeypa
         with pytest.raises(ValueError, match=rf"`path`.*path={bad!r}"):
             translator.export(bad)
     assert sorted(p.name for p in users.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_bucketed_sources_translate_as_padded_to_max_length(parts, beam_size):
+    model, tokenizer = parts
+    texts = [*SENTENCES, "".join(SENTENCES) * 3, "", "猫"]
+
+    def translate(buckets):
+        translator = Translator(
+            model, tokenizer, tokenizer, max_length=12, beam_size=beam_size,
+            source_buckets=buckets,
+        )  # fmt: skip
+        return translator.serve(tf.constant(texts)), translator
+
+    padded, _ = translate((12,))
+    for buckets in ["auto", None, (4, 6)]:
+        out, translator = translate(buckets)
+        assert out["translation"].numpy().tolist() == padded["translation"].numpy().tolist()
+        np.testing.assert_allclose(out["score"].numpy(), padded["score"].numpy(), rtol=1e-5)
+    short = translator.encode_source(tf.constant(SENTENCES[2:]))  # one subword + EOS
+    assert short.shape[1] == 4  # the first of the buckets (4, 6, 12)
+    assert Translator(model, tokenizer, tokenizer, max_length=40).source_buckets == (8, 16, 32, 40)
+
+
+def test_source_buckets_bad_input(parts):
+    model, tokenizer = parts
+    for bad in [(0, 4), (8, 4), "big", 5, (4, 30)]:
+        with pytest.raises(ValueError, match="source_buckets="):
+            Translator(model, tokenizer, tokenizer, max_length=12, source_buckets=bad)

@@ -17,6 +17,18 @@ the signature is
 Input handling: a source longer than `max_length` subwords is truncated to its first
 `max_length - 1` subwords plus EOS; an empty (or all-blank) string translates to an
 empty string with score 0.
+
+Speed (`Translator`): a batch's sources are padded to the first of a few length buckets
+that holds its longest source (`source_buckets`, by default 8, 16, 32, … up to
+`max_length`), not to `max_length`, so the encoder and every cross-attention step work
+on little padding while XLA compiles one program per (batch size, bucket). Padding
+is masked, so the bucket does not change the translation (tests compare bucketed with
+padded-to-`max_length` ids). The decoding loop stops as soon as every sentence ended.
+
+TF Serving: export into a numbered version folder (`translator.export("…/export/1")`;
+TF Serving loads the highest number under the model's base path). TF Serving runs
+XLA-compiled functions only with `--xla_cpu_compilation_enabled`; export with
+`Translator(..., jit_compile=False)` for a SavedModel without them.
 """
 
 import tensorflow as tf
@@ -44,6 +56,32 @@ def _check_decoding(max_length, beam_size, alpha):
         raise ValueError(f"`max_length` must be at least 2, got max_length={max_length}.")
     if isinstance(alpha, bool) or not alpha >= 0:
         raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
+
+
+def _source_buckets(source_buckets, max_length):
+    """The padded source lengths, increasing, ending with `max_length`; None = exact."""
+    if source_buckets is None:
+        return None
+    if source_buckets == "auto":
+        buckets, length = [], 8
+        while length < max_length:
+            buckets.append(length)
+            length *= 2
+        return (*buckets, max_length)
+    if isinstance(source_buckets, str | int) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and 0 < b <= max_length
+        for b in source_buckets
+    ):
+        raise ValueError(
+            "`source_buckets` must be 'auto', None or increasing ints in [1, max_length="
+            f"{max_length}], got source_buckets={source_buckets!r}."
+        )
+    buckets = tuple(source_buckets)
+    if list(buckets) != sorted(set(buckets)):
+        raise ValueError(
+            f"`source_buckets` must be increasing, got source_buckets={source_buckets!r}."
+        )
+    return buckets if buckets and buckets[-1] == max_length else (*buckets, max_length)
 
 
 def _check_vocabulary(arg, tokenizer, model):
@@ -111,7 +149,14 @@ class Translator(_TextModule):
         beam_size: beam width; 1 means greedy decoding.
         alpha: t2t length-penalty exponent for beam search.
         jit_compile: compile the decoding loop with XLA (a nested function of the
-            signature); False traces it inline into the signature's own graph.
+            signature); False traces it inline into the signature's own graph (for TF
+            Serving without `--xla_cpu_compilation_enabled`).
+        source_buckets: the lengths a batch's sources are padded to (the first that
+            holds the batch's longest source): `"auto"` (8, 16, 32, … up to
+            `max_length`), a tuple of increasing lengths (`max_length` is appended),
+            `(max_length,)` for the fixed padding of earlier versions, or None for the
+            batch's own longest length (fewest positions, but one XLA program per
+            length).
         name: the module's name.
 
     Example (training elided; any `build_transformer` model works):
@@ -137,10 +182,12 @@ class Translator(_TextModule):
         beam_size=4,
         alpha=0.6,
         jit_compile=True,
+        source_buckets="auto",
         name=None,
     ):
         super().__init__(name=name)
         _check_decoding(max_length, beam_size, alpha)
+        self.source_buckets = _source_buckets(source_buckets, max_length)
         if not getattr(model, "has_input", False):
             raise ValueError(
                 "`model` must be an encoder–decoder `tfblocks.Transformer` (from "
@@ -158,15 +205,21 @@ class Translator(_TextModule):
         self._decoder = Decoder(model, max_length, jit_compile=self.jit_compile)
 
     def encode_source(self, text):
-        """Source ids `[B, max_length]` (0-padded, EOS-terminated).
+        """Source ids `[B, S]` (0-padded, EOS-terminated), S from `source_buckets`.
 
-        Padding to the fixed `max_length` keeps one compiled decoder per batch size.
+        S is the first bucket that holds the batch's longest source (or that length
+        itself when `source_buckets` is None); at most `max_length`.
         """
         ids = self.source_tokenizer.tokenize(text)  # ragged [B, (n)], ends with EOS
         ids = ids[:, :-1][:, : self.max_length - 1]  # [B, (≤ max_length − 1)]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], EOS_ID))
-        ids = tf.concat([ids, eos], axis=1)
-        return ids.to_tensor(default_value=PAD_ID, shape=[None, self.max_length])
+        ids = tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)  # [B, longest]
+        if self.source_buckets is None:
+            return ids
+        buckets = tf.constant(self.source_buckets, tf.int32)
+        longest = tf.shape(ids)[1]
+        length = tf.gather(buckets, tf.argmax(tf.cast(buckets >= longest, tf.int32)))
+        return tf.pad(ids, [[0, 0], [0, length - longest]])  # [B, bucket]
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve(self, text):
