@@ -1,32 +1,92 @@
-"""examples/translate.py end to end with tiny settings: train, evaluate, export, reload."""
+"""The translation job end to end through its command lines, with tiny settings.
+
+`examples/translate.py` (= `tfblocks-train`, what `make demo` runs) trains into a run
+folder; `tfblocks-translate` and `tfblocks-evaluate` use that folder and its export;
+a rerun with another vocabulary is refused; `--init-from` fine-tunes from the folder.
+"""
 
 import json
+import os
+import subprocess
+import sys
 
-from tests.scripts import run_script
+from tests.scripts import ROOT, run_script
 
 TINY = (
     "hidden_size=32,filter_size=64,num_heads=2,num_encoder_layers=1,num_decoder_layers=1,"
     "max_length=24,learning_rate_warmup_steps=20,learning_rate_constant=1.0"
 )
+TRAIN = ("--epochs", "1", "--limit-test", "16", "--vocab-size", "250",
+         "--hparams-override", TINY, "--beam-size", "2", "--batch-tokens", "1024",
+         "--dev-sentences", "8")  # fmt: skip
 
 
-def test_translate_runs_end_to_end(tmp_path):
-    result = run_script(
-        "examples/translate.py", "--epochs", "1", "--limit-train", "600",
-        "--limit-test", "16", "--vocab-size", "250", "--hparams-override", TINY,
-        "--beam-size", "2", "--batch-tokens", "1024", "--output", tmp_path,
-        timeout=600,
+def command(name, *args, stdin=None):
+    """Runs an installed console script (`tfblocks-NAME`) from the repository root."""
+    script = os.path.join(os.path.dirname(sys.executable), f"tfblocks-{name}")
+    return subprocess.run(
+        [script, *map(str, args)], input=stdin, cwd=ROOT, capture_output=True, text=True,
+        timeout=300, check=False,
     )  # fmt: skip
-    metrics = json.loads((tmp_path / "metrics.json").read_text(encoding="utf-8"))
+
+
+def test_train_translate_evaluate_and_fine_tune(tmp_path):
+    run = tmp_path / "run"
+    result = run_script("examples/translate.py", *TRAIN, "--limit-train", "600",
+                        "--output", run, timeout=600)  # fmt: skip
+    metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
     assert metrics["sentences"] == 16 and 0.0 <= metrics["bleu"] <= 100.0
-    assert 0.0 <= metrics["exact_match"] <= 1.0
+    assert 0.0 <= metrics["chrf"] <= 100.0 and 0.0 <= metrics["exact_match"] <= 1.0
     assert metrics["epochs"] == 1 and metrics["reload_matches"] is True
+    assert "dev_bleu" in metrics["history"][0] and metrics["best_epoch"] == 1
     assert "今日のランチはカレーだ。" in metrics["samples"]
     assert set(metrics["seconds"]) == {"data", "train", "evaluate", "export", "reload"}
-    assert (tmp_path / "export" / "saved_model.pb").exists()
-    assert (tmp_path / "tokenizer.model").exists()
-    assert any((tmp_path / "logs").rglob("events.out.tfevents.*"))
+    for name in ("export/1/saved_model.pb", "model/config.json", "model/hparams.json",
+                 "tokenizer.model", "run.json", "state/training.weights.h5", "best.npz",
+                 "last.npz", "checkpoints/epoch-0001.npz"):  # fmt: skip
+        assert (run / name).exists(), name
+    assert any((run / "logs").rglob("events.out.tfevents.*"))
     assert "test BLEU" in result.stdout and "tok:13a" in result.stdout
+    assert "I0000" not in result.stderr and "cuInit" not in result.stderr
+
+    # tfblocks-translate: one line out per line in, in order, empty lines kept.
+    samples = list(metrics["samples"])
+    lines = [samples[0], "", samples[1], samples[2]]
+    out = command("translate", "--model", run, "--beam-size", "2", stdin="\n".join(lines) + "\n")
+    assert out.returncode == 0, out.stderr[-3000:]
+    want = [metrics["samples"][samples[0]], "", *(metrics["samples"][s] for s in samples[1:])]
+    assert out.stdout.split("\n")[:-1] == want
+    assert "4/4 lines" in out.stderr
+    source = tmp_path / "src.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = command("translate", "--model", run / "export" / "1", "--input", source,
+                  "--output", tmp_path / "hyp.txt", "--batch-size", "3")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "hyp.txt").read_text(encoding="utf-8").split("\n")[:-1] == want
+
+    # tfblocks-evaluate: JSON scores against references.
+    reference = tmp_path / "ref.txt"
+    reference.write_text("\n".join(want) + "\n", encoding="utf-8")
+    out = command("evaluate", "--model", run, "--src", source, "--ref", reference,
+                  "--beam-size", "2")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    scores = json.loads(out.stdout)
+    assert scores["exact_match"] == 1.0 and scores["sentences"] == 4
+
+    # Another vocabulary in the same folder is an error naming both, not a silent reuse.
+    before = (run / "tokenizer.model").read_bytes()
+    clash = run_script("examples/translate.py", *TRAIN, "--limit-train", "600",
+                       "--vocab-size", "300", "--output", run, expect_success=False)  # fmt: skip
+    assert clash.returncode == 2
+    assert "vocab_size: the folder has 250, this run asks for 300" in clash.stderr
+    assert (run / "tokenizer.model").read_bytes() == before
+
+    # Fine-tuning on other data starts from the run's model and tokenizer.
+    tuned = tmp_path / "tuned"
+    run_script("examples/translate.py", *TRAIN, "--limit-train", "300", "--init-from", run,
+               "--output", tuned, timeout=600)  # fmt: skip
+    assert (tuned / "tokenizer.model").read_bytes() == before
+    assert json.loads((tuned / "run.json").read_text())["settings"]["init_from"] == str(run)
 
 
 def test_bad_override_is_a_clear_error(tmp_path):

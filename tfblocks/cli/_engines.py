@@ -35,9 +35,10 @@ def load_translate(path, beam_size=None, alpha=0.6, max_length=None, engine="ten
     if engine == "ctranslate2":
         from tfblocks import ctranslate2_export as ct2  # the optional extra
 
-        tokenizer_path = os.path.join(path, "tokenizer.model")
-        translator = ct2.CTranslate2Translator(path, tokenizer_path, beam_size=beam_size or 4)
-        return translator, f"CTranslate2 model {path}"
+        if max_length is not None:
+            raise ValueError("--max-length is fixed in a CTranslate2 model; drop it.")
+        translator = ct2.CTranslate2Translator(path, beam_size=beam_size or 4)
+        return translator, f"CTranslate2 model {path} (beam {beam_size or 4})"
     if engine != "tensorflow":
         raise ValueError(f"`--engine` must be tensorflow or ctranslate2, got --engine={engine!r}.")
     import tensorflow as tf
