@@ -3,7 +3,8 @@
 The study notes draw, by hand, how much each query token attends to each key token.
 This script draws the real thing: it trains a Pre-LN `transformer_tiny` on the embedded
 phrasebook (400 steps of 64 pairs, t2t's rsqrt schedule with a 100-step warm-up: about a
-minute on 2 CPU cores), or loads `--model`/`--tokenizer` (a `build_transformer` model
+minute on 2 CPU cores), or loads `--model` (a `tfblocks-train` run folder or its `model/`
+preset), or `--model`/`--tokenizer` (a `build_transformer` model
 saved as .keras and its SentencePiece model). It translates `--sentence` with greedy
 decoding, then runs the model's own forward pass (`model.encode` / `model.decode` /
 `model.logits`) once more over the source and the translation with
@@ -19,7 +20,8 @@ Debian's fonts-noto-cjk; `--font PATH` chooses one); with none it prints the cha
 it cannot draw as \\u escapes and says so.
 
 Run:  python examples/attention_maps.py [--steps 400] [--sentence 今日のランチはカレーだ。]
-      [--model model.keras --tokenizer tokenizer.model] [--output-dir runs/attention_maps]
+      [--model runs/enja | --model model.keras --tokenizer tokenizer.model]
+      [--output-dir runs/attention_maps]
 """
 
 import argparse
@@ -144,8 +146,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     parser.add_argument("--sentence", default=text.RUNNING_EXAMPLE[0])
-    parser.add_argument("--model", help="a trained build_transformer model (.keras)")
-    parser.add_argument("--tokenizer", help="its SentencePiece .model (with --model)")
+    parser.add_argument(
+        "--model", help="a run folder, a preset folder, or a build_transformer .keras file"
+    )
+    parser.add_argument("--tokenizer", help="its SentencePiece .model (with a .keras --model)")
     parser.add_argument("--hparams", default="transformer_tiny")
     parser.add_argument("--steps", type=int, default=400, help="training steps (64 pairs)")
     parser.add_argument("--warmup-steps", type=int, default=100)
@@ -158,10 +162,14 @@ def main():
     parser.add_argument("--font", help="font file for the tokens ('none': escapes)")
     parser.add_argument("--output-dir", default="runs/attention_maps")
     args = parser.parse_args()
-    if bool(args.model) != bool(args.tokenizer):
-        parser.error("--model and --tokenizer go together")
+    keras_file = bool(args.model) and args.model.endswith(".keras")
+    if keras_file != bool(args.tokenizer):
+        parser.error("--tokenizer goes with a .keras --model (a run folder holds its tokenizer)")
 
-    if args.model:
+    if args.model and not keras_file:
+        preset = os.path.join(args.model, "model")
+        model, tokenizer, _ = tfblocks.load_preset(preset if os.path.isdir(preset) else args.model)
+    elif args.model:
         model = keras.saving.load_model(args.model)
         tokenizer = text.SubwordTokenizer.load(args.tokenizer)
     else:
