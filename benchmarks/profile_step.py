@@ -19,7 +19,8 @@ It also reports the time spent in matrix products (HLO `dot`s) and their FLOP ra
 (FLOPs from the dot shapes), i.e. how much of the step is matmul at all.
 Times are ms per step, forward / backward split by the `gradient_tape/` prefix.
 
-Run:  python benchmarks/profile_step.py --shape a
+Run:  python benchmarks/profile_step.py --shape base               # layers-only recipe
+      python benchmarks/profile_step.py --shape a --recipe t2t
       python benchmarks/profile_step.py --shape a --dropout 0
       python benchmarks/profile_step.py --quick     # seconds-long smoke run
 """
@@ -50,19 +51,9 @@ import re
 import shutil
 import time
 
-import keras
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
-from train_throughput import (
-    SHAPES,
-    build_keras_hub_transformer,
-    compile_keras_hub_transformer,
-    describe,
-    make_batch,
-    shape_hparams,
-)
-
-from tfblocks import build_transformer, compile_transformer
+from train_throughput import RECIPES, SHAPES, build_models, describe, make_batch, shape_hparams
 
 # (component, rule on (op_type, lower-case op_name)); the first match wins.
 COMPONENTS = [
@@ -193,6 +184,12 @@ def breakdown(label, marker, logdirs, dump_dir, detail=None):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="a")
+    parser.add_argument(
+        "--recipe",
+        choices=RECIPES,
+        default="layers",
+        help="train_throughput.py's recipe: layers (identical work on both sides) or t2t",
+    )
     parser.add_argument("--steps", type=int, default=2, help="profiled steps per model")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (XLA compile)")
     parser.add_argument("--dropout", type=float, help="every dropout rate (default: preset's)")
@@ -208,17 +205,15 @@ def parse_args(argv=None):
 
 def profile(args, dump_dir):
     """Profiles both models' train steps and prints their breakdowns."""
-    preset, hp, batch, length = shape_hparams(args.shape, args.dropout)
+    preset, hp, batch, length = shape_hparams(args.shape, args.recipe, args.dropout)
     x, y = make_batch(hp, batch, length)
-    keras.utils.set_random_seed(0)
-    models = {  # label -> (model, a name that only its HLO contains)
-        "tfblocks": (compile_transformer(build_transformer(hp), hp), 'op_name="transformer'),
-        "keras-hub": (
-            compile_keras_hub_transformer(build_keras_hub_transformer(hp, length), hp),
-            'op_name="keras_hub',
-        ),
+    markers = {"tfblocks": 'op_name="transformer', "keras-hub": 'op_name="keras_hub'}
+    # label -> (model, a name that only its HLO contains)
+    models = {
+        label: (model, markers[label])
+        for label, model in build_models(hp, length, args.recipe).items()
     }
-    print(f"shape {args.shape}: {describe(preset, hp, batch, length)}")
+    print(f"[{args.recipe}] shape {args.shape}: {describe(preset, hp, batch, length)}")
     for model, _ in models.values():
         for _ in range(args.warmup):
             model.train_on_batch(x, y)

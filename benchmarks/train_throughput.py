@@ -1,38 +1,57 @@
 """Training-step throughput: tfblocks vs an identically shaped keras-hub Transformer.
 
 Measures target tokens per second of one full training step (forward, loss,
-backward, Adam update, metrics: the `train_function` that `model.fit` runs, called
-through `train_on_batch`, compiled with XLA) for
+backward, Adam update: the `train_function` that `model.fit` runs, called through
+`train_on_batch`, compiled with XLA) of
 
-- A = tfblocks: `build_transformer(hp)` + `compile_transformer(model, hp,
-  jit_compile=True)` (t2t smoothed cross-entropy, masked accuracy, perplexity);
-- B = keras-hub: the same encoder–decoder made of `keras_hub.layers`
+- tfblocks: `build_transformer(hp)`;
+- keras-hub: the same encoder–decoder made of `keras_hub.layers`
   `TokenAndPositionEmbedding` (one, shared by source, target and the tied softmax),
   `TransformerEncoder` / `TransformerDecoder` (`normalize_first=True`, i.e. Pre-LN,
-  LayerNorm epsilon 1e-6, same dropout) and a final LayerNorm per stack, compiled
-  with the same Adam and learning-rate schedule, `SparseCategoricalCrossentropy
-  (from_logits=True, ignore_class=0)` and `SparseCategoricalAccuracy`, XLA on.
+  LayerNorm epsilon 1e-6) and a final LayerNorm per stack.
 
-Same vocabulary, hidden size, heads, filter size, layers, batch, lengths and dropout
-rate; the differences that remain are each library's own: keras-hub's attention
-projections have biases, its positions are learned embeddings (t2t: no biases,
-sinusoids), and it has no dropout inside the FFN (t2t's `relu_dropout`, 0.1 in both
-presets; `--dropout 0` turns every dropout of both models off).
+Two recipes, reported in separate tables:
 
-Each round runs A then B (then the matmul probe) for `--steps` steps each, after
-`--warmup` untimed steps; the figures are medians over rounds. Tokens are target
-positions: batch × length per step (the batches have no padding).
+- `layers` (the like-for-like comparison): both models get exactly the same work
+  apart from the layers themselves — `SparseCategoricalCrossentropy(from_logits=True,
+  ignore_class=0)`, `Adam(1e-4)` (Keras defaults otherwise), no metrics, XLA, dropout
+  0.1 on the residuals, the embeddings and the attention weights, and no dropout
+  inside the FFN on either side (keras-hub has none; tfblocks' `relu_dropout` is set
+  to 0). What still differs is each library's own design: keras-hub's attention
+  projections have biases and its positions are learned (t2t: no biases, sinusoids).
+- `t2t`: tfblocks with its full recipe, `compile_transformer(hp)` (t2t smoothed
+  cross-entropy, masked accuracy, perplexity, the preset's dropouts including
+  `relu_dropout`, t2t's Adam and learning-rate schedule) against keras-hub with
+  Keras' cross-entropy and accuracy, the same Adam and schedule and the same
+  residual/attention dropout. Not the same work (the loss and the FFN dropout
+  differ): it shows what a user of each library runs, not whose layers are faster.
+
+Shapes: `a` (vocab 8000, d 256, 4 heads, filter 1024, 3+3 layers, batch 32 × 64),
+`base` (transformer_base width: vocab 8000, d 512, 8 heads, filter 2048, 6+6, batch
+8 × 64), `big` (transformer_big width: vocab 8000, d 1024, 16 heads, filter 4096, 6+6,
+batch 4 × 64, sized for a 23 GiB, 2-core machine and a few minutes per run).
+
+Each round runs tfblocks then keras-hub (then the matmul probe) for `--steps` steps
+each, after `--warmup` untimed steps. Reported: the median step time of each model,
+its spread ((max - min) / median over rounds), and the median of the per-round
+ratios keras-hub time / tfblocks time (with their min–max): a machine that slows
+down during a round slows both models of that round. Tokens are target positions:
+batch × length per step (the batches have no padding). The load average before and
+after the run is printed: figures from a loaded machine are not quiet-machine figures.
 
 MFU (model FLOPs utilisation) = 3 × forward FLOPs of one step (matrix products only,
-`tfblocks.cost.model_cost` × batch) / step time / the matmul rate measured in the same
-rounds (an `--matmul-size`² float32 `tf.matmul` under XLA).
+`tfblocks.cost.model_cost` × batch, the same count for both models) / step time / the
+matmul rate measured in the same rounds (an `--matmul-size`² `tf.matmul` under XLA;
+the median of the probes).
 
-Run:  python benchmarks/train_throughput.py                 # shapes a and b
-      python benchmarks/train_throughput.py --shapes a --rounds 7
-      python benchmarks/train_throughput.py --quick         # seconds-long smoke run
+Run:  python benchmarks/train_throughput.py                          # a, base, big; both recipes
+      python benchmarks/train_throughput.py --recipes layers --rounds 7
+      python benchmarks/train_throughput.py --shapes base --recipes t2t
+      python benchmarks/train_throughput.py --quick                  # seconds-long smoke run
 """
 
 import argparse
+import datetime
 import os
 import platform
 import statistics
@@ -59,7 +78,8 @@ SHAPES = {
         32,
         64,
     ),
-    "b": ("transformer_base", {}, 8, 64),
+    "base": ("transformer_base", {"vocab_size": 8000}, 8, 64),
+    "big": ("transformer_big", {"vocab_size": 8000}, 4, 64),
     "quick": (
         "transformer_tiny",
         {"vocab_size": 500, "hidden_size": 64, "filter_size": 128, "num_heads": 2},
@@ -67,6 +87,15 @@ SHAPES = {
         16,
     ),
 }
+RECIPES = ("layers", "t2t")
+# The `layers` recipe: the dropout both libraries have (residuals, embeddings,
+# attention weights) at 0.1, none inside the FFN (keras-hub has no such dropout).
+LAYERS_DROPOUT = {
+    "layer_prepostprocess_dropout": 0.1,
+    "attention_dropout": 0.1,
+    "relu_dropout": 0.0,
+}
+LAYERS_LEARNING_RATE = 1e-4
 
 
 class _ShiftRight(keras.layers.Layer):
@@ -85,7 +114,11 @@ class _NotPadding(keras.layers.Layer):
 
 
 def build_keras_hub_transformer(hp, length):
-    """The `build_transformer(hp)` architecture made of keras-hub layers."""
+    """The `build_transformer(hp)` architecture made of keras-hub layers.
+
+    Residual, embedding and attention-weight dropout are `hp.layer_prepostprocess_dropout`
+    (keras-hub has one `dropout` argument for both and none inside the FFN).
+    """
     layers = keras_hub.layers
     source = keras.Input((length,), dtype="int32", name="inputs")
     target = keras.Input((length,), dtype="int32", name="targets")
@@ -126,6 +159,7 @@ def build_keras_hub_transformer(hp, length):
 
 
 def compile_keras_hub_transformer(model, hp):
+    """The peer's side of the `t2t` recipe: t2t's Adam and schedule, Keras' loss."""
     optimizer = keras.optimizers.Adam(
         learning_rate=learning_rate_schedule(hp),
         beta_1=hp.optimizer_adam_beta1,
@@ -139,6 +173,30 @@ def compile_keras_hub_transformer(model, hp):
         jit_compile=True,
     )
     return model
+
+
+def compile_layers_only(model):
+    """The `layers` recipe, identical for both models: Keras loss, Adam(1e-4), XLA."""
+    model.compile(
+        optimizer=keras.optimizers.Adam(LAYERS_LEARNING_RATE),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
+        jit_compile=True,
+    )
+    return model
+
+
+def build_models(hp, length, recipe):
+    """`{"tfblocks": model, "keras-hub": model}`, compiled for `recipe`."""
+    keras.utils.set_random_seed(0)
+    if recipe == "layers":
+        return {
+            "tfblocks": compile_layers_only(build_transformer(hp)),
+            "keras-hub": compile_layers_only(build_keras_hub_transformer(hp, length)),
+        }
+    return {
+        "tfblocks": compile_transformer(build_transformer(hp), hp, jit_compile=True),
+        "keras-hub": compile_keras_hub_transformer(build_keras_hub_transformer(hp, length), hp),
+    }
 
 
 def describe(preset, hp, batch, length):
@@ -186,26 +244,33 @@ def matmul_probe(size, dtype):
     return flops_per_second
 
 
-def shape_hparams(name, dropout=None):
-    """`(preset, hp, batch, length)` of a `SHAPES` entry; `dropout` sets every rate."""
+def shape_hparams(name, recipe="layers", dropout=None):
+    """`(preset, hp, batch, length)` of a `SHAPES` entry for `recipe`.
+
+    `layers` sets the dropout rates to `LAYERS_DROPOUT`; `t2t` keeps the preset's.
+    `dropout`, when given, sets every rate (both recipes).
+    """
     preset, overrides, batch, length = SHAPES[name]
+    if recipe == "layers":
+        overrides = {**overrides, **LAYERS_DROPOUT}
     if dropout is not None:
-        rates = ("layer_prepostprocess_dropout", "attention_dropout", "relu_dropout")
-        overrides = {**overrides, **dict.fromkeys(rates, dropout)}
+        overrides = {**overrides, **dict.fromkeys(LAYERS_DROPOUT, dropout)}
     return preset, hparams(preset, **overrides), batch, length
 
 
-def run_shape(name, args, probe, matmul_rate):
-    preset, hp, batch, length = shape_hparams(name, args.dropout)
+def load():
+    """`"HH:MM:SSZ, load a b c"`: when, and how busy the machine was."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{now}, load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}"
+
+
+def run_shape(name, recipe, args, probe, matmul_rate):
+    preset, hp, batch, length = shape_hparams(name, recipe, args.dropout)
     batch = args.batch or batch
     length = args.length or length
     x, y = make_batch(hp, batch, length)
-    keras.utils.set_random_seed(0)
-    models = {
-        "tfblocks": compile_transformer(build_transformer(hp), hp, jit_compile=True),
-        "keras-hub": compile_keras_hub_transformer(build_keras_hub_transformer(hp, length), hp),
-    }
-    print(f"\nshape {name}: {describe(preset, hp, batch, length)}")
+    models = build_models(hp, length, recipe)
+    print(f"\n[{recipe}] shape {name}: {describe(preset, hp, batch, length)}  ({load()})")
     for label, model in models.items():
         start = time.perf_counter()
         for _ in range(args.warmup):
@@ -223,11 +288,12 @@ def run_shape(name, args, probe, matmul_rate):
         print(
             f"  round {round_ + 1}/{args.rounds}: "
             + ", ".join(f"{label} {s[-1] * 1e3:.0f} ms/step" for label, s in seconds.items())
-            + f", matmul {matmul_rate[-1] / 1e9:.1f} GFLOP/s"
+            + f", matmul {matmul_rate[-1] / 1e9:.1f} GFLOP/s, load "
+            + " ".join(f"{v:.2f}" for v in os.getloadavg())
         )
 
     model_flops = 3 * total(model_cost(hp, length, length)).flops * batch
-    rate = statistics.median(matmul_rate)
+    ratios = [b / a for a, b in zip(seconds["tfblocks"], seconds["keras-hub"], strict=True)]
     rows = {}
     for label, values in seconds.items():
         step = statistics.median(values)
@@ -235,41 +301,61 @@ def run_shape(name, args, probe, matmul_rate):
             "step_ms": step * 1e3,
             "tokens_per_s": batch * length / step,
             "spread": (max(values) - min(values)) / step,
-            "mfu": model_flops / step / rate,
+            "seconds": values,
         }
-    return {"hp": hp, "batch": batch, "length": length, "flops": model_flops, "rows": rows}
+    del models  # frees the big shape's weights before the next shape
+    keras.backend.clear_session()
+    return {
+        "hp": hp,
+        "batch": batch,
+        "length": length,
+        "flops": model_flops,
+        "rows": rows,
+        "ratio": statistics.median(ratios),
+        "ratio_range": (min(ratios), max(ratios)),
+    }
 
 
-def print_table(results, matmul_rate, matmul_size, dtype="float32"):
-    rate = statistics.median(matmul_rate)
+def print_table(recipe, results, rate):
     print(
-        f"\nmatmul rate ({dtype} {matmul_size}² tf.matmul, XLA): median {rate / 1e9:.1f} "
-        f"GFLOP/s over {len(matmul_rate)} probes"
+        f"\n[{recipe}] "
+        + (
+            "layers only: identical loss, optimizer and dropout on both sides"
+            if recipe == "layers"
+            else "full t2t recipe for tfblocks (not the same work as keras-hub's step)"
+        )
     )
     header = (
         f"{'shape':<6}{'model':<11}{'ms/step':>9}{'tokens/s':>11}{'spread':>8}"
-        f"{'GFLOP/step':>12}{'MFU':>7}{'tfblocks/keras-hub':>20}"
+        f"{'GFLOP/step':>12}{'MFU':>7}{'ratio range':>14}{'tfblocks/keras-hub':>20}"
     )
     print(header)
     print("-" * len(header))
     for name, result in results.items():
-        rows = result["rows"]
-        ratio = rows["tfblocks"]["tokens_per_s"] / rows["keras-hub"]["tokens_per_s"]
-        for label, row in rows.items():
+        low, high = result["ratio_range"]
+        for label, row in result["rows"].items():
+            mfu = result["flops"] / (row["step_ms"] / 1e3) / rate
             print(
                 f"{name:<6}{label:<11}{row['step_ms']:>9.1f}{row['tokens_per_s']:>11.0f}"
-                f"{row['spread']:>8.0%}{result['flops'] / 1e9:>12.1f}{row['mfu']:>7.1%}"
-                + (f"{ratio:>19.3f}×" if label == "tfblocks" else "")
+                f"{row['spread']:>8.0%}{result['flops'] / 1e9:>12.1f}{mfu:>7.1%}"
+                + (
+                    f"{f'{low:.3f}–{high:.3f}':>14}{result['ratio']:>19.3f}×"
+                    if label == "tfblocks"
+                    else ""
+                )
             )
-    print(
-        "ms/step and tokens/s: medians over rounds; spread: (max - min) / median; "
-        "MFU: 3 × forward matmul FLOPs (tfblocks.cost) / step time / matmul rate."
-    )
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["a", "b"])
+    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["a", "base", "big"])
+    parser.add_argument(
+        "--recipes",
+        nargs="+",
+        choices=RECIPES,
+        default=list(RECIPES),
+        help="layers: identical loss/optimizer/dropout on both sides; t2t: tfblocks' full recipe",
+    )
     parser.add_argument("--rounds", type=int, default=5, help="A B rounds (median over them)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per model per round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (XLA compile)")
@@ -277,10 +363,7 @@ def parse_args(argv=None):
     parser.add_argument("--length", type=int, help="override the shapes' source/target length")
     parser.add_argument("--matmul-size", type=int, default=2048)
     parser.add_argument(
-        "--dropout",
-        type=float,
-        help="set every dropout rate of both models to this value (default: the preset's, "
-        "0.1; keras-hub has no FFN-inner dropout, t2t's relu_dropout)",
+        "--dropout", type=float, help="set every dropout rate of both models to this value"
     )
     parser.add_argument(
         "--mixed-precision",
@@ -311,10 +394,27 @@ def main(argv=None):
         f"{keras_hub.__version__}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, {policy}, XLA (jit_compile=True)"
     )
+    print(f"start {load()}")
     probe = matmul_probe(args.matmul_size, tf.as_dtype(compute_dtype))
-    matmul_rate = []  # GFLOP/s probes, one per round, shared by all shapes
-    results = {name: run_shape(name, args, probe, matmul_rate) for name in args.shapes}
-    print_table(results, matmul_rate, args.matmul_size, compute_dtype)
+    matmul_rate = []  # FLOP/s probes, one per round, shared by all shapes and recipes
+    results = {
+        recipe: {name: run_shape(name, recipe, args, probe, matmul_rate) for name in args.shapes}
+        for recipe in args.recipes
+    }
+    rate = statistics.median(matmul_rate)
+    print(
+        f"\nmatmul rate ({compute_dtype} {args.matmul_size}² tf.matmul, XLA): median "
+        f"{rate / 1e9:.1f} GFLOP/s over {len(matmul_rate)} probes (max "
+        f"{max(matmul_rate) / 1e9:.1f})"
+    )
+    for recipe, shapes in results.items():
+        print_table(recipe, shapes, rate)
+    print(
+        "ms/step, tokens/s: medians over rounds; spread: (max - min) / median; ratio: median "
+        "over rounds of keras-hub's step time / tfblocks' in the same round (range: min–max); "
+        "MFU: 3 × forward matmul FLOPs (tfblocks.cost) / step time / median matmul rate."
+    )
+    print(f"end {load()}")
 
 
 if __name__ == "__main__":

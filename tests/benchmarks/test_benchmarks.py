@@ -17,16 +17,26 @@ def _run(*args):
 
 @pytest.mark.parametrize("policy", [None, "mixed_bfloat16"])
 def test_train_throughput_quick(policy):
+    # Both recipes in float32; the layers-only one under the mixed policy (faster).
+    recipes = ["--recipes", "layers"] if policy else []
     out = _run(
         "benchmarks/train_throughput.py",
         "--quick",
+        *recipes,
         *(["--mixed-precision", policy] if policy else []),
     )
     assert f"{policy or 'float32'}, XLA" in out, out
-    # One tfblocks row with a positive ratio, one keras-hub row.
-    ratio = re.search(r"^quick\s+tfblocks\s.*\s(\d+\.\d+)×$", out, re.M)
-    assert ratio and float(ratio.group(1)) > 0, out
-    assert re.search(r"^quick\s+keras-hub\s", out, re.M), out
+    tables = out.split("\n[")[1:]
+    titles = [t for t in tables if t.startswith(("layers] layers only", "t2t] full t2t"))]
+    assert len(titles) == (1 if policy else 2), out
+    for table in titles:
+        # One tfblocks row with a positive ratio and its range, one keras-hub row.
+        ratio = re.search(
+            r"^quick\s+tfblocks\s.*\s\d\.\d{3}–\d+\.\d{3}\s+(\d+\.\d+)×$", table, re.M
+        )
+        assert ratio and float(ratio.group(1)) > 0, out
+        assert re.search(r"^quick\s+keras-hub\s", table, re.M), out
+    assert re.search(r"^end \S+Z, load average \d", out, re.M), out
 
 
 def test_profile_step_quick_lists_components():
