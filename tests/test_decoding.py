@@ -321,3 +321,18 @@ def test_search_arguments_are_checked():
         decoding.greedy_search(step_fn, state, start, 0)
     with pytest.raises(ValueError, match="eos_id=-1"):
         decoding.beam_search(step_fn, state, start, 4, eos_id=-1)
+
+
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_extra_length_bounds_the_decode_length(reverser, jit_compile):
+    source = _sources(np.random.default_rng(5), 3)  # [3, 8]
+    decoder = Decoder(reverser, max_length=30, jit_compile=jit_compile)
+    for search in (decoder.greedy, lambda s, **kw: decoder.beam_search(s, beam_size=2, **kw)):
+        full, _ = search(source)
+        short, _ = search(source, extra_length=2)  # min(30, 8 + 2)
+        assert full.shape == (3, 30) and short.shape == (3, 10)
+        # The reverser's outputs (at most 7 ids + EOS) fit in 10: the same ids.
+        np.testing.assert_array_equal(short.numpy(), full.numpy()[:, :10])
+        assert not full.numpy()[:, 10:].any()
+    with pytest.raises(ValueError, match="extra_length=-1"):
+        decoder.greedy(source, extra_length=-1)

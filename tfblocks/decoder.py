@@ -55,7 +55,20 @@ class Decoder:
 
     # The step function ---------------------------------------------------------------------
 
-    def step_function(self, source_ids=None, prefix=None, repeat=1):
+    def decode_length(self, source_ids=None, extra_length=None):
+        """The most tokens a search generates for `source_ids` `[B, S]`.
+
+        `max_length`, or with `extra_length` t2t's `S + extra_length` (S the padded
+        source length, as t2t's `decode_length` counts it) when that is smaller: a
+        scalar int32 tensor that depends only on the source's shape, so an
+        XLA-compiled search still has static shapes (one program per S).
+        """
+        if extra_length is None or source_ids is None:
+            return self.max_length
+        _checks.check_non_negative_int("extra_length", extra_length)
+        return tf.minimum(self.max_length, tf.shape(source_ids)[1] + extra_length)
+
+    def step_function(self, source_ids=None, prefix=None, repeat=1, max_length=None):
         """`(step_fn, state)` for the searches of `tfblocks.decoding`.
 
         Args:
@@ -65,6 +78,7 @@ class Decoder:
             repeat: rows per sentence that `step_fn` will see (the beam size); the
                 encoder output and the prefix are repeated to match, while `state`
                 stays at `B` rows (`beam_search` repeats it).
+            max_length: the self-attention caches' length (default `self.max_length`).
 
         Returns:
             `step_fn(ids, index, state) -> (logits [N, V], state)` with PAD and BOS
@@ -87,7 +101,8 @@ class Decoder:
             raise ValueError("A decoder-only language model needs a `prefix` (the prompt ids).")
         else:
             batch = tf.shape(prefix)[0]
-        caches = model.init_cache(batch, self.max_length, encoder_output)
+        length = self.max_length if max_length is None else max_length
+        caches = model.init_cache(batch, length, encoder_output)
         cross = [cache.get("cross") for cache in caches]
         state = [cache["self"] for cache in caches]
         forced = None if prefix is None else _forcing(prefix, repeat)
@@ -112,18 +127,20 @@ class Decoder:
 
     # One public entry per search -------------------------------------------------------------
 
-    def greedy(self, source_ids=None, prefix=None):
-        """Greedy decoding. Returns `(ids [B, max_length], log-prob sums [B])`.
+    def greedy(self, source_ids=None, prefix=None, extra_length=None):
+        """Greedy decoding. Returns `(ids [B, L], log-prob sums [B])`.
 
-        `ids` end with EOS (unless `max_length` ran out) and are PAD after it.
+        L is `decode_length(source_ids, extra_length)` (`max_length` by default).
+        `ids` end with EOS (unless L ran out) and are PAD after it.
         """
 
         def run(source_ids, prefix):
-            step_fn, state = self.step_function(source_ids, prefix)
+            length = self.decode_length(source_ids, extra_length)
+            step_fn, state = self.step_function(source_ids, prefix, max_length=length)
             start = _start_ids(source_ids, prefix)
-            return decoding.greedy_search(step_fn, state, start, self.max_length, EOS_ID, PAD_ID)
+            return decoding.greedy_search(step_fn, state, start, length, EOS_ID, PAD_ID)
 
-        return self._run(("greedy",), run, source_ids, prefix)
+        return self._run(("greedy", extra_length), run, source_ids, prefix)
 
     def sample(self, source_ids=None, prefix=None, temperature=1.0, top_k=0, top_p=1.0, seed=0):
         """Sampling (temperature, top-k, top-p; see `tfblocks.decoding.sample_search`).
@@ -154,28 +171,37 @@ class Decoder:
         key = ("sample", float(temperature), int(top_k), float(top_p))
         return self._run(key, run, source_ids, prefix, tf.constant(seed, tf.int32))
 
-    def beam_search(self, source_ids=None, prefix=None, beam_size=4, alpha=0.6):
-        """t2t beam search. Returns `(ids [B, max_length], scores [B])`: the best
+    def beam_search(self, source_ids=None, prefix=None, beam_size=4, alpha=0.6, extra_length=None):
+        """t2t beam search. Returns `(ids [B, L], scores [B])`: the best
         finished hypothesis and its length-penalized score, or the best live one
-        and its raw log-probability when none finished."""
+        and its raw log-probability when none finished.
+
+        L is `decode_length(source_ids, extra_length)` (`max_length` by default). It
+        also bounds t2t's stopping test (a live beam's best possible score is its
+        log-probability over the length penalty of L), so a smaller L ends the
+        search sooner."""
         beam_size = _checks.check_positive_int("beam_size", beam_size)
         if isinstance(alpha, bool) or not alpha >= 0:
             raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
 
         def run(source_ids, prefix):
-            step_fn, state = self.step_function(source_ids, prefix, repeat=beam_size)
+            length = self.decode_length(source_ids, extra_length)
+            step_fn, state = self.step_function(
+                source_ids, prefix, repeat=beam_size, max_length=length
+            )
             return decoding.beam_search(
                 step_fn,
                 state,
                 _start_ids(source_ids, prefix),
-                self.max_length,
+                length,
                 beam_size=beam_size,
                 alpha=float(alpha),
                 eos_id=EOS_ID,
                 pad_id=PAD_ID,
             )
 
-        return self._run(("beam", beam_size, float(alpha)), run, source_ids, prefix)
+        key = ("beam", beam_size, float(alpha), extra_length)
+        return self._run(key, run, source_ids, prefix)
 
     def _run(self, key, fn, *args):
         args = tuple(None if a is None else tf.convert_to_tensor(a) for a in args)

@@ -76,7 +76,8 @@ class BeamState(NamedTuple):
 
 
 def _check_search_args(max_length, eos_id, pad_id):
-    _checks.check_positive_int("max_length", max_length)
+    if not tf.is_tensor(max_length):  # a scalar tensor (e.g. from a source's shape) is taken as is
+        _checks.check_positive_int("max_length", max_length)
     _checks.check_non_negative_int("eos_id", eos_id)
     _checks.check_non_negative_int("pad_id", pad_id)
 
@@ -124,7 +125,8 @@ def greedy_search(step_fn, state, start_ids, max_length, eos_id=EOS_ID, pad_id=P
         step_fn: `step_fn(ids [B, 1], index, state) -> (logits [B, V], state)`.
         state: the initial nest of tensors passed to `step_fn`.
         start_ids: int `[B]`, the first input ids (e.g. BOS).
-        max_length: the most tokens generated (EOS included).
+        max_length: the most tokens generated (EOS included): an int, or a scalar
+            int32 tensor (under XLA one that depends only on shapes).
         eos_id: the id that ends a sequence.
         pad_id: written after EOS.
 

@@ -23,7 +23,10 @@ that holds its longest source (`source_buckets`, by default 8, 16, 32, … up to
 `max_length`), not to `max_length`, so the encoder and every cross-attention step work
 on little padding while XLA compiles one program per (batch size, bucket). Padding
 is masked, so the bucket does not change the translation (tests compare bucketed with
-padded-to-`max_length` ids). The decoding loop stops as soon as every sentence ended.
+padded-to-`max_length` ids). A batch generates at most `min(max_length, S +
+extra_length)` tokens (t2t's `decode_length`, S the padded source length; `extra_length`
+16 by default), which sizes the self-attention caches and bounds beam search's
+stopping test; the loop stops as soon as every sentence ended.
 
 TF Serving: export into a numbered version folder (`translator.export("…/export/1")`;
 TF Serving loads the highest number under the model's base path). TF Serving runs
@@ -157,6 +160,10 @@ class Translator(_TextModule):
             `(max_length,)` for the fixed padding of earlier versions, or None for the
             batch's own longest length (fewest positions, but one XLA program per
             length).
+        extra_length: t2t's `extra_length`: a batch generates at most
+            `min(max_length, S + extra_length)` tokens, S its padded source length
+            (the self-attention caches are that long, and beam search's stopping
+            test uses it); None = `max_length` for every batch.
         name: the module's name.
 
     Example (training elided; any `build_transformer` model works):
@@ -183,11 +190,17 @@ class Translator(_TextModule):
         alpha=0.6,
         jit_compile=True,
         source_buckets="auto",
+        extra_length=16,
         name=None,
     ):
         super().__init__(name=name)
         _check_decoding(max_length, beam_size, alpha)
         self.source_buckets = _source_buckets(source_buckets, max_length)
+        self.extra_length = (
+            None
+            if extra_length is None
+            else _checks.check_non_negative_int("extra_length", extra_length)
+        )
         if not getattr(model, "has_input", False):
             raise ValueError(
                 "`model` must be an encoder–decoder `tfblocks.Transformer` (from "
@@ -228,10 +241,10 @@ class Translator(_TextModule):
         # With jit_compile the decoder runs its own nested XLA-compiled function;
         # without, the search is traced inline into this signature's graph.
         if self.beam_size == 1:
-            ids, scores = self._decoder.greedy(source)
+            ids, scores = self._decoder.greedy(source, extra_length=self.extra_length)
         else:
             ids, scores = self._decoder.beam_search(
-                source, beam_size=self.beam_size, alpha=self.alpha
+                source, beam_size=self.beam_size, alpha=self.alpha, extra_length=self.extra_length
             )
         translation = self.target_tokenizer.detokenize(ids)
         blank = tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
