@@ -165,16 +165,22 @@ def run_group(args, workers):
         )
     deadline = time.monotonic() + args.timeout
     results = []
-    for proc in procs:
-        try:
-            stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise SystemExit(f"a worker did not finish within --timeout {args.timeout} s") from None
-        if proc.returncode != 0:
-            raise SystemExit(f"worker failed (exit {proc.returncode}):\n{stderr[-3000:]}")
-        results.append(json.loads(stdout.strip().splitlines()[-1]))
+    try:
+        for proc in procs:
+            try:
+                stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise SystemExit(
+                    f"a worker did not finish within --timeout {args.timeout} s"
+                ) from None
+            if proc.returncode != 0:
+                raise SystemExit(f"worker failed (exit {proc.returncode}):\n{stderr[-3000:]}")
+            results.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:  # never leave a worker behind (one waiting for its peer would never end)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     return results
 
 

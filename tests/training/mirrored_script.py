@@ -60,9 +60,6 @@ def main():
     step = getattr(mirrored, xla_step.ATTRIBUTE)
     mirrored_eval = mirrored.evaluate(dataset, verbose=0, return_dict=True)
     single_eval = single.evaluate(dataset, verbose=0, return_dict=True)
-    predict_diff = float(
-        np.abs(mirrored.predict(dataset, verbose=0) - single.predict(dataset, verbose=0)).max()
-    )
 
     # The loss of one global batch, computed per replica and summed the Keras way.
     logits = single(x)
@@ -95,11 +92,10 @@ def main():
                 "single_jit_compile": bool(single.jit_compile),
                 "xla_traces": [
                     fn.experimental_get_tracing_count()
-                    for fn in (step.train_gradients, step.test_metrics, step.predict_logits)
+                    for fn in (step.train_gradients, step.test_metrics)
                 ],
                 "mirrored_eval": mirrored_eval,
                 "single_eval": single_eval,
-                "predict_diff": predict_diff,
                 "max_weight_diff": diff,
                 "max_weight_change": moved,
                 "single_loss": single_history["loss"],

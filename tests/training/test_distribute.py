@@ -97,6 +97,10 @@ def test_compile_transformer_installs_per_replica_xla_and_removes_it():
         assert model.jit_compile
         step = getattr(model, xla_step.ATTRIBUTE)
         assert model.train_step == step.train_step
+        x = {"inputs": np.full((2, 5), 7, "int32"), "targets": np.full((2, 4), 8, "int32")}
+        predicted = model.predict(x, verbose=0)  # the per-replica forward pass, compiled
+        assert step.predict_logits.experimental_get_tracing_count() == 1
+        np.testing.assert_allclose(predicted, model(x), atol=1e-5)
         compile_transformer(model, hp, jit_compile=False)  # recompiled without XLA
     assert not model.jit_compile
     assert getattr(model, xla_step.ATTRIBUTE, None) is None
@@ -127,7 +131,7 @@ def mirrored_result():
         [sys.executable, str(SCRIPT)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,  # generous: a loaded 2-core CI machine; a hang still fails
         env=env,
         cwd=pathlib.Path(__file__).parents[2],
     )
@@ -140,14 +144,13 @@ def test_mirrored_two_cpus_matches_single_device(mirrored_result):
     assert r["replicas"] == 2
     # Per-replica XLA on the mirrored side, Keras' non-XLA step on the single device.
     assert r["mirrored_jit_compile"] and not r["single_jit_compile"]
-    assert all(n >= 1 for n in r["xla_traces"])  # train, test and predict all compiled
+    assert all(n >= 1 for n in r["xla_traces"])  # train and test steps compiled
     assert r["max_weight_change"] > 1e-3  # training moved the weights...
     assert r["max_weight_diff"] < WEIGHT_TOLERANCE  # ...identically on both setups.
     np.testing.assert_allclose(r["mirrored_loss"], r["single_loss"], rtol=LOSS_RTOL)
     np.testing.assert_allclose(r["mirrored_accuracy"], r["single_accuracy"], rtol=LOSS_RTOL)
     for key, value in r["single_eval"].items():
         assert r["mirrored_eval"][key] == pytest.approx(value, rel=LOSS_RTOL), key
-    assert r["predict_diff"] < 1e-4
 
 
 def test_loss_is_the_global_token_mean_across_replicas(mirrored_result):
