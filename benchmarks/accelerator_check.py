@@ -51,7 +51,14 @@ SHAPES = {  # name -> (preset, overrides, batch per replica, length)
     "base": ("transformer_base", {}, 32, 64),
     "tiny": (
         "transformer_tiny",
-        {"vocab_size": 64, "hidden_size": 32, "filter_size": 64, "num_heads": 2},
+        {
+            "vocab_size": 64,
+            "hidden_size": 32,
+            "filter_size": 64,
+            "num_heads": 2,
+            "num_encoder_layers": 1,
+            "num_decoder_layers": 1,
+        },
         4,
         12,
     ),

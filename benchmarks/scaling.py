@@ -199,7 +199,7 @@ def parse_args(argv=None):
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.shape, args.rounds, args.warmup, args.steps, args.chunks = "quick", 1, 1, 2, 2
+        args.shape, args.rounds, args.warmup, args.steps, args.chunks = "quick", 1, 1, 2, 1
     if min(args.rounds, args.warmup, args.steps - 1, args.chunks) < 1:
         parser.error(
             "--rounds, --warmup and --chunks must be >= 1 and --steps >= 2, got "
