@@ -99,3 +99,13 @@ def test_input_shapes_quick_prints_every_mode():
         r"^\s+buckets\s.*\s[12]\s+0\s+\d+\s+\d\.\d{4}\s+\d+\.\d{4}\s+\d+\.\d\d$", out, re.M
     ), out
     assert "load at the end:" in out, out
+
+
+def test_serve_quick_prints_every_engine():
+    pytest.importorskip("ctranslate2")
+    out = _run("benchmarks/serve.py", "--quick")
+    for engine in ("Translator", "SavedModel", "SavedModel no-XLA", "SavedModel padded",
+                   "CT2 float32", "CT2 int8"):  # fmt: skip
+        row = rf"^beam 4\s+32\s+{re.escape(engine)}\s+\d+\s+\S*\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\d\s"
+        assert re.search(row, out, re.M), out
+    assert re.search(r"^greedy\s+1\s+CT2 float32\s+\d+\s", out, re.M), out

@@ -1,0 +1,295 @@
+"""Serving speed and quality: tfblocks (in memory, SavedModel) vs CTranslate2 on the same weights.
+
+Translates the 500 raw-Japanese test sentences of small_parallel_enja (`--data`, see
+its SOURCE.md) with one trained model served by each engine:
+
+- `Translator`: `tfblocks.Translator` in memory (XLA-compiled decoding loop);
+- `SavedModel`: its export (`Translator.export`), reloaded with `tf.saved_model.load`;
+- `SavedModel no-XLA`: the export of `Translator(..., jit_compile=False)` (what TF
+  Serving runs without `--xla_cpu_compilation_enabled`);
+- `SavedModel padded`: the export as it was before issue 14, sources padded to
+  `max_length` (`source_buckets=(max_length,)`), for the before/after ratio;
+- `CT2 float32` / `CT2 int8`: `tfblocks.export_ctranslate2` of the same weights,
+  run by `tfblocks.CTranslate2Translator` (`compute_type` float32 / int8).
+
+For beam 4 and greedy, at batch 1 and batch 32, it reports target tokens per second
+(tokens of each engine's own output, EOS excluded), the per-sentence latency p50 / p95
+(a sentence's latency is its batch's wall time), BLEU (`tfblocks.evaluation.score`)
+and the share of sentences whose translation equals the in-memory Translator's.
+Every engine runs with 2 threads (TF intra-op 2 / inter-op 1, CTranslate2
+`intra_threads=2` / `inter_threads=1`; `--threads`). Engines alternate within each of
+`--rounds` rounds; the table shows medians over rounds, and each engine's throughput
+ratio to CTranslate2 float32 measured in the same rounds. An untimed warm-up pass
+compiles every batch shape first (XLA compiles per batch size and source bucket).
+
+There is no trained model on disk: the script trains `--hparams` (transformer_small)
+for `--train-minutes` on the 50k training pairs, or loads `--preset DIR`
+(`tfblocks.load_preset`); `--save-preset DIR` keeps what it trained. `--quick` runs a
+tiny model on the embedded phrasebook (a few sentences, one round) as a smoke test.
+
+    python benchmarks/serve.py --train-minutes 5 --save-preset /tmp/serve_small
+    python benchmarks/serve.py --preset /tmp/serve_small --rounds 3
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "small_parallel_enja")
+CONFIGS = (("beam 4", 4, 32), ("beam 4", 4, 1), ("greedy", 1, 32), ("greedy", 1, 1))
+ENGINES = (
+    "Translator",
+    "SavedModel",
+    "SavedModel no-XLA",
+    "SavedModel padded",
+    "CT2 float32",
+    "CT2 int8",
+)
+PEER = "CT2 float32"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model, phrasebook, smoke test")
+    parser.add_argument("--data", default=DATA, help="the small_parallel_enja directory")
+    parser.add_argument("--preset", help="load this tfblocks preset instead of training")
+    parser.add_argument("--save-preset", help="save the trained model here")
+    parser.add_argument("--hparams", default="transformer_small")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--train-minutes", type=float, default=5.0)
+    parser.add_argument("--max-length", type=int, default=64, help="the serving max_length")
+    parser.add_argument("--sentences", type=int, default=500, help="test sentences used")
+    parser.add_argument("--batch1-sentences", type=int, default=200,
+                        help="sentences timed at batch 1 (the first N)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--sort", action="store_true",
+                        help="also time beam-4 batch-32 with sources sorted by length")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.hparams = "transformer_tiny"
+        args.vocab_size = 300
+        args.train_minutes = min(args.train_minutes, 0.3)
+        args.max_length = 24
+        args.sentences = min(args.sentences, 12)
+        args.batch1_sentences = min(args.batch1_sentences, 3)
+        args.rounds = 1
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown:
+        parser.error(f"--engines: unknown {unknown}; choose from {list(ENGINES)}")
+    args.engines = engines
+    return args
+
+
+def set_threads(threads):
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+
+def load_data(args):
+    """`(train_pairs, test_pairs)`: raw Japanese sources, English references."""
+    from tfblocks.text import load_phrasebook, read_parallel
+
+    if args.quick:
+        book = load_phrasebook()
+        return list(book["train"][:2000]), list(book["test"][: args.sentences])
+    for name in ("train.ja", "test.ja"):
+        if not os.path.isfile(os.path.join(args.data, name)):
+            sys.exit(f"serve.py: {args.data}/{name} not found (--data, or --quick)")
+    test = read_parallel(os.path.join(args.data, "test.ja"), os.path.join(args.data, "test.en"))
+    train = [] if args.preset else read_parallel(
+        os.path.join(args.data, "train.ja"), os.path.join(args.data, "train.en")
+    )  # fmt: skip
+    return list(train), list(test)[: args.sentences]
+
+
+def train_model(args, train_pairs):
+    """A model trained for `--train-minutes` (shared SentencePiece vocabulary)."""
+    import tfblocks
+    from tfblocks.text import make_dataset, train_tokenizer
+    from tfblocks.training.callbacks import TimeLimit
+
+    tokenizer = train_tokenizer([side for pair in train_pairs for side in pair], args.vocab_size)
+    hp = tfblocks.hparams(args.hparams, vocab_size=tokenizer.vocabulary_size)
+    model = tfblocks.build_transformer(hp)
+    tfblocks.compile_transformer(model, hp, learning_rate=1e-3)
+    data = make_dataset(train_pairs, tokenizer, tokenizer, batch_tokens=4096,
+                        max_length=args.max_length, shapes="buckets", seed=0)  # fmt: skip
+    limit = TimeLimit(args.train_minutes * 60)
+    start = time.perf_counter()
+    history = model.fit(data, epochs=1000, callbacks=[limit], verbose=0)
+    print(f"trained {args.hparams} for {time.perf_counter() - start:.0f} s "
+          f"({len(history.epoch)} epochs), loss {history.history['loss'][-1]:.3f}")  # fmt: skip
+    if args.save_preset:
+        tfblocks.save_preset(model, tokenizer, args.save_preset, hp)
+    return model, tokenizer
+
+
+def build_engines(args, model, tokenizer, workdir):
+    """`{name: {beam_size: translate(list[str]) -> list[str]}}` for `args.engines`."""
+    import tensorflow as tf
+
+    import tfblocks
+
+    engines = {}
+    before = {"source_buckets": (args.max_length,), "extra_length": None}  # issue 14's "before"
+    saved = {"SavedModel": {}, "SavedModel no-XLA": {"jit_compile": False}}
+    saved["SavedModel padded"] = before
+    ct2 = {"CT2 float32": (None, "float32"), "CT2 int8": ("int8", "int8")}
+    for name in args.engines:
+        engines[name] = {}
+        for beam in sorted({beam for _, beam, _ in CONFIGS}):
+            if name == "Translator" or name in saved:
+                options = {"max_length": args.max_length, "beam_size": beam, **saved.get(name, {})}
+                translator = tfblocks.Translator(model, tokenizer, tokenizer, **options)
+                if name == "Translator":
+                    engines[name][beam] = _strings(translator)
+                    continue
+                path = translator.export(
+                    os.path.join(workdir, f"{name}-{beam}".replace(" ", "_"), "1")
+                )
+                signature = tf.saved_model.load(path).signatures["serving_default"]
+                engines[name][beam] = _strings(
+                    lambda texts, f=signature: f(text=tf.constant(texts))["translation"]
+                )
+            else:
+                quantization, compute_type = ct2[name]
+                path = os.path.join(workdir, name.replace(" ", "_"))
+                if not os.path.isdir(path):
+                    tfblocks.export_ctranslate2(model, tokenizer, path, quantization=quantization)
+                engines[name][beam] = tfblocks.CTranslate2Translator(
+                    path, beam_size=beam, max_length=args.max_length, compute_type=compute_type,
+                    intra_threads=args.threads, inter_threads=1,
+                )  # fmt: skip
+    return engines
+
+
+def _strings(translate):
+    return lambda texts: [t.decode("utf-8") for t in translate(texts).numpy()]
+
+
+def run_pass(translate, sources, batch):
+    """`(outputs, seconds per call)` translating `sources` in batches of `batch`."""
+    outputs, seconds = [], []
+    for start in range(0, len(sources), batch):
+        chunk = sources[start : start + batch]
+        begin = time.perf_counter()
+        outputs.extend(translate(chunk))
+        seconds.append(time.perf_counter() - begin)
+    return outputs, seconds
+
+
+def warm_up(engines, sources, tokenizer):
+    """Compiles every batch shape: one sentence per source length at batch 1, all at 32."""
+    lengths = {}
+    for text, ids in zip(sources, tokenizer.tokenize(sources).row_lengths().numpy(), strict=True):
+        lengths.setdefault(int(ids), text)
+    for per_beam in engines.values():
+        for translate in per_beam.values():
+            run_pass(translate, list(lengths.values()), 1)
+            run_pass(translate, sources, 32)
+
+
+def percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
+
+
+def measure(args, engines, test_pairs, tokenizer):
+    """Rounds over configs × engines (engine order rotated each round)."""
+    sources = [s for s, _ in test_pairs]
+    configs = list(CONFIGS)
+    if args.sort:
+        configs.append(("beam 4 sorted", 4, 32))
+    order = list(engines)
+    results = {}  # (config, engine) -> list of (tokens/s, p50, p95)
+    outputs = {}
+    for round_index in range(args.rounds):
+        for label, beam, batch in configs:
+            texts = sources if batch > 1 else sources[: args.batch1_sentences]
+            if label.endswith("sorted"):
+                texts = sorted(texts, key=len)
+            for name in order:
+                out, seconds = run_pass(engines[name][beam], texts, batch)
+                tokens = int(tokenizer.tokenize(out).row_lengths().numpy().sum()) - len(
+                    out
+                )  # no EOS
+                latency = [s for s, start in zip(seconds, range(0, len(texts), batch), strict=True)
+                           for _ in texts[start : start + batch]]  # fmt: skip
+                results.setdefault((label, batch, name), []).append(
+                    (tokens / sum(seconds), percentile(latency, 50), percentile(latency, 95))
+                )
+                if batch > 1 and not label.endswith("sorted"):
+                    outputs[(label, name)] = out
+        order = order[1:] + order[:1]
+        print(f"round {round_index + 1}/{args.rounds} done", flush=True)
+    return configs, results, outputs
+
+
+def report(args, configs, results, outputs, test_pairs):
+    from tfblocks.evaluation import score
+
+    references = [t for _, t in test_pairs]
+    first = min(args.batch1_sentences, len(test_pairs))
+    print(
+        f"\n{args.hparams}, max_length {args.max_length}, {len(test_pairs)} sentences "
+        f"(batch 1: first {first}), {args.threads} threads, median of {args.rounds} round(s)"
+    )
+    print(
+        f"{'decoding':<14} {'batch':>5}  {'engine':<18} {'tok/s':>8} {'vs CT2 f32':>10} "
+        f"{'p50 ms':>8} {'p95 ms':>8} {'BLEU':>6} {'same':>6}"
+    )
+    for label, _, batch in configs:
+        peer = results.get((label, batch, PEER))
+        for name in args.engines:
+            rows = results[(label, batch, name)]
+            speed = statistics.median(r[0] for r in rows)
+            ratio = ""
+            if peer and all(p[0] > 0 for p in peer):
+                ratio = statistics.median(r[0] / p[0] for r, p in zip(rows, peer, strict=True))
+                ratio = f"{ratio:.2f}×"
+            p50 = statistics.median(r[1] for r in rows) * 1000
+            p95 = statistics.median(r[2] for r in rows) * 1000
+            bleu = same = ""
+            if (label, name) in outputs:
+                out = outputs[(label, name)]
+                bleu = f"{score(out, references)['bleu']:.2f}"
+                base = outputs.get((label, "Translator"))
+                if base:
+                    equal = sum(a == b for a, b in zip(out, base, strict=True))
+                    same = f"{100 * equal / len(out):.1f}%"
+            print(
+                f"{label:<14} {batch:>5}  {name:<18} {speed:>8.0f} {ratio:>10} {p50:>8.1f} "
+                f"{p95:>8.1f} {bleu:>6} {same:>6}"
+            )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    set_threads(args.threads)
+    import tfblocks
+
+    train_pairs, test_pairs = load_data(args)
+    if args.preset:
+        model, tokenizer, _ = tfblocks.load_preset(args.preset)
+    else:
+        model, tokenizer = train_model(args, train_pairs)
+    with tempfile.TemporaryDirectory(prefix="serve-") as workdir:
+        engines = build_engines(args, model, tokenizer, workdir)
+        start = time.perf_counter()
+        warm_up(engines, [s for s, _ in test_pairs], tokenizer)
+        print(f"warm-up (compiles every batch shape): {time.perf_counter() - start:.0f} s")
+        configs, results, outputs = measure(args, engines, test_pairs, tokenizer)
+    report(args, configs, results, outputs, test_pairs)
+
+
+if __name__ == "__main__":
+    main()
