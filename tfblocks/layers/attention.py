@@ -6,6 +6,13 @@ the same matrix is applied at every position. Departures from t2t: the mask is a
 boolean "may attend" tensor (t2t passes an additive bias), and a fully masked row
 yields a uniform average of the values instead of depending on a literal -1e9.
 
+Speed: when q, k and v are projected from one tensor (self-attention) the three
+kernels are concatenated at call time and applied as one matrix product
+`x · [W_q | W_k | W_v]` (k and v alike for cross-attention); the variables stay the
+three `Dense` kernels, so parameters and checkpoints are unchanged. One wider matmul
+keeps the CPU/GPU busier than three narrow ones, and its backward pass is one
+`dx` product instead of three plus a sum (`benchmarks/profile_step.py`).
+
 Extension points (subclasses override these, nothing else branches): `_attention_mask`
 builds whatever mask `_compute_attention` consumes, `_compute_attention` is the one
 place q, k and v meet, and `_cache_mask` says which cache slots a decoded position may
@@ -13,6 +20,7 @@ see. `LocalMultiHeadAttention` (local_attention.py) overrides all three.
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from tfblocks.layers import _utils
@@ -164,10 +172,39 @@ class MultiHeadAttention(keras.layers.Layer):
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1], self.num_heads, depth))  # [B, L, H, depth]
 
-    def _project_query(self, query):
-        """`[B, T, dim]` -> scaled q `[B, T, H, dk]`: the one place q is scaled."""
-        q = self._split_heads(self.query_dense(query), self._key_depth)  # [B, T, H, dk]
+    def _scale_query(self, q):
+        """q `[B, T, H, dk]` times `dk ** -0.5`: the one place q is scaled."""
         return q * ops.cast(self._key_depth**-0.5, q.dtype)
+
+    def _project_query(self, query):
+        """`[B, T, dim]` -> scaled q `[B, T, H, dk]`."""
+        return self._scale_query(self._split_heads(self.query_dense(query), self._key_depth))
+
+    def _can_fuse(self, denses):
+        """Whether `denses` are plain `Dense` layers whose kernels can be concatenated."""
+        return all(
+            type(d) is keras.layers.Dense
+            and d.quantization_mode is None
+            and not getattr(d, "lora_enabled", False)
+            for d in denses
+        )
+
+    def _project(self, x, denses):
+        """`[x · W for W in denses]` (plus biases), as one matmul when the layers allow.
+
+        The kernels `[in, units_i]` are concatenated at call time into
+        `[in, Σ units_i]`; the result is split back on the last axis. Same parameters,
+        same values (up to float summation order) as calling each `Dense`.
+        """
+        if len(denses) == 1 or not self._can_fuse(denses):
+            return [dense(x) for dense in denses]
+        kernel = ops.concatenate([ops.cast(d.kernel, x.dtype) for d in denses], axis=-1)
+        y = ops.matmul(x, kernel)  # [B, L, in] · [in, Σ units] -> [B, L, Σ units]
+        if self.use_bias:
+            bias = ops.concatenate([ops.cast(d.bias, x.dtype) for d in denses], axis=-1)
+            y = y + bias  # [B, L, Σ units]
+        ends = np.cumsum([d.units for d in denses])[:-1].tolist()
+        return ops.split(y, ends, axis=-1)  # each [B, L, units_i]
 
     def _combine_heads(self, x):
         shape = ops.shape(x)
@@ -223,9 +260,14 @@ class MultiHeadAttention(keras.layers.Layer):
         mask = self._attention_mask(
             query, value, query_mask, value_mask, attention_mask, use_causal_mask
         )
-        q = self._project_query(query)  # [B, T, H, dk], scaled
-        k = self._split_heads(self.key_dense(key), self._key_depth)  # [B, S, H, dk]
-        v = self._split_heads(self.value_dense(value), self._value_depth)  # [B, S, H, dv]
+        if query is value and key is value:  # self-attention: one fused projection
+            q, k, v = self._project(query, [self.query_dense, self.key_dense, self.value_dense])
+        else:
+            (q,) = self._project(query, [self.query_dense])
+            k, v = self._project_key_value(key, value)
+        q = self._scale_query(self._split_heads(q, self._key_depth))  # [B, T, H, dk]
+        k = self._split_heads(k, self._key_depth)  # [B, S, H, dk]
+        v = self._split_heads(v, self._value_depth)  # [B, S, H, dv]
         output, scores = self._compute_attention(
             q, k, v, mask, training=training, return_scores=return_attention_scores
         )  # [B, T, H, dv]
@@ -233,6 +275,12 @@ class MultiHeadAttention(keras.layers.Layer):
         if return_attention_scores:
             return output, scores
         return output
+
+    def _project_key_value(self, key, value):
+        """Unsplit k `[B, S, H·dk]` and v `[B, S, H·dv]` (one matmul when key is value)."""
+        if key is value:
+            return self._project(value, [self.key_dense, self.value_dense])
+        return self.key_dense(key), self.value_dense(value)
 
     def _attention_mask(self, query, value, query_mask, value_mask, attention_mask, causal):
         """The mask `_compute_attention` consumes: boolean `[B|1, T, S]` or None."""
@@ -313,8 +361,9 @@ class MultiHeadAttention(keras.layers.Layer):
             source = query if value is None else value
             index = ops.cast(cache_index, "int32")
             start = (0, index, 0, 0)
-            k_new = self._split_heads(self.key_dense(source), self._key_depth)  # [B, T, H, dk]
-            v_new = self._split_heads(self.value_dense(source), self._value_depth)
+            k_new, v_new = self._project_key_value(source, source)
+            k_new = self._split_heads(k_new, self._key_depth)  # [B, T, H, dk]
+            v_new = self._split_heads(v_new, self._value_depth)  # [B, T, H, dv]
             k = ops.slice_update(k, start, ops.cast(k_new, k.dtype))  # [B, S_max, H, dk]
             v = ops.slice_update(v, start, ops.cast(v_new, v.dtype))  # [B, S_max, H, dv]
             rows = index + ops.expand_dims(ops.arange(ops.shape(query)[1], dtype="int32"), 1)
@@ -350,10 +399,10 @@ class MultiHeadAttention(keras.layers.Layer):
         Used with `call(query, cache=cache, value_mask=...)` (no `cache_index`), which
         returns `(output, cache)`.
         """
-        key = value if key is None else key
+        k, v = self._project_key_value(value if key is None else key, value)
         return {
-            "key": self._split_heads(self.key_dense(key), self._key_depth),  # [B, S, H, dk]
-            "value": self._split_heads(self.value_dense(value), self._value_depth),  # [B, S, H, dv]
+            "key": self._split_heads(k, self._key_depth),  # [B, S, H, dk]
+            "value": self._split_heads(v, self._value_depth),  # [B, S, H, dv]
         }
 
     def get_config(self):
