@@ -345,3 +345,68 @@ def test_bad_cache_shapes_name_the_argument():
         mha(x[:, :1], cache=mha.init_cache(3, 4), cache_index=0)
     with pytest.raises(ValueError, match=r"`query` must have last dimension 8.*\(2, 1, 6\)"):
         mha(np.zeros((2, 1, 6), "float32"), cache=mha.init_cache(2, 4), cache_index=0)
+
+
+def _fusions(monkeypatch):
+    """Records the sizes of the projection groups that `_project` tried to fuse."""
+    calls = []
+    original = MultiHeadAttention._can_fuse
+
+    def spy(self, denses):
+        calls.append(tuple(d.name for d in denses))
+        return original(self, denses)
+
+    monkeypatch.setattr(MultiHeadAttention, "_can_fuse", spy)
+    return calls
+
+
+@pytest.mark.parametrize("use_bias", [False, True])
+def test_fused_qkv_projection_equals_three_dense_calls(monkeypatch, use_bias):
+    mha = MultiHeadAttention(num_heads=4, use_bias=use_bias)
+    x = tf.constant(RNG.normal(size=(2, 5, 16)).astype("float32"))
+    mha(x, tf.identity(x))  # builds it (unfused: value is another tensor)
+    for dense in (mha.query_dense, mha.key_dense, mha.value_dense):
+        if use_bias:
+            dense.bias.assign(RNG.normal(size=dense.bias.shape))
+    calls = _fusions(monkeypatch)
+    with tf.GradientTape() as tape:
+        fused = mha(x, x)  # one tensor: q, k and v from one matmul
+    assert calls == [("query_dense", "key_dense", "value_dense")]
+    grads = tape.gradient(fused, mha.trainable_weights)
+    unfused = mha(x, tf.identity(x))
+    np.testing.assert_allclose(_np(fused), _np(unfused), atol=1e-5)
+    # Same variables as before (checkpoint layout): 3 or 4 Dense kernels (+ biases).
+    assert [w.path.split("/")[-2] for w in mha.trainable_weights][:3] == [
+        "query_dense",
+        "query_dense" if use_bias else "key_dense",
+        "key_dense" if use_bias else "value_dense",
+    ]
+    for weight, grad in zip(mha.trainable_weights, grads, strict=True):
+        if weight.path.endswith("key_dense/bias"):
+            continue  # a bias on k shifts every logit of a row equally: zero gradient
+        assert grad is not None and np.abs(_np(grad)).max() > 0, weight.path
+
+
+def test_cross_attention_fuses_key_and_value_and_decoding_matches(monkeypatch):
+    mha = MultiHeadAttention(num_heads=2)
+    q = tf.constant(RNG.normal(size=(2, 3, 8)).astype("float32"))
+    ctx = tf.constant(RNG.normal(size=(2, 6, 8)).astype("float32"))
+    calls = _fusions(monkeypatch)
+    full = mha(q, ctx)
+    assert ("key_dense", "value_dense") in calls
+    out, _ = mha(q, cache=mha.compute_cache(ctx))
+    np.testing.assert_allclose(_np(out), _np(full), atol=1e-5)
+
+
+def test_fusion_inside_a_compiled_transformer_block(monkeypatch):
+    from tfblocks import TransformerBlock
+
+    block = TransformerBlock(2, 32, causal=True, cross_attention=True)
+    x = tf.constant(RNG.normal(size=(2, 4, 8)).astype("float32"))
+    ctx = tf.constant(RNG.normal(size=(2, 6, 8)).astype("float32"))
+    eager = block(x, context=ctx)
+    calls = _fusions(monkeypatch)
+    compiled = tf.function(lambda a, c: block(a, context=c), jit_compile=True)(x, ctx)
+    assert ("query_dense", "key_dense", "value_dense") in calls, calls
+    assert ("key_dense", "value_dense") in calls, calls
+    np.testing.assert_allclose(_np(compiled), _np(eager), atol=1e-5)
