@@ -49,3 +49,41 @@ def test_unsupported_reason_names_the_strategy():
     assert xla_step.unsupported_reason(tf.distribute.MirroredStrategy(["/cpu:0"])) is None
     reason = xla_step.unsupported_reason(tf.distribute.experimental.CentralStorageStrategy())
     assert "CentralStorageStrategy" in reason
+
+
+def test_one_device_fit_with_steps_per_execution_equals_keras_step():
+    """The installed step inside Keras' multi-step loop trains like Keras' own step."""
+    hp = hparams(
+        "transformer_tiny",
+        vocab_size=20,
+        hidden_size=16,
+        filter_size=16,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        layer_prepostprocess_dropout=0.0,
+        attention_dropout=0.0,
+        relu_dropout=0.0,
+    )
+    rng = np.random.default_rng(1)
+    src = rng.integers(4, 20, (16, 7)).astype("int32")
+    src[::2, 4:] = 0
+    data = tf.data.Dataset.from_tensor_slices(({"inputs": src, "targets": src}, src)).batch(4)
+    keras.utils.set_random_seed(0)
+    initial = build_transformer(hp).get_weights()
+    trained = {}
+    for jit_compile in (True, False):
+        with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+            model = build_transformer(hp)
+            model.set_weights(initial)
+            compile_transformer(
+                model, hp, jit_compile=jit_compile, learning_rate=1e-2, steps_per_execution=2
+            )
+        history = model.fit(data, epochs=1, verbose=0, shuffle=False).history
+        trained[jit_compile] = (model.get_weights(), history["loss"])
+        assert (getattr(model, xla_step.ATTRIBUTE, None) is not None) == jit_compile
+    (xla, xla_loss), (plain, plain_loss) = trained[True], trained[False]
+    assert max(float(np.abs(a - b).max()) for a, b in zip(plain, initial, strict=True)) > 1e-3
+    for a, b in zip(xla, plain, strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+    np.testing.assert_allclose(xla_loss, plain_loss, rtol=1e-5)
