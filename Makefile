@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=30
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
