@@ -17,8 +17,8 @@ def _run(*args):
 
 @pytest.mark.parametrize("policy", [None, "mixed_bfloat16"])
 def test_train_throughput_quick(policy):
-    # Both recipes in float32; the layers-only one under the mixed policy (faster).
-    recipes = ["--recipes", "layers"] if policy else []
+    # One recipe per run (each compiles two models): t2t in float32, layers under bfloat16.
+    recipes = ["--recipes", "layers" if policy else "t2t"]
     out = _run(
         "benchmarks/train_throughput.py",
         "--quick",
@@ -27,8 +27,9 @@ def test_train_throughput_quick(policy):
     )
     assert f"{policy or 'float32'}, XLA" in out, out
     tables = out.split("\n[")[1:]
-    titles = [t for t in tables if t.startswith(("layers] layers only", "t2t] full t2t"))]
-    assert len(titles) == (1 if policy else 2), out
+    title = "layers] layers only" if policy else "t2t] full t2t"
+    titles = [t for t in tables if t.startswith(title)]
+    assert len(titles) == 1, out
     for table in titles:
         # One tfblocks row with a positive ratio and its range, one keras-hub row.
         ratio = re.search(
@@ -37,6 +38,12 @@ def test_train_throughput_quick(policy):
         assert ratio and float(ratio.group(1)) > 0, out
         assert re.search(r"^quick\s+keras-hub\s", table, re.M), out
     assert re.search(r"^end \S+Z, load average \d", out, re.M), out
+
+
+def test_fused_projection_quick_prints_the_ratio():
+    out = _run("benchmarks/fused_projection.py", "--quick")
+    assert re.search(r"^shape quick: unfused \d+\.\d ms/step, fused \d+\.\d ms/step", out, re.M)
+    assert re.search(r"unfused/fused \d+\.\d{3}× \(range \d+\.\d{3}–\d+\.\d{3}", out), out
 
 
 def test_profile_step_quick_lists_components():
