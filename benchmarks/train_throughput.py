@@ -42,7 +42,8 @@ after the run is printed: figures from a loaded machine are not quiet-machine fi
 MFU (model FLOPs utilisation) = 3 × forward FLOPs of one step (matrix products only,
 `tfblocks.cost.model_cost` × batch, the same count for both models) / step time / the
 matmul rate measured in the same rounds (an `--matmul-size`² `tf.matmul` under XLA;
-the median of the probes).
+the median of that shape's probes, so a load that changes between shapes does not skew
+one shape's MFU with another's probes).
 
 Run:  python benchmarks/train_throughput.py                          # a, base, big; both recipes
       python benchmarks/train_throughput.py --recipes layers --rounds 7
@@ -281,10 +282,12 @@ def run_shape(name, recipe, args, probe, matmul_rate):
         )
 
     seconds = {label: [] for label in models}
+    probes = []  # this shape's matmul rates: its MFU uses them (the load may change)
     for round_ in range(args.rounds):
         for label, model in models.items():  # A B A B …
             seconds[label].append(time_steps(model, x, y, args.steps))
-        matmul_rate.append(probe())
+        probes.append(probe())
+        matmul_rate.append(probes[-1])
         print(
             f"  round {round_ + 1}/{args.rounds}: "
             + ", ".join(f"{label} {s[-1] * 1e3:.0f} ms/step" for label, s in seconds.items())
@@ -313,10 +316,11 @@ def run_shape(name, recipe, args, probe, matmul_rate):
         "rows": rows,
         "ratio": statistics.median(ratios),
         "ratio_range": (min(ratios), max(ratios)),
+        "matmul_rate": statistics.median(probes),
     }
 
 
-def print_table(recipe, results, rate):
+def print_table(recipe, results):
     print(
         f"\n[{recipe}] "
         + (
@@ -327,17 +331,19 @@ def print_table(recipe, results, rate):
     )
     header = (
         f"{'shape':<6}{'model':<11}{'ms/step':>9}{'tokens/s':>11}{'spread':>8}"
-        f"{'GFLOP/step':>12}{'MFU':>7}{'ratio range':>14}{'tfblocks/keras-hub':>20}"
+        f"{'GFLOP/step':>12}{'GFLOP/s':>9}{'MFU':>7}{'ratio range':>14}{'tfblocks/keras-hub':>20}"
     )
     print(header)
     print("-" * len(header))
     for name, result in results.items():
         low, high = result["ratio_range"]
         for label, row in result["rows"].items():
+            rate = result["matmul_rate"]
             mfu = result["flops"] / (row["step_ms"] / 1e3) / rate
             print(
                 f"{name:<6}{label:<11}{row['step_ms']:>9.1f}{row['tokens_per_s']:>11.0f}"
-                f"{row['spread']:>8.0%}{result['flops'] / 1e9:>12.1f}{mfu:>7.1%}"
+                f"{row['spread']:>8.0%}{result['flops'] / 1e9:>12.1f}{rate / 1e9:>9.1f}"
+                f"{mfu:>7.1%}"
                 + (
                     f"{f'{low:.3f}–{high:.3f}':>14}{result['ratio']:>19.3f}×"
                     if label == "tfblocks"
@@ -408,11 +414,12 @@ def main(argv=None):
         f"{max(matmul_rate) / 1e9:.1f})"
     )
     for recipe, shapes in results.items():
-        print_table(recipe, shapes, rate)
+        print_table(recipe, shapes)
     print(
         "ms/step, tokens/s: medians over rounds; spread: (max - min) / median; ratio: median "
         "over rounds of keras-hub's step time / tfblocks' in the same round (range: min–max); "
-        "MFU: 3 × forward matmul FLOPs (tfblocks.cost) / step time / median matmul rate."
+        "GFLOP/s: median matmul rate of the shape's rounds; MFU: 3 × forward matmul FLOPs "
+        "(tfblocks.cost) / step time / that rate."
     )
     print(f"end {load()}")
 
