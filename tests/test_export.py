@@ -208,3 +208,14 @@ def test_source_buckets_bad_input(parts):
     for bad in [(0, 4), (8, 4), "big", 5, (4, 30)]:
         with pytest.raises(ValueError, match="source_buckets="):
             Translator(model, tokenizer, tokenizer, max_length=12, source_buckets=bad)
+
+
+def test_default_length_limit_does_not_depend_on_batch_mates(parts):
+    # Bucketed sources (the default): "私" pads to bucket 8 alone and to 48 beside a long
+    # sentence; an untrained model runs to its length limit, which must not change.
+    model, tokenizer = parts
+    translator = Translator(model, tokenizer, tokenizer, max_length=48, beam_size=2)
+    long = "昨日、子供たちは庭で天ぷらを温めた。" * 3
+    assert translator.encode_source(tf.constant(["私", long])).shape[1] == 48
+    assert translator.encode_source(tf.constant(["私"])).shape[1] == 8
+    assert translator(["私", long]).numpy()[0] == translator(["私"]).numpy()[0]

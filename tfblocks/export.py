@@ -24,9 +24,12 @@ that holds its longest source (`source_buckets`, by default 8, 16, 32, … up to
 on little padding while XLA compiles one program per (batch size, bucket). Padding
 is masked, so the bucket does not change the translation (tests compare bucketed with
 padded-to-`max_length` ids). A batch generates at most `min(max_length, S +
-extra_length)` tokens (t2t's `decode_length`, S the padded source length; `extra_length`
-16 by default), which sizes the self-attention caches and bounds beam search's
-stopping test; the loop stops as soon as every sentence ended.
+extra_length)` tokens (t2t's `decode_length`, S the padded source length) when
+`extra_length` is given, which sizes the self-attention caches and bounds beam
+search's stopping test.
+It is off by default (`extra_length=None`: up to `max_length`), because S depends on
+the batch's longest source, so the limit — and so a long translation — would depend on
+the sentence's batch mates. The loop stops as soon as every sentence ended.
 
 TF Serving: export into a numbered version folder (`translator.export("…/export/1")`;
 TF Serving loads the highest number under the model's base path). TF Serving runs
@@ -163,7 +166,9 @@ class Translator(_TextModule):
         extra_length: t2t's `extra_length`: a batch generates at most
             `min(max_length, S + extra_length)` tokens, S its padded source length
             (the self-attention caches are that long, and beam search's stopping
-            test uses it); None = `max_length` for every batch.
+            test uses it); None (default) = `max_length` for every batch. Since S
+            depends on the batch's longest source, a limit set here makes a long
+            translation depend on its batch mates (as in t2t).
         name: the module's name.
 
     Example (training elided; any `build_transformer` model works):
@@ -190,7 +195,7 @@ class Translator(_TextModule):
         alpha=0.6,
         jit_compile=True,
         source_buckets="auto",
-        extra_length=16,
+        extra_length=None,
         name=None,
     ):
         super().__init__(name=name)
