@@ -47,7 +47,9 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path):
         assert (run / name).exists(), name
     assert any((run / "logs").rglob("events.out.tfevents.*"))
     assert "test BLEU" in result.stdout and "tok:13a" in result.stdout
-    assert "I0000" not in result.stderr and "cuInit" not in result.stderr
+    # conftest sets TF_CPP_MIN_LOG_LEVEL=2, which keeps ERROR lines such as cuInit's on a
+    # CPU machine; tests/test_quiet.py checks the full quieting without it.
+    assert "I0000" not in result.stderr
 
     # tfblocks-translate: one line out per line in, in order, empty lines kept.
     samples = list(metrics["samples"])
