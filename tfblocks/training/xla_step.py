@@ -43,8 +43,11 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-# PAD_ID as the loss sees it (the loss module's import of the project-wide id).
-from tfblocks.training.losses import PAD_ID, SmoothedCrossEntropy, smoothed_token_losses
+from tfblocks.training.losses import (
+    SmoothedCrossEntropy,
+    smoothed_token_losses,
+    token_weights,
+)
 
 # The model attribute that holds the installed step (its compiled functions), for tests.
 ATTRIBUTE = "_tfblocks_replica_xla"
@@ -85,20 +88,6 @@ def unsupported_reason(strategy):
     )
 
 
-def _token_weights(y_true, sample_weight):
-    """float32 `[B, T]`: 1 for a real token, 0 for padding, times `sample_weight`.
-
-    The same weighting as `SmoothedCrossEntropy.__call__`.
-    """
-    weights = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")  # [B, T]
-    if sample_weight is not None:
-        sample_weight = ops.cast(sample_weight, "float32")
-        if len(sample_weight.shape) == 1:
-            sample_weight = ops.expand_dims(sample_weight, -1)  # [B, 1]
-        weights = weights * sample_weight
-    return weights
-
-
 def _batch_size(x):
     return tf.shape(next(v for v in tf.nest.flatten(x) if v is not None))[0]
 
@@ -127,7 +116,7 @@ class ReplicaXlaStep:
     # --- The cross-replica part, outside XLA -------------------------------------
     def global_count(self, y, sample_weight):
         """The weighted token count of the global batch (an all-reduce when distributed)."""
-        count = ops.sum(_token_weights(y, sample_weight))
+        count = ops.sum(token_weights(y, sample_weight))
         replica = tf.distribute.get_replica_context()
         if replica is not None and tf.distribute.get_strategy().num_replicas_in_sync > 1:
             count = replica.all_reduce(tf.distribute.ReduceOp.SUM, count)
@@ -144,7 +133,7 @@ class ReplicaXlaStep:
         model = self.model
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         losses = smoothed_token_losses(y, y_pred, self.label_smoothing)  # [B, T]
-        total = ops.sum(losses * _token_weights(y, sample_weight))
+        total = ops.sum(losses * token_weights(y, sample_weight))
         loss = ops.cast(ops.divide_no_nan(total, count), self.loss_dtype)
         for extra in model.losses:  # add_loss / regularizers, scaled like Keras does
             extra = ops.cast(ops.sum(extra), loss.dtype)
