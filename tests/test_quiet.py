@@ -18,8 +18,13 @@ ONEDNN = "I0000 00:00:1796037712.885045    5047 port.cc:153] oneDNN custom opera
 
 
 def _run(args, **env):
-    """`python args...` from the repository root with TF_CPP_MIN_LOG_LEVEL unset."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",)}
+    """`python args...` from the repository root with TF_CPP_MIN_LOG_LEVEL and TFBLOCKS_QUIET unset.
+
+    (An example imported in-process by an earlier test sets TFBLOCKS_QUIET=1 in this
+    process's environment; the child must not inherit it.)
+    """
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "TFBLOCKS_QUIET")
+    environ = {k: v for k, v in os.environ.items() if k not in unset}
     environ.update(env)
     result = subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=environ, capture_output=True, text=True,
