@@ -23,21 +23,29 @@ MAX_LENGTH = 16
 
 @pytest.fixture(scope="module")
 def data():
-    pairs = load_phrasebook()["train"][:400]
+    pairs = load_phrasebook(size=1000)["train"][:384]
     tokenizer = train_tokenizer([side for pair in pairs for side in pair], vocab_size=300)
     return pairs, tokenizer
 
 
 def _trained(data, **overrides):
-    """A transformer_tiny trained for a few seconds (its greedy output is not trivial)."""
+    """A one-layer transformer_tiny trained for a few seconds (its greedy output is not trivial)."""
     pairs, tokenizer = data
     keras.utils.set_random_seed(0)
-    hp = tfblocks.hparams("transformer_tiny", vocab_size=tokenizer.vocabulary_size, **overrides)
+    hp = tfblocks.hparams(
+        "transformer_tiny",
+        vocab_size=tokenizer.vocabulary_size,
+        hidden_size=64,
+        filter_size=128,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        **overrides,
+    )
     model = tfblocks.build_transformer(hp)
-    tfblocks.compile_transformer(model, hp, learning_rate=3e-3)
+    tfblocks.compile_transformer(model, hp, jit_compile=False, learning_rate=1e-2)
     source = tokenizer.tokenize([s for s, _ in pairs]).to_tensor(shape=[None, MAX_LENGTH])
     target = tokenizer.tokenize([t for _, t in pairs]).to_tensor(shape=[None, MAX_LENGTH])
-    model.fit({"inputs": source, "targets": target}, target, batch_size=32, epochs=2, verbose=0)
+    model.fit({"inputs": source, "targets": target}, target, batch_size=32, epochs=3, verbose=0)
     return model
 
 
@@ -53,11 +61,14 @@ def test_greedy_translations_equal_translator(data, overrides, tmp_path):
     pairs, tokenizer = data
     model = _trained(data, **overrides)
     texts = [s for s, _ in pairs[:48]] + ["今日のランチはカレーだ。", "", "私" * 40]
-    want = Translator(model, tokenizer, tokenizer, max_length=MAX_LENGTH, beam_size=1)(texts)
+    translator = Translator(
+        model, tokenizer, tokenizer, max_length=MAX_LENGTH, beam_size=1, jit_compile=False
+    )
+    want = translator(texts)
     want = [t.decode() for t in want.numpy()]
     path = export_ctranslate2(model, tokenizer, tmp_path / "ct2")
     got = CTranslate2Translator(path, beam_size=1, max_length=MAX_LENGTH, intra_threads=1)(texts)
-    assert len(set(want)) > 3  # the model says different things for different inputs
+    assert len(set(want)) > 10  # the model says different things for different inputs
     assert got == want
     with open(os.path.join(path, "config.json")) as f:
         config = json.load(f)

@@ -3,21 +3,29 @@
 `examples/translate.py` (= `tfblocks-train`, what `make demo` runs) trains into a run
 folder; `tfblocks-translate` and `tfblocks-evaluate` use that folder and its export;
 a rerun with another vocabulary is refused; `--init-from` fine-tunes from the folder.
+The training run and the first `tfblocks-translate` are real processes (the entry
+points); the other commands run their `run()` in this process, where TensorFlow is
+already loaded, with the same arguments.
 """
 
+import io
 import json
 import os
 import subprocess
 import sys
 
 from tests.scripts import ROOT, run_script
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import train as train_cli
+from tfblocks.cli import translate as translate_cli
 
 TINY = (
     "hidden_size=32,filter_size=64,num_heads=2,num_encoder_layers=1,num_decoder_layers=1,"
     "max_length=24,learning_rate_warmup_steps=20,learning_rate_constant=1.0"
 )
-TRAIN = ("--epochs", "1", "--limit-test", "16", "--vocab-size", "250",
-         "--hparams-override", TINY, "--beam-size", "2", "--batch-tokens", "1024",
+TRAIN = ("--epochs", "1", "--vocab-size", "250", "--hparams-override", TINY,
+         "--batch-tokens", "1024")  # fmt: skip
+FIRST = (*TRAIN, "--limit-train", "600", "--limit-test", "8", "--beam-size", "2",
          "--dev-sentences", "8")  # fmt: skip
 
 
@@ -30,12 +38,30 @@ def command(name, *args, stdin=None):
     )  # fmt: skip
 
 
-def test_train_translate_evaluate_and_fine_tune(tmp_path):
+def in_process(module, monkeypatch, capsys, *args, stdin=None):
+    """`module.run()` (a console script's entry) with `args` as its command line, here.
+
+    Returns (exit status, stdout, stderr).
+    """
+    name = module.__name__.rsplit(".", 1)[1]
+    monkeypatch.setattr(sys, "argv", [f"tfblocks-{name}", *map(str, args)])
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    capsys.readouterr()
+    try:
+        module.run()
+        status = 0
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
-    result = run_script("examples/translate.py", *TRAIN, "--limit-train", "600",
-                        "--output", run, timeout=600)  # fmt: skip
+    result = run_script("examples/translate.py", *FIRST, "--output", run, timeout=600)
     metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
-    assert metrics["sentences"] == 16 and 0.0 <= metrics["bleu"] <= 100.0
+    assert metrics["sentences"] == 8 and 0.0 <= metrics["bleu"] <= 100.0
     assert 0.0 <= metrics["chrf"] <= 100.0 and 0.0 <= metrics["exact_match"] <= 1.0
     assert metrics["epochs"] == 1 and metrics["reload_matches"] is True
     assert "dev_bleu" in metrics["history"][0] and metrics["best_epoch"] == 1
@@ -61,34 +87,38 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path):
     assert "4/4 lines" in out.stderr
     source = tmp_path / "src.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out = command("translate", "--model", run / "export" / "1", "--input", source,
-                  "--output", tmp_path / "hyp.txt", "--batch-size", "3")  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+    status, _, err = in_process(translate_cli, monkeypatch, capsys, "--model",
+                                run / "export" / "1", "--input", source, "--output",
+                                tmp_path / "hyp.txt", "--batch-size", "3")  # fmt: skip
+    assert status == 0, err[-3000:]
     assert (tmp_path / "hyp.txt").read_text(encoding="utf-8").split("\n")[:-1] == want
 
     # tfblocks-evaluate: JSON scores against references.
     reference = tmp_path / "ref.txt"
     reference.write_text("\n".join(want) + "\n", encoding="utf-8")
-    out = command("evaluate", "--model", run, "--src", source, "--ref", reference,
-                  "--beam-size", "2")  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    scores = json.loads(out.stdout)
+    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run, "--src",
+                                  source, "--ref", reference, "--beam-size", "2")  # fmt: skip
+    assert status == 0, err[-3000:]
+    scores = json.loads(out)
     assert scores["exact_match"] == 1.0 and scores["sentences"] == 4
 
     # Another vocabulary in the same folder is an error naming both, not a silent reuse.
     before = (run / "tokenizer.model").read_bytes()
-    clash = run_script("examples/translate.py", *TRAIN, "--limit-train", "600",
-                       "--vocab-size", "300", "--output", run, expect_success=False)  # fmt: skip
-    assert clash.returncode == 2
-    assert "vocab_size: the folder has 250, this run asks for 300" in clash.stderr
+    status, _, err = in_process(train_cli, monkeypatch, capsys, *FIRST, "--vocab-size", "300",
+                                "--output", run)  # fmt: skip
+    assert status == 2
+    assert "vocab_size: the folder has 250, this run asks for 300" in err
     assert (run / "tokenizer.model").read_bytes() == before
 
     # Fine-tuning on other data starts from the run's model and tokenizer.
     tuned = tmp_path / "tuned"
-    run_script("examples/translate.py", *TRAIN, "--limit-train", "300", "--init-from", run,
-               "--output", tuned, timeout=600)  # fmt: skip
+    status, _, err = in_process(train_cli, monkeypatch, capsys, *TRAIN, "--limit-train", "100",
+                                "--limit-test", "2", "--dev-sentences", "0", "--beam-size", "1",
+                                "--init-from", run, "--output", tuned)  # fmt: skip
+    assert status == 0, err[-3000:]
     assert (tuned / "tokenizer.model").read_bytes() == before
     assert json.loads((tuned / "run.json").read_text())["settings"]["init_from"] == str(run)
+    assert (tuned / "init.npz").exists() and (tuned / "export" / "1" / "saved_model.pb").exists()
 
 
 def test_bad_override_is_a_clear_error(tmp_path):

@@ -1,8 +1,9 @@
 """The whole recipe learns: sequence reversal with build_transformer + compile_transformer + fit.
 
-Random tokens (vocab 30, lengths 5–20, then EOS) must come back reversed. Held-out
-token accuracy (teacher forcing, padding excluded) must reach 99 %. The trained model
-must also survive a `.keras` round trip with identical logits.
+Random tokens (vocab 20, lengths 3–10, then EOS) must come back reversed. Held-out
+token accuracy (teacher forcing, padding excluded) must reach 99 % (a one-layer model
+reaches it after about 350 of its 500 steps; it ends at 100 % on two data seeds). The
+trained model must also survive a `.keras` round trip with identical logits.
 """
 
 import keras
@@ -13,8 +14,8 @@ import tensorflow as tf
 from tfblocks.models import EOS_ID, PAD_ID, build_transformer, hparams
 from tfblocks.training import RsqrtDecay, compile_transformer, static_batches
 
-VOCAB = 30
-MAX_LENGTH = 21  # 20 tokens + EOS
+VOCAB = 20
+MAX_LENGTH = 11  # 10 tokens + EOS
 FIRST_TOKEN = 4  # ids 0–3 are PAD, EOS, UNK, BOS
 
 
@@ -22,7 +23,7 @@ def reversal_data(n, rng):
     """`({"inputs": src, "targets": reversed(src) + EOS}, targets)`, padded with 0."""
     src = np.full((n, MAX_LENGTH), PAD_ID, "int32")
     tgt = np.full((n, MAX_LENGTH), PAD_ID, "int32")
-    for i, length in enumerate(rng.integers(5, 21, n)):
+    for i, length in enumerate(rng.integers(3, MAX_LENGTH, n)):
         tokens = rng.integers(FIRST_TOKEN, VOCAB, length)
         src[i, :length] = tokens
         tgt[i, :length] = tokens[::-1]
@@ -33,29 +34,31 @@ def reversal_data(n, rng):
 @pytest.mark.slow
 def test_sequence_reversal_reaches_99_percent_held_out(tmp_path):
     rng = np.random.default_rng(0)
-    train_x, train_y = reversal_data(8000, rng)
+    train_x, train_y = reversal_data(3200, rng)
     test_x, test_y = reversal_data(500, rng)
     hp = hparams(
         "transformer_tiny",
         vocab_size=VOCAB,
         hidden_size=64,
-        filter_size=256,
+        filter_size=128,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
         layer_prepostprocess_dropout=0.0,
         attention_dropout=0.0,
         relu_dropout=0.0,
     )
     model = build_transformer(hp)
-    # The preset's 8000 warm-up steps are longer than this whole run (875 steps).
+    # The preset's 8000 warm-up steps are longer than this whole run (500 steps).
     compile_transformer(
         model,
         hp,
-        learning_rate=RsqrtDecay(64, warmup_steps=250, constant=0.5),
+        learning_rate=RsqrtDecay(64, warmup_steps=100, constant=0.5),
         steps_per_execution=25,
     )
     # Static shapes (the TPU data path): one XLA compilation for the whole run.
-    examples = tf.data.Dataset.from_tensor_slices((train_x, train_y)).shuffle(8000, seed=0)
+    examples = tf.data.Dataset.from_tensor_slices((train_x, train_y)).shuffle(3200, seed=0)
     train = static_batches(examples, batch_size=64, max_length=MAX_LENGTH).repeat()
-    model.fit(train, epochs=7, steps_per_epoch=8000 // 64, verbose=0, shuffle=False)
+    model.fit(train, epochs=10, steps_per_epoch=3200 // 64, verbose=0, shuffle=False)
 
     results = model.evaluate(test_x, test_y, batch_size=100, verbose=0, return_dict=True)
     assert results["accuracy"] >= 0.99, results
