@@ -65,11 +65,11 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=5, help="timed calls per round")
-    parser.add_argument("--quick", action="store_true", help="smoke run: one tiny shape")
+    parser.add_argument("--quick", action="store_true", help="smoke run: one tiny shape, 1 round")
     args = parser.parse_args(argv)
     args.shapes = SHAPES
     if args.quick:
-        args.shapes, args.rounds, args.calls = ((2, 8, 32, 4),), 2, 1
+        args.shapes, args.rounds, args.calls = ((2, 8, 16, 2),), 1, 1
     if args.rounds < 1 or args.calls < 1:
         parser.error(f"--rounds and --calls must be >= 1, got {vars(args)}")
     return args

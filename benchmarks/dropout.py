@@ -56,10 +56,10 @@ def parse_args(argv=None):
     parser.add_argument("--shape", type=int, nargs="+", default=[32, 64, 1024])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=3, help="timed calls per round")
-    parser.add_argument("--quick", action="store_true", help="smoke run: small tensor, 2 rounds")
+    parser.add_argument("--quick", action="store_true", help="smoke run: a 2 × 16 tensor, 1 round")
     args = parser.parse_args(argv)
     if args.quick:
-        args.shape, args.rounds, args.calls = [4, 64], 2, 1
+        args.shape, args.rounds, args.calls = [2, 16], 1, 1
     if args.rounds < 1 or args.calls < 1 or min(args.shape) < 1:
         parser.error(f"--rounds, --calls and --shape must be >= 1, got {vars(args)}")
     return args

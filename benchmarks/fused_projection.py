@@ -43,10 +43,12 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="smoke run on a tiny shape")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: shape quick, 1 round of 1 step"
+    )
     args = parser.parse_args(argv)
     if args.quick:
-        args.shapes, args.rounds, args.steps, args.warmup = ["quick"], 2, 1, 1
+        args.shapes, args.rounds, args.steps, args.warmup = ["quick"], 1, 1, 1
     print(f"start {load()}")
     for name in args.shapes:
         _, hp, batch, length = shape_hparams(name, "layers")

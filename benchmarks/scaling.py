@@ -52,14 +52,14 @@ SHAPES = {
     "quick": (
         "transformer_tiny",
         {
-            "vocab_size": 64,
+            "vocab_size": 32,
             "hidden_size": 16,
             "filter_size": 32,
             "num_heads": 2,
             "num_encoder_layers": 1,
             "num_decoder_layers": 1,
         },
-        4,
+        2,
         8,
     ),
 }

@@ -24,8 +24,10 @@ compiles every batch shape first (XLA compiles per batch size and source bucket)
 
 There is no trained model on disk: the script trains `--hparams` (transformer_small)
 for `--train-minutes` on the 50k training pairs, or loads `--preset DIR`
-(`tfblocks.load_preset`); `--save-preset DIR` keeps what it trained. `--quick` runs a
-tiny model on the embedded phrasebook (a few sentences, one round) as a smoke test.
+(`tfblocks.load_preset`); `--save-preset DIR` keeps what it trained. `--quick` is a smoke
+test: a tiny model (d 32, 1+1 layers, `QUICK_OVERRIDES`) trained for one step (no XLA) on
+the embedded phrasebook, max_length 16, 8 sentences, beam 4 at batch 32 only
+(`QUICK_CONFIGS`), one engine of each kind (`QUICK_ENGINES`), one round.
 
     python benchmarks/serve.py --train-minutes 5 --save-preset /tmp/serve_small
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3
@@ -41,6 +43,16 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "small_parallel_enja")
 CONFIGS = (("beam 4", 4, 32), ("beam 4", 4, 1), ("greedy", 1, 32), ("greedy", 1, 1))
+# --quick: one beam size (each builds every engine again) and one batch size (XLA compiles
+# per batch size); batch 32 holds all of --quick's 8 sentences.
+QUICK_CONFIGS = (("beam 4", 4, 32),)
+QUICK_OVERRIDES = {
+    "hidden_size": 32,
+    "filter_size": 64,
+    "num_heads": 2,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 1,
+}
 ENGINES = (
     "Translator",
     "SavedModel",
@@ -50,11 +62,16 @@ ENGINES = (
     "CT2 int8",
 )
 PEER = "CT2 float32"
+# --quick's default engines: one of each kind (the other SavedModels run the same code
+# with other Translator options: jit_compile, source_buckets, extra_length).
+QUICK_ENGINES = ("Translator", "SavedModel", "CT2 float32", "CT2 int8")
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny model, phrasebook, smoke test")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: tiny model, 1 training step, 8 phrasebook sentences, "
+                        "beam 4 at batch 32 only, 4 engines, 1 round")  # fmt: skip
     parser.add_argument("--data", default=DATA, help="the small_parallel_enja directory")
     parser.add_argument("--preset", help="load this tfblocks preset instead of training")
     parser.add_argument("--save-preset", help="save the trained model here")
@@ -67,18 +84,23 @@ def parse_args(argv=None):
                         help="sentences timed at batch 1 (the first N)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--engines", help=f"default: all ({', '.join(ENGINES)})")
     parser.add_argument("--sort", action="store_true",
                         help="also time beam-4 batch-32 with sources sorted by length")  # fmt: skip
     args = parser.parse_args(argv)
+    args.configs, args.overrides = CONFIGS, {}
     if args.quick:
         args.hparams = "transformer_tiny"
+        args.overrides = QUICK_OVERRIDES
+        args.configs = QUICK_CONFIGS
         args.vocab_size = 300
-        args.train_minutes = min(args.train_minutes, 0.3)
-        args.max_length = 24
-        args.sentences = min(args.sentences, 12)
-        args.batch1_sentences = min(args.batch1_sentences, 3)
+        args.train_minutes = min(args.train_minutes, 0.01)  # TimeLimit: stops after step 1
+        args.max_length = 16  # source buckets 8 and 16
+        args.sentences = min(args.sentences, 8)
+        args.batch1_sentences = min(args.batch1_sentences, 2)
         args.rounds = 1
+    if args.engines is None:
+        args.engines = ",".join(QUICK_ENGINES if args.quick else ENGINES)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     unknown = [e for e in engines if e not in ENGINES]
     if unknown:
@@ -118,9 +140,10 @@ def train_model(args, train_pairs):
     from tfblocks.training.callbacks import TimeLimit
 
     tokenizer = train_tokenizer([side for pair in train_pairs for side in pair], args.vocab_size)
-    hp = tfblocks.hparams(args.hparams, vocab_size=tokenizer.vocabulary_size)
+    hp = tfblocks.hparams(args.hparams, vocab_size=tokenizer.vocabulary_size, **args.overrides)
     model = tfblocks.build_transformer(hp)
-    tfblocks.compile_transformer(model, hp, learning_rate=1e-3)
+    # --quick trains without XLA: its one step would spend most of its time compiling.
+    tfblocks.compile_transformer(model, hp, learning_rate=1e-3, jit_compile=not args.quick)
     data = make_dataset(train_pairs, tokenizer, tokenizer, batch_tokens=4096,
                         max_length=args.max_length, shapes="buckets", seed=0)  # fmt: skip
     limit = TimeLimit(args.train_minutes * 60)
@@ -146,7 +169,7 @@ def build_engines(args, model, tokenizer, workdir):
     ct2 = {"CT2 float32": (None, "float32"), "CT2 int8": ("int8", "int8")}
     for name in args.engines:
         engines[name] = {}
-        for beam in sorted({beam for _, beam, _ in CONFIGS}):
+        for beam in sorted({beam for _, beam, _ in args.configs}):
             if name == "Translator" or name in saved:
                 options = {"max_length": args.max_length, "beam_size": beam, **saved.get(name, {})}
                 translator = tfblocks.Translator(model, tokenizer, tokenizer, **options)
@@ -187,15 +210,20 @@ def run_pass(translate, sources, batch):
     return outputs, seconds
 
 
-def warm_up(engines, sources, tokenizer):
-    """Compiles every batch shape: one sentence per source length at batch 1, all at 32."""
+def warm_up(engines, sources, tokenizer, batches):
+    """Compiles every batch shape of `batches` (the configs' batch sizes, 1 and/or 32).
+
+    Batch 1: one sentence per source length; batch 32: all sentences.
+    """
     lengths = {}
     for text, ids in zip(sources, tokenizer.tokenize(sources).row_lengths().numpy(), strict=True):
         lengths.setdefault(int(ids), text)
     for per_beam in engines.values():
         for translate in per_beam.values():
-            run_pass(translate, list(lengths.values()), 1)
-            run_pass(translate, sources, 32)
+            if 1 in batches:
+                run_pass(translate, list(lengths.values()), 1)
+            if 32 in batches:
+                run_pass(translate, sources, 32)
 
 
 def percentile(values, q):
@@ -206,7 +234,7 @@ def percentile(values, q):
 def measure(args, engines, test_pairs, tokenizer):
     """Rounds over configs × engines (engine order rotated each round)."""
     sources = [s for s, _ in test_pairs]
-    configs = list(CONFIGS)
+    configs = list(args.configs)
     if args.sort:
         configs.append(("beam 4 sorted", 4, 32))
     order = list(engines)
@@ -285,7 +313,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="serve-") as workdir:
         engines = build_engines(args, model, tokenizer, workdir)
         start = time.perf_counter()
-        warm_up(engines, [s for s, _ in test_pairs], tokenizer)
+        batches = {batch for _, _, batch in args.configs}
+        warm_up(engines, [s for s, _ in test_pairs], tokenizer, batches)
         print(f"warm-up (compiles every batch shape): {time.perf_counter() - start:.0f} s")
         configs, results, outputs = measure(args, engines, test_pairs, tokenizer)
     report(args, configs, results, outputs, test_pairs)
