@@ -28,8 +28,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), one test file per process at a
+# time (module fixtures are built once): most of a test's time is single-threaded tracing and
+# XLA compilation, so 2 processes use both cores of the 2-core CI machine.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/python -m pytest --durations=30
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

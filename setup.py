@@ -32,6 +32,7 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
+            "pytest-xdist>=3.5",  # `make test` runs the suite in 2 processes
             "ruff>=0.6",
             "pdoc>=15",
             "ctranslate2>=4.5,<5",
