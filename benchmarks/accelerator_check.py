@@ -38,16 +38,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 import tensorflow as tf
+from shapes import SHAPES as TRAINING_SHAPES
 
 import tfblocks
 
 SHAPES = {  # name -> (preset, overrides, batch per replica, length)
-    "a": (
-        "transformer_small",
-        {"vocab_size": 8000, "num_encoder_layers": 3, "num_decoder_layers": 3},
-        32,
-        64,
-    ),
+    "a": TRAINING_SHAPES["a"],
     "base": ("transformer_base", {}, 32, 64),
     "tiny": (
         "transformer_tiny",

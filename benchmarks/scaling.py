@@ -39,30 +39,10 @@ import sys
 import time
 from pathlib import Path
 
+from shapes import SHAPES
+
 ROOT = Path(__file__).resolve().parents[1]
 
-# name -> (preset, hparams overrides, batch per worker, length)
-SHAPES = {
-    "a": (
-        "transformer_small",
-        {"vocab_size": 8000, "num_encoder_layers": 3, "num_decoder_layers": 3},
-        32,
-        64,
-    ),
-    "quick": (
-        "transformer_tiny",
-        {
-            "vocab_size": 32,
-            "hidden_size": 16,
-            "filter_size": 32,
-            "num_heads": 2,
-            "num_encoder_layers": 1,
-            "num_decoder_layers": 1,
-        },
-        2,
-        8,
-    ),
-}
 MODES = {"no XLA": False, "XLA": True}
 
 

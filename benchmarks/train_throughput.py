@@ -66,35 +66,12 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 from keras import ops
+from shapes import SHAPES
 
 from tfblocks import BOS_ID, PAD_ID, build_transformer, compile_transformer, hparams
 from tfblocks.cost import model_cost, total
 from tfblocks.training import learning_rate_schedule
 
-# name -> (preset, hparams overrides, batch, length)
-SHAPES = {
-    "a": (
-        "transformer_small",
-        {"vocab_size": 8000, "num_encoder_layers": 3, "num_decoder_layers": 3},
-        32,
-        64,
-    ),
-    "base": ("transformer_base", {"vocab_size": 8000}, 8, 64),
-    "big": ("transformer_big", {"vocab_size": 8000}, 4, 64),
-    "quick": (  # the smoke run's: the smallest model that still has every part
-        "transformer_tiny",
-        {
-            "vocab_size": 32,
-            "hidden_size": 16,
-            "filter_size": 32,
-            "num_heads": 2,
-            "num_encoder_layers": 1,
-            "num_decoder_layers": 1,
-        },
-        2,
-        8,
-    ),
-}
 RECIPES = ("layers", "t2t")
 # The `layers` recipe: the dropout both libraries have (residuals, embeddings,
 # attention weights) at 0.1, none inside the FFN (keras-hub has no such dropout).
