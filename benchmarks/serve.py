@@ -7,8 +7,11 @@ its SOURCE.md) with one trained model served by each engine:
 - `SavedModel`: its export (`Translator.export`), reloaded with `tf.saved_model.load`;
 - `SavedModel no-XLA`: the export of `Translator(..., jit_compile=False)` (what TF
   Serving runs without `--xla_cpu_compilation_enabled`);
+- `SavedModel one cache`: the export with one self-attention cache of `max_length`
+  (`cache_lengths=None`) instead of caches grown 16, 32, 64, … (the default);
 - `SavedModel padded`: the export as it was before issue 14, sources padded to
-  `max_length` (`source_buckets=(max_length,)`), for the before/after ratio;
+  `max_length` and one cache of `max_length` (`source_buckets=(max_length,)`,
+  `cache_lengths=None`), for the before/after ratio;
 - `CT2 float32` / `CT2 int8`: `tfblocks.export_ctranslate2` of the same weights,
   run by `tfblocks.CTranslate2Translator` (`compute_type` float32 / int8).
 
@@ -57,13 +60,14 @@ ENGINES = (
     "Translator",
     "SavedModel",
     "SavedModel no-XLA",
+    "SavedModel one cache",
     "SavedModel padded",
     "CT2 float32",
     "CT2 int8",
 )
 PEER = "CT2 float32"
 # --quick's default engines: one of each kind (the other SavedModels run the same code
-# with other Translator options: jit_compile, source_buckets, extra_length).
+# with other Translator options: jit_compile, source_buckets, cache_lengths).
 QUICK_ENGINES = ("Translator", "SavedModel", "CT2 float32", "CT2 int8")
 
 
@@ -163,8 +167,10 @@ def build_engines(args, model, tokenizer, workdir):
     import tfblocks
 
     engines = {}
-    before = {"source_buckets": (args.max_length,), "extra_length": None}  # issue 14's "before"
+    # issue 14's "before": sources padded to max_length, one cache of max_length
+    before = {"source_buckets": (args.max_length,), "extra_length": None, "cache_lengths": None}
     saved = {"SavedModel": {}, "SavedModel no-XLA": {"jit_compile": False}}
+    saved["SavedModel one cache"] = {"cache_lengths": None}
     saved["SavedModel padded"] = before
     ct2 = {"CT2 float32": (None, "float32"), "CT2 int8": ("int8", "int8")}
     for name in args.engines:

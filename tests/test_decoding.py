@@ -348,3 +348,83 @@ def test_extra_length_bounds_the_decode_length(reverser, jit_compile):
         assert not full.numpy()[:, 10:].any()
     with pytest.raises(ValueError, match="extra_length=-1"):
         decoder.greedy(source, extra_length=-1)
+
+
+# Growing caches (`cache_lengths`): the searches run one loop per cache length.
+
+
+def test_searches_grow_the_state_between_loops():
+    # A fake model whose state is a "cache" [N, L]: record the cache lengths each
+    # traced step sees and check the results equal those of one loop over length 8.
+    vocab, batch, length = 9, 3, 8
+    step_fn, _ = fake_model(vocab, 5)
+    seen = set()
+
+    def recording_step(ids, index, state):  # the fake model's state in column 0
+        seen.add(state.shape[1])
+        logits, new = step_fn(ids, index, state[:, 0])
+        return logits, keras.ops.concatenate([new[:, None], state[:, 1:]], axis=1)
+
+    def grow(state, n):
+        return keras.ops.pad(state, [[0, 0], [0, n - state.shape[1]]])
+
+    start = np.full(batch, tfblocks.BOS_ID, "int32")
+    searches = {
+        "greedy": lambda state, **kw: decoding.greedy_search(
+            recording_step, state, start, length, 1, 0, **kw
+        ),
+        "sample": lambda state, **kw: decoding.sample_search(
+            recording_step, state, start, length, 1, 0, seed=3, **kw
+        ),
+        "beam": lambda state, **kw: decoding.beam_search(
+            recording_step, state, start, length, beam_size=2, eos_id=1, **kw
+        ),
+    }
+    for name, search in searches.items():
+        seen.clear()
+        one_ids, one_scores = search(state=np.zeros((batch, length), "int32"))
+        assert seen == {length}, name
+        seen.clear()
+        ids, scores = search(
+            state=np.zeros((batch, 2), "int32"), cache_lengths=(2, 4, 8), grow_state=grow
+        )
+        assert seen == {2, 4, 8}, name  # every loop was traced with its own cache length
+        np.testing.assert_array_equal(ids.numpy(), one_ids.numpy(), err_msg=name)
+        np.testing.assert_allclose(scores.numpy(), one_scores.numpy(), rtol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_growing_caches_give_the_same_translations(reverser, jit_compile):
+    # Outputs of up to 8 ids cross the cache boundaries 2, 4 and 8.
+    source = _sources(np.random.default_rng(8), 6)
+    grown = Decoder(reverser, max_length=10, jit_compile=jit_compile, cache_lengths=(2, 4, 8))
+    assert grown.cache_lengths == (2, 4, 8, 10)
+    single = Decoder(reverser, max_length=10, jit_compile=jit_compile, cache_lengths=None)
+    for search in ("greedy", "beam_search", "sample"):
+        kwargs = {"beam_size": 3} if search == "beam_search" else {}
+        ids, scores = getattr(grown, search)(source, **kwargs)
+        want_ids, want_scores = getattr(single, search)(source, **kwargs)
+        assert (ids.numpy() == tfblocks.EOS_ID).any(-1).all()  # every output ended
+        assert (ids.numpy() > 0).sum(-1).max() > 4  # and some crossed two boundaries
+        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
+        np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_cache_lengths_argument():
+    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
+    assert Decoder(model, max_length=64).cache_lengths == (16, 32, 64)
+    assert Decoder(model, max_length=100).cache_lengths == (16, 32, 64, 100)
+    assert Decoder(model, max_length=16).cache_lengths == (16,)
+    assert Decoder(model, max_length=40, cache_lengths=[8]).cache_lengths == (8, 40)
+    assert Decoder(model, max_length=40, cache_lengths=None).cache_lengths is None
+    for bad in ((8, 4), (0, 8), (8, 50), "fast", 8, (8.0,)):
+        with pytest.raises(ValueError, match="cache_lengths="):
+            Decoder(model, max_length=40, cache_lengths=bad)
+    step_fn, _ = fake_model(5, 0)
+    start, state = np.array([3]), np.zeros((1, 2), "int32")
+    with pytest.raises(ValueError, match="at least max_length=8"):
+        decoding.greedy_search(step_fn, state, start, 8, cache_lengths=(2, 4), grow_state=abs)
+    with pytest.raises(ValueError, match="grow_state=None"):
+        decoding.beam_search(step_fn, state, start, 4, cache_lengths=(2, 4))
+    with pytest.raises(ValueError, match="cache_lengths="):
+        decoding.sample_search(step_fn, state, start, 4, cache_lengths=(4, 2), grow_state=abs)

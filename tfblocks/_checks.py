@@ -4,6 +4,7 @@ Each raises `ValueError` naming the argument and echoing the value, the project'
 contract for bad input.
 """
 
+import itertools
 import numbers
 
 
@@ -38,3 +39,45 @@ def check_positive_float(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(f"`{name}` must be a positive number, got {name}={value!r}.")
     return float(value)
+
+
+def check_increasing_ints(name, value, high=None):
+    """A non-empty list/tuple of increasing positive ints (at most `high`), as a tuple."""
+    ok = (
+        isinstance(value, list | tuple)
+        and len(value) > 0
+        and all(
+            isinstance(n, numbers.Integral)
+            and not isinstance(n, bool)
+            and n > 0
+            and (high is None or n <= high)
+            for n in value
+        )
+        and all(a < b for a, b in itertools.pairwise(value))
+    )
+    if not ok:
+        bound = "" if high is None else f" in [1, {high}]"
+        raise ValueError(f"`{name}` must be increasing positive ints{bound}, got {name}={value!r}.")
+    return tuple(int(n) for n in value)
+
+
+def length_ladder(name, value, max_length, first):
+    """An increasing tuple of lengths ending with `max_length`, from `value`.
+
+    `"auto"` doubles from `first` (first, 2·first, … below `max_length`, then
+    `max_length`); a list/tuple of increasing ints in `[1, max_length]` gets
+    `max_length` appended when missing; None stays None. Used for the source
+    buckets of `Translator` and the cache lengths of `Decoder`.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value == "auto":
+        lengths, n = [], first
+        while n < max_length:
+            lengths.append(n)
+            n *= 2
+        return (*lengths, max_length)
+    if isinstance(value, str):
+        raise ValueError(f"`{name}` must be 'auto', None or increasing ints, got {name}={value!r}.")
+    lengths = check_increasing_ints(name, value, high=max_length)
+    return lengths if lengths[-1] == max_length else (*lengths, max_length)

@@ -3,10 +3,12 @@
 Incremental decoding as t2t `fast_decode` does it: the encoder runs once, each
 decoder block's cross-attention k/v are computed once from its output, and every
 step runs the decoder on one new position through `Transformer.decode(cache=...)`,
-appending its k/v to a self-attention cache preallocated to `max_length` (static
-shapes, so the loop compiles with XLA). Only the model's public methods are used
-(`encode`, `init_cache`, `decode`, `logits`); the searches themselves live in
-`tfblocks.decoding` and know nothing of the model.
+appending its k/v to a self-attention cache. The caches start at 16 positions and
+grow (16, 32, 64, … up to `max_length`: `cache_lengths`) between loops of static
+shapes, so the search compiles with XLA, and a batch of short outputs never attends
+over, or reorders (beam search), caches sized for `max_length`. Only the model's
+public methods are used (`encode`, `init_cache`, `decode`, `logits`); the searches
+themselves live in `tfblocks.decoding` and know nothing of the model.
 
 A decoder-only language model decodes from a `prefix` (the prompt's ids): while
 `index < len(prefix)` the step function forces the prompt's token (its logit is 0,
@@ -32,6 +34,11 @@ class Decoder:
         jit_compile: compile each search with XLA. When False, a search called
             inside a `tf.function` is traced into that caller's graph, and one
             called eagerly runs as a plain `tf.function`.
+        cache_lengths: the sizes the self-attention caches grow through: `"auto"`
+            (16, 32, 64, … then `max_length`), increasing ints (`max_length` is
+            appended when missing), or None for one cache of `max_length` (one loop;
+            a little less to compile, slower when outputs are much shorter than
+            `max_length`). The results do not depend on it.
 
     Example:
 
@@ -47,10 +54,11 @@ class Decoder:
     (1, 6)
     """
 
-    def __init__(self, model, max_length, jit_compile=True):
+    def __init__(self, model, max_length, jit_compile=True, cache_lengths="auto"):
         self.model = model
         self.max_length = _checks.check_positive_int("max_length", max_length)
         self.jit_compile = bool(jit_compile)
+        self.cache_lengths = _cache_lengths(cache_lengths, self.max_length)
         self._functions = {}
 
     # The step function ---------------------------------------------------------------------
@@ -78,7 +86,8 @@ class Decoder:
             repeat: rows per sentence that `step_fn` will see (the beam size); the
                 encoder output and the prefix are repeated to match, while `state`
                 stays at `B` rows (`beam_search` repeats it).
-            max_length: the self-attention caches' length (default `self.max_length`).
+            max_length: the self-attention caches' initial length (default: the
+                first of `cache_lengths`, or `self.max_length` without growth).
 
         Returns:
             `step_fn(ids, index, state) -> (logits [N, V], state)` with PAD and BOS
@@ -101,7 +110,10 @@ class Decoder:
             raise ValueError("A decoder-only language model needs a `prefix` (the prompt ids).")
         else:
             batch = tf.shape(prefix)[0]
-        length = self.max_length if max_length is None else max_length
+        if max_length is not None:
+            length = max_length
+        else:
+            length = self.max_length if self.cache_lengths is None else self.cache_lengths[0]
         caches = model.init_cache(batch, length, encoder_output)
         cross = [cache.get("cross") for cache in caches]
         state = [cache["self"] for cache in caches]
@@ -136,9 +148,11 @@ class Decoder:
 
         def run(source_ids, prefix):
             length = self.decode_length(source_ids, extra_length)
-            step_fn, state = self.step_function(source_ids, prefix, max_length=length)
+            step_fn, state = self.step_function(source_ids, prefix, max_length=self._cache(length))
             start = _start_ids(source_ids, prefix)
-            return decoding.greedy_search(step_fn, state, start, length, EOS_ID, PAD_ID)
+            return decoding.greedy_search(
+                step_fn, state, start, length, EOS_ID, PAD_ID, **self._growth()
+            )
 
         return self._run(("greedy", extra_length), run, source_ids, prefix)
 
@@ -166,6 +180,7 @@ class Decoder:
                 top_k=top_k,
                 top_p=top_p,
                 seed=seed,
+                **self._growth(),
             )
 
         key = ("sample", float(temperature), int(top_k), float(top_p))
@@ -187,7 +202,7 @@ class Decoder:
         def run(source_ids, prefix):
             length = self.decode_length(source_ids, extra_length)
             step_fn, state = self.step_function(
-                source_ids, prefix, repeat=beam_size, max_length=length
+                source_ids, prefix, repeat=beam_size, max_length=self._cache(length)
             )
             return decoding.beam_search(
                 step_fn,
@@ -198,10 +213,21 @@ class Decoder:
                 alpha=float(alpha),
                 eos_id=EOS_ID,
                 pad_id=PAD_ID,
+                **self._growth(),
             )
 
         key = ("beam", beam_size, float(alpha), extra_length)
         return self._run(key, run, source_ids, prefix)
+
+    def _cache(self, length):
+        """The initial cache length for a search of at most `length` tokens."""
+        return length if self.cache_lengths is None else self.cache_lengths[0]
+
+    def _growth(self):
+        """The searches' `cache_lengths` / `grow_state` arguments."""
+        if self.cache_lengths is None:
+            return {}
+        return {"cache_lengths": self.cache_lengths, "grow_state": grow_caches}
 
     def _run(self, key, fn, *args):
         args = tuple(None if a is None else tf.convert_to_tensor(a) for a in args)
@@ -213,6 +239,24 @@ class Decoder:
         if key not in self._functions:
             self._functions[key] = tf.function(fn, jit_compile=self.jit_compile)
         return self._functions[key](*args)
+
+
+FIRST_CACHE_LENGTH = 16
+
+
+def _cache_lengths(cache_lengths, max_length):
+    """`Decoder(cache_lengths=...)` as a tuple ending with `max_length`, or None."""
+    return _checks.length_ladder("cache_lengths", cache_lengths, max_length, FIRST_CACHE_LENGTH)
+
+
+def grow_caches(state, length):
+    """Pads every self-attention cache `[N, L, H, d]` of `state` to `length` positions."""
+
+    def pad(x):
+        old = x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
+        return tf.pad(x, [[0, 0], [0, length - old]] + [[0, 0]] * (x.shape.rank - 2))
+
+    return tf.nest.map_structure(pad, state)
 
 
 def _start_ids(source_ids, prefix):

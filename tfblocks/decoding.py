@@ -5,9 +5,12 @@ The searches know nothing of the model. Each takes a
 position `index` and an opaque nest of tensors `state` (e.g. a K/V cache), it returns
 float32 logits `[N, vocab]` for the next position and the updated state. The loops
 are `tf.while_loop`s over static shapes, so they compile with XLA; their loop state
-is a named tuple. `Decoder` builds the step function of a `tfblocks.Transformer`
-(encoder run once, cross-attention k/v computed once, self-attention k/v cached) and
-is what `Translator` and `Generator` use.
+is a named tuple. With `cache_lengths` a search runs one loop per cache length and
+grows the step function's caches in between (`grow_state`), so a batch whose outputs
+are short never works on caches sized for the longest possible one. `Decoder` builds
+the step function of a `tfblocks.Transformer` (encoder run once, cross-attention k/v
+computed once, self-attention k/v cached, caches grown 16, 32, 64, …) and is what
+`Translator` and `Generator` use.
 
 Hand-written because no library searches with t2t's semantics over an
 encoder–decoder cache: keras-hub's samplers drive a decoder-only cache callback and
@@ -82,7 +85,48 @@ def _check_search_args(max_length, eos_id, pad_id):
     _checks.check_non_negative_int("pad_id", pad_id)
 
 
-def _sequential(step_fn, state, start_ids, max_length, eos_id, pad_id, choose):
+def _check_growth(cache_lengths, grow_state, max_length):
+    """`cache_lengths` as a tuple of increasing ints (or None), checked with `grow_state`."""
+    if cache_lengths is None:
+        return None
+    lengths = _checks.check_increasing_ints("cache_lengths", cache_lengths)
+    if grow_state is None:
+        raise ValueError("`cache_lengths` needs a `grow_state` function, got grow_state=None.")
+    if not tf.is_tensor(max_length) and lengths[-1] < max_length:
+        raise ValueError(
+            f"The last of `cache_lengths` must be at least max_length={max_length}, got "
+            f"cache_lengths={cache_lengths!r}."
+        )
+    return lengths
+
+
+def _while(cond, body, initial, cache_lengths, grow_state):
+    """`tf.while_loop(cond, body)`, in one loop per cache length when `cache_lengths` is given.
+
+    The state starts with caches of `cache_lengths[0]` slots; the k-th loop runs while
+    `index < cache_lengths[k]`, then `grow_state(state, cache_lengths[k + 1])` enlarges
+    the caches for the next one (static shapes in each loop, so every loop compiles
+    with XLA). The last loop runs until `cond` ends the search, so the last length
+    must cover the search's `max_length`. A search that ends early skips the later
+    loops' bodies (only the growth itself runs).
+    """
+    if cache_lengths is None:
+        return tf.while_loop(cond, body, (initial,))[0]
+    loop = initial
+    for k, end in enumerate(cache_lengths):
+        if k:
+            loop = loop._replace(state=grow_state(loop.state, end))
+        if k == len(cache_lengths) - 1:
+            segment = cond
+        else:
+            segment = lambda loop, end=end: tf.logical_and(loop.index < end, cond(loop))  # noqa: E731
+        loop = tf.while_loop(segment, body, (loop,))[0]
+    return loop
+
+
+def _sequential(
+    step_fn, state, start_ids, max_length, eos_id, pad_id, choose, cache_lengths, grow_state
+):
     start_ids = tf.cast(start_ids, tf.int32)
     batch = tf.shape(start_ids)[0]
 
@@ -114,11 +158,20 @@ def _sequential(step_fn, state, start_ids, max_length, eos_id, pad_id, choose):
         finished=tf.zeros([batch], tf.bool),
         scores=tf.zeros([batch], tf.float32),
     )
-    final = tf.while_loop(cond, body, (initial,))[0]
+    final = _while(cond, body, initial, cache_lengths, grow_state)
     return final.ids, final.scores
 
 
-def greedy_search(step_fn, state, start_ids, max_length, eos_id=EOS_ID, pad_id=PAD_ID):
+def greedy_search(
+    step_fn,
+    state,
+    start_ids,
+    max_length,
+    eos_id=EOS_ID,
+    pad_id=PAD_ID,
+    cache_lengths=None,
+    grow_state=None,
+):
     """Greedy search: the most likely token at every step.
 
     Args:
@@ -129,6 +182,12 @@ def greedy_search(step_fn, state, start_ids, max_length, eos_id=EOS_ID, pad_id=P
             int32 tensor (under XLA one that depends only on shapes).
         eos_id: the id that ends a sequence.
         pad_id: written after EOS.
+        cache_lengths: None, or increasing ints: `state`'s caches hold
+            `cache_lengths[0]` positions, and when the search reaches position
+            `cache_lengths[k]` it calls `grow_state(state, cache_lengths[k + 1])` to
+            enlarge them (the last one must be at least `max_length`). Short outputs
+            then never touch long caches; the result is the same.
+        grow_state: `grow_state(state, length) -> state` (with `cache_lengths`).
 
     Returns:
         `(ids [B, max_length], scores [B])`: ids end with `eos_id` (unless
@@ -145,11 +204,14 @@ def greedy_search(step_fn, state, start_ids, max_length, eos_id=EOS_ID, pad_id=P
     [[3, 4, 0, 0]]
     """
     _check_search_args(max_length, eos_id, pad_id)
+    cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
 
     def choose(logits, index):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
 
-    return _sequential(step_fn, state, start_ids, max_length, eos_id, pad_id, choose)
+    return _sequential(
+        step_fn, state, start_ids, max_length, eos_id, pad_id, choose, cache_lengths, grow_state
+    )
 
 
 def _filter_top_p(logits, top_p):
@@ -181,11 +243,14 @@ def sample_search(
     top_k=0,
     top_p=1.0,
     seed=0,
+    cache_lengths=None,
+    grow_state=None,
 ):
     """Sampling from `softmax(logits / temperature)`, optionally top-k and/or top-p.
 
     Args:
-        step_fn, state, start_ids, max_length, eos_id, pad_id: as `greedy_search`.
+        step_fn, state, start_ids, max_length, eos_id, pad_id, cache_lengths,
+            grow_state: as `greedy_search`.
         temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
         top_k: when > 0, sample among the `top_k` most likely tokens only.
         top_p: in (0, 1]; when < 1, sample among the smallest set of most likely
@@ -210,6 +275,7 @@ def sample_search(
     _checks.check_non_negative_int("top_k", top_k)
     if isinstance(top_p, bool) or not 0 < top_p <= 1:
         raise ValueError(f"`top_p` must be in (0, 1], got top_p={top_p!r}.")
+    cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
     seed = tf.cast(seed, tf.int32)
 
     def choose(logits, index):
@@ -224,7 +290,9 @@ def sample_search(
         )
         return draw[:, 0]
 
-    return _sequential(step_fn, state, start_ids, max_length, eos_id, pad_id, choose)
+    return _sequential(
+        step_fn, state, start_ids, max_length, eos_id, pad_id, choose, cache_lengths, grow_state
+    )
 
 
 def beam_search(
@@ -236,6 +304,8 @@ def beam_search(
     alpha=0.6,
     eos_id=EOS_ID,
     pad_id=PAD_ID,
+    cache_lengths=None,
+    grow_state=None,
 ):
     """t2t beam search.
 
@@ -250,6 +320,8 @@ def beam_search(
         alpha: length-penalty exponent (0 = no penalty).
         eos_id: the id that ends a hypothesis.
         pad_id: the id after EOS (`0`: hypotheses are zero-filled).
+        cache_lengths, grow_state: as `greedy_search` (`grow_state` sees the
+            `B · beam_size` rows).
 
     Returns:
         `(ids [B, max_length], scores [B])`: the best finished hypothesis and its
@@ -270,6 +342,7 @@ def beam_search(
     if isinstance(alpha, bool) or not alpha >= 0:
         raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
     alpha = float(alpha)
+    cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
     start_ids = tf.cast(start_ids, tf.int32)
     batch = _dim(start_ids, 0)
     length = max_length
@@ -340,7 +413,7 @@ def beam_search(
         finished_scores=tf.fill([batch, beam], NEG_INF),
         finished_flags=tf.zeros([batch, beam], tf.bool),
     )
-    final = tf.while_loop(cond, body, (initial,))[0]
+    final = _while(cond, body, initial, cache_lengths, grow_state)
     any_finished = tf.reduce_any(final.finished_flags, axis=1)  # [B]
     ids = tf.where(any_finished[:, None], final.finished_seq[:, 0], final.alive_seq[:, 0])
     # Hypotheses are zero-filled after EOS and after the last step: write `pad_id`.

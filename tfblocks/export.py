@@ -23,7 +23,9 @@ that holds its longest source (`source_buckets`, by default 8, 16, 32, … up to
 `max_length`), not to `max_length`, so the encoder and every cross-attention step work
 on little padding while XLA compiles one program per (batch size, bucket). Padding
 is masked, so the bucket does not change the translation (tests compare bucketed with
-padded-to-`max_length` ids). A batch generates at most `min(max_length, S +
+padded-to-`max_length` ids). The decoder's self-attention caches start at 16
+positions and grow to 32, 64, … only when a batch's outputs get that long
+(`cache_lengths`). A batch generates at most `min(max_length, S +
 extra_length)` tokens (t2t's `decode_length`, S the padded source length) when
 `extra_length` is given, which sizes the self-attention caches and bounds beam
 search's stopping test.
@@ -66,28 +68,7 @@ def _check_decoding(max_length, beam_size, alpha):
 
 def _source_buckets(source_buckets, max_length):
     """The padded source lengths, increasing, ending with `max_length`; None = exact."""
-    if source_buckets is None:
-        return None
-    if source_buckets == "auto":
-        buckets, length = [], 8
-        while length < max_length:
-            buckets.append(length)
-            length *= 2
-        return (*buckets, max_length)
-    if isinstance(source_buckets, str | int) or not all(
-        isinstance(b, int) and not isinstance(b, bool) and 0 < b <= max_length
-        for b in source_buckets
-    ):
-        raise ValueError(
-            "`source_buckets` must be 'auto', None or increasing ints in [1, max_length="
-            f"{max_length}], got source_buckets={source_buckets!r}."
-        )
-    buckets = tuple(source_buckets)
-    if list(buckets) != sorted(set(buckets)):
-        raise ValueError(
-            f"`source_buckets` must be increasing, got source_buckets={source_buckets!r}."
-        )
-    return buckets if buckets and buckets[-1] == max_length else (*buckets, max_length)
+    return _checks.length_ladder("source_buckets", source_buckets, max_length, first=8)
 
 
 def _check_vocabulary(arg, tokenizer, model):
@@ -169,6 +150,9 @@ class Translator(_TextModule):
             test uses it); None (default) = `max_length` for every batch. Since S
             depends on the batch's longest source, a limit set here makes a long
             translation depend on its batch mates (as in t2t).
+        cache_lengths: the sizes the decoder's self-attention caches grow through
+            (`tfblocks.Decoder`): `"auto"` (16, 32, 64, … up to `max_length`), a tuple,
+            or None for one cache of `max_length`. Does not change the translations.
         name: the module's name.
 
     Example (training elided; any `build_transformer` model works):
@@ -196,6 +180,7 @@ class Translator(_TextModule):
         jit_compile=True,
         source_buckets="auto",
         extra_length=None,
+        cache_lengths="auto",
         name=None,
     ):
         super().__init__(name=name)
@@ -220,7 +205,10 @@ class Translator(_TextModule):
         self.beam_size = beam_size
         self.alpha = float(alpha)
         self.jit_compile = bool(jit_compile)
-        self._decoder = Decoder(model, max_length, jit_compile=self.jit_compile)
+        self._decoder = Decoder(
+            model, max_length, jit_compile=self.jit_compile, cache_lengths=cache_lengths
+        )
+        self.cache_lengths = self._decoder.cache_lengths
 
     def encode_source(self, text):
         """Source ids `[B, S]` (0-padded, EOS-terminated), S from `source_buckets`.
@@ -282,6 +270,8 @@ class Generator(_TextModule):
         top_p: nucleus sampling mass (1 = all).
         seed: sampling seed (the same seed gives the same continuations).
         jit_compile: compile the search with XLA.
+        cache_lengths: the sizes the self-attention caches grow through (as
+            `Translator`'s).
         name: the module's name.
 
     The SavedModel's signature is `serving_default(text: tf.string [None]) ->
@@ -314,6 +304,7 @@ class Generator(_TextModule):
         top_p=1.0,
         seed=0,
         jit_compile=True,
+        cache_lengths="auto",
         name=None,
     ):
         super().__init__(name=name)
@@ -338,7 +329,10 @@ class Generator(_TextModule):
         self.top_p = top_p
         self.seed = seed
         self.jit_compile = bool(jit_compile)
-        self._decoder = Decoder(model, max_length, jit_compile=self.jit_compile)
+        self._decoder = Decoder(
+            model, max_length, jit_compile=self.jit_compile, cache_lengths=cache_lengths
+        )
+        self.cache_lengths = self._decoder.cache_lengths
         if search == "sample":  # checks the sampling arguments now, not at the first call
             _checks.check_non_negative_int("top_k", top_k)
 

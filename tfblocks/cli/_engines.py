@@ -76,14 +76,3 @@ def load_translate(path, beam_size=None, alpha=0.6, max_length=None, engine="ten
         f"--model={path!r} holds no tfblocks model: expected a run folder (model/), a "
         "preset (config.json) or a SavedModel (saved_model.pb)."
     )
-
-
-def translate_lines(translate, lines, batch_size, progress=None):
-    """Translations of `lines` in order, `batch_size` at a time; `progress(done, total)`."""
-    out = []
-    for start in range(0, len(lines), batch_size):
-        batch = lines[start : start + batch_size]
-        out.extend(translate(batch) if batch else [])
-        if progress is not None:
-            progress(len(out), len(lines))
-    return out

@@ -35,6 +35,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from tfblocks import evaluation
+    from tfblocks.batching import translate_in_batches
     from tfblocks.cli import _engines
     from tfblocks.cli.translate import read_lines
 
@@ -51,7 +52,7 @@ def main(argv=None):
         args.model, args.beam_size, args.alpha, args.max_length, args.engine
     )
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)
-    hypotheses = _engines.translate_lines(translate, sources, args.batch_size)
+    hypotheses = translate_in_batches(translate, sources, args.batch_size)
     scores = evaluation.score(hypotheses, references)
     print(json.dumps(scores, ensure_ascii=False))
     return scores

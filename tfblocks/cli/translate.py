@@ -46,6 +46,7 @@ def read_lines(stream):
 
 def main(argv=None):
     args = parse_args(argv)
+    from tfblocks.batching import translate_in_batches
     from tfblocks.cli import _engines
 
     if args.input:
@@ -61,7 +62,7 @@ def main(argv=None):
     def progress(done, total):
         print(f"\r{done}/{total} lines", end="" if done < total else "\n", file=sys.stderr)
 
-    out = _engines.translate_lines(translate, lines, args.batch_size, progress)
+    out = translate_in_batches(translate, lines, args.batch_size, progress)
     text = "".join(line.replace("\n", " ") + "\n" for line in out)
     if args.output:
         tmp = f"{args.output}.tmp-{os.getpid()}"
