@@ -269,3 +269,21 @@ def test_text_files_to_one_fit_step(tmp_path, pairs):
     model = compile_transformer(build_transformer(hp), hp, jit_compile=False)
     history = model.fit(dataset, epochs=1, steps_per_epoch=1, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
+
+
+def test_partial_batches_do_not_all_come_last(pairs, tokenizer):
+    # Each bucket's partial last batch comes out when the pairs run out; shuffling the
+    # batches (the same code for every `shapes`) must spread them over the epoch. With
+    # fixed buckets a partial batch is exact to spot: it has all-PAD filler rows.
+    def partial_flags(shuffle):
+        dataset = text_dataset.make_dataset(
+            pairs, tokenizer, tokenizer, batch_tokens=256, max_length=40, shapes="buckets",
+            bucket_lengths=(6, 8, 10, 12, 14, 16, 20, 24, 32), shuffle=shuffle, seed=7,
+        )  # fmt: skip
+        return [bool((np.count_nonzero(labels, axis=1) == 0).any()) for _, labels in dataset]
+
+    ordered, shuffled = partial_flags(False), partial_flags(True)
+    partial = sum(ordered)
+    assert partial >= 3 and sum(shuffled) == partial and len(shuffled) == len(ordered)
+    assert all(ordered[-partial:])  # without shuffling: the epoch ends with all of them
+    assert not all(shuffled[-partial:])  # shuffled: spread over the epoch
