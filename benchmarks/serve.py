@@ -9,6 +9,8 @@ its SOURCE.md) with one trained model served by each engine:
   Serving runs without `--xla_cpu_compilation_enabled`);
 - `SavedModel one cache`: the export with one self-attention cache of `max_length`
   (`cache_lengths=None`) instead of caches grown 16, 32, 64, … (the default);
+- `SavedModel no drop`: the export with one beam search over the whole batch
+  (`drop_every=None`) instead of finished sentences leaving it every 4 steps;
 - `SavedModel padded`: the export as it was before issue 14, sources padded to
   `max_length` and one cache of `max_length` (`source_buckets=(max_length,)`,
   `cache_lengths=None`), for the before/after ratio;
@@ -61,6 +63,7 @@ ENGINES = (
     "SavedModel",
     "SavedModel no-XLA",
     "SavedModel one cache",
+    "SavedModel no drop",
     "SavedModel padded",
     "CT2 float32",
     "CT2 int8",
@@ -168,9 +171,15 @@ def build_engines(args, model, tokenizer, workdir):
 
     engines = {}
     # issue 14's "before": sources padded to max_length, one cache of max_length
-    before = {"source_buckets": (args.max_length,), "extra_length": None, "cache_lengths": None}
+    before = {
+        "source_buckets": (args.max_length,),
+        "extra_length": None,
+        "cache_lengths": None,
+        "drop_every": None,
+    }
     saved = {"SavedModel": {}, "SavedModel no-XLA": {"jit_compile": False}}
     saved["SavedModel one cache"] = {"cache_lengths": None}
+    saved["SavedModel no drop"] = {"drop_every": None}
     saved["SavedModel padded"] = before
     ct2 = {"CT2 float32": (None, "float32"), "CT2 int8": ("int8", "int8")}
     for name in args.engines:

@@ -428,3 +428,79 @@ def test_cache_lengths_argument():
         decoding.beam_search(step_fn, state, start, 4, cache_lengths=(2, 4))
     with pytest.raises(ValueError, match="cache_lengths="):
         decoding.sample_search(step_fn, state, start, 4, cache_lengths=(4, 2), grow_state=abs)
+
+
+# Dropping finished sentences (`drop_every`): segments of steps, the batch shrinking between.
+
+
+def test_beam_search_drops_finished_sentences_between_segments():
+    # The fake model with a per-sentence `context` (an offset mixed into its hash): if
+    # shrinking the batch mixed up sentences' states or contexts, results would change.
+    vocab, batch, length, beam = 9, 9, 12, 2
+    step_fn, _ = fake_model(vocab, 6)
+    rows_seen = set()
+
+    def context_step(ids, index, state, context):
+        rows_seen.add(int(ids.shape[0]) if ids.shape[0] is not None else None)
+        logits, new = step_fn(ids, index, (state[:, 0] + context) % HASH)
+        return logits, keras.ops.concatenate([new[:, None], state[:, 1:]], axis=1)
+
+    def grow(state, n):
+        return keras.ops.pad(state, [[0, 0], [0, n - keras.ops.shape(state)[1]]])
+
+    start = np.full(batch, tfblocks.BOS_ID, "int32")
+    context = np.arange(batch, dtype="int32") * 101
+    kwargs = {"beam_size": beam, "alpha": 0.6, "eos_id": 1, "context": context}
+    want_ids, want_scores = decoding.beam_search(
+        context_step, np.zeros((batch, length), "int32"), start, length, **kwargs
+    )
+    ended_at = (want_ids.numpy() > 0).sum(-1)
+    assert ended_at.min() < 6 and len(set(ended_at)) > 3  # sentences end at different steps
+    for every, jit_compile, growth in [(1, False, None), (3, True, (2, 4, 8, 12))]:
+        rows_seen.clear()
+        state = np.zeros((batch, length if growth is None else 2), "int32")
+        ids, scores = decoding.beam_search(
+            context_step,
+            state,
+            start,
+            length,
+            **kwargs,
+            cache_lengths=growth,
+            grow_state=None if growth is None else grow,
+            drop_every=every,
+            jit_compile=jit_compile,
+        )
+        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=str(every))
+        np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-6)
+        if not jit_compile:  # eager segments: the step saw the batch shrink
+            assert {batch * beam, 8 * beam}.issubset(rows_seen) and min(rows_seen) < 8 * beam
+
+
+@pytest.mark.parametrize("jit_compile", [True, False])
+def test_dropping_finished_sentences_gives_the_same_translations(reverser, jit_compile):
+    # Sources of 1–6 ids: outputs end at different steps, so the batch shrinks.
+    source = _sources(np.random.default_rng(9), 7)
+    dropping = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_every=2)
+    whole = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_every=None)
+    ids, scores = dropping.beam_search(source, beam_size=3)
+    want_ids, want_scores = whole.beam_search(source, beam_size=3)
+    lengths = (want_ids.numpy() > 0).sum(-1)
+    assert (want_ids.numpy() == tfblocks.EOS_ID).any(-1).all() and len(set(lengths)) > 2
+    np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_drop_every_argument():
+    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
+    assert Decoder(model, max_length=8).drop_every == 4
+    assert Decoder(model, max_length=8, drop_every=None).drop_every is None
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="drop_every="):
+            Decoder(model, max_length=8, drop_every=bad)
+    step_fn, _ = fake_model(5, 0)
+    with pytest.raises(ValueError, match="context=None"):
+        decoding.beam_search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_every=2)
+    with pytest.raises(ValueError, match="drop_every=0"):
+        decoding.beam_search(
+            step_fn, np.zeros(1, "int32"), np.array([3]), 4, context=(), drop_every=0
+        )

@@ -22,6 +22,8 @@ from tfblocks import _checks, decoding
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.transformer import padding_mask
 
+DROP_EVERY = 4  # steps between the moments finished sentences leave a beam search's batch
+
 
 class Decoder:
     """Greedy, sampling and beam-search decoding for a `tfblocks.Transformer`.
@@ -39,6 +41,11 @@ class Decoder:
             appended when missing), or None for one cache of `max_length` (one loop;
             a little less to compile, slower when outputs are much shorter than
             `max_length`). The results do not depend on it.
+        drop_every: beam search over source sentences runs in segments of this many
+            steps, and a sentence whose search has ended leaves the batch between
+            them (the batch shrinks through powers of two; each segment is its own
+            XLA program, the loop around them is not compiled). None runs one search
+            over the whole batch. The results do not depend on it.
 
     Example:
 
@@ -54,11 +61,16 @@ class Decoder:
     (1, 6)
     """
 
-    def __init__(self, model, max_length, jit_compile=True, cache_lengths="auto"):
+    def __init__(
+        self, model, max_length, jit_compile=True, cache_lengths="auto", drop_every=DROP_EVERY
+    ):
         self.model = model
         self.max_length = _checks.check_positive_int("max_length", max_length)
         self.jit_compile = bool(jit_compile)
         self.cache_lengths = _cache_lengths(cache_lengths, self.max_length)
+        self.drop_every = (
+            None if drop_every is None else _checks.check_positive_int("drop_every", drop_every)
+        )
         self._functions = {}
 
     # The step function ---------------------------------------------------------------------
@@ -84,8 +96,8 @@ class Decoder:
             prefix: int `[B, P]` ids to force first, 0-padded on the right
                 (decoder-only models: the prompt).
             repeat: rows per sentence that `step_fn` will see (the beam size); the
-                encoder output and the prefix are repeated to match, while `state`
-                stays at `B` rows (`beam_search` repeats it).
+                encoder's cross-attention k/v and the prefix are repeated to match,
+                while `state` stays at `B` rows (`beam_search` repeats it).
             max_length: the self-attention caches' initial length (default: the
                 first of `cache_lengths`, or `self.max_length` without growth).
 
@@ -93,15 +105,30 @@ class Decoder:
             `step_fn(ids, index, state) -> (logits [N, V], state)` with PAD and BOS
             never generated, and the initial state (self-attention caches).
         """
+        state, context = self.initial_state(source_ids, prefix, max_length)
+        context = tf.nest.map_structure(lambda x: tf.repeat(x, repeat, axis=0), context)
+        forced = None if prefix is None else _forcing(prefix, repeat)
+
+        def step_fn(ids, index, state):
+            return self.step(ids, index, state, context, forced)
+
+        return step_fn, state
+
+    def initial_state(self, source_ids=None, prefix=None, max_length=None):
+        """`(state, context)` of `B` rows: the self-attention caches (zeros of
+        `max_length` positions, as `step_function`) and the step's fixed inputs
+        (`{"cross": per-block cross-attention k/v, "source_mask": [B, S]}`; empty
+        for a decoder-only model)."""
         model = self.model
-        encoder_output = source_mask = None
+        encoder_output = None
+        context = {}
         if model.has_input:
             if source_ids is None:
                 raise ValueError("An encoder–decoder model needs `source_ids`, got None.")
             source_ids = tf.cast(source_ids, tf.int32)
             batch = tf.shape(source_ids)[0]
-            encoder_output = tf.repeat(model.encode(source_ids, training=False), repeat, axis=0)
-            source_mask = tf.repeat(padding_mask(source_ids), repeat, axis=0)  # [B·K, S]
+            encoder_output = model.encode(source_ids, training=False)
+            context["source_mask"] = padding_mask(source_ids)  # [B, S]
         elif source_ids is not None:
             raise ValueError(
                 "A decoder-only language model takes no `source_ids`; pass the prompt as `prefix`."
@@ -110,32 +137,31 @@ class Decoder:
             raise ValueError("A decoder-only language model needs a `prefix` (the prompt ids).")
         else:
             batch = tf.shape(prefix)[0]
-        if max_length is not None:
-            length = max_length
-        else:
-            length = self.max_length if self.cache_lengths is None else self.cache_lengths[0]
-        caches = model.init_cache(batch, length, encoder_output)
-        cross = [cache.get("cross") for cache in caches]
-        state = [cache["self"] for cache in caches]
-        forced = None if prefix is None else _forcing(prefix, repeat)
+        if max_length is None:
+            max_length = self.max_length if self.cache_lengths is None else self.cache_lengths[0]
+        caches = model.init_cache(batch, max_length, encoder_output)
+        if model.has_input:
+            context["cross"] = [cache["cross"] for cache in caches]
+        return [cache["self"] for cache in caches], context
 
-        def step_fn(ids, index, state):
-            cache = [
-                {"self": s} if c is None else {"self": s, "cross": c}
-                for s, c in zip(state, cross, strict=True)
-            ]
-            hidden, cache = model.decode(
-                ids, source_mask=source_mask, cache=cache, index=index, training=False
-            )
-            logits = model.logits(hidden)[:, 0]  # [N, V], float32
-            vocab = tf.shape(logits)[-1]
-            never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], vocab), axis=0) > 0  # [V]
-            logits = tf.where(never, decoding.NEG_INF, logits)
-            if forced is not None:
-                logits = forced(logits, index)
-            return logits, [c["self"] for c in cache]
-
-        return step_fn, state
+    def step(self, ids, index, state, context, forced=None):
+        """One decoding step: `(logits [N, V], state)` for the ids `[N, 1]` of
+        position `index`, PAD and BOS masked (and `forced`'s prefix applied)."""
+        cross = context.get("cross", [None] * len(state))
+        cache = [
+            {"self": s} if c is None else {"self": s, "cross": c}
+            for s, c in zip(state, cross, strict=True)
+        ]
+        hidden, cache = self.model.decode(
+            ids, source_mask=context.get("source_mask"), cache=cache, index=index, training=False
+        )
+        logits = self.model.logits(hidden)[:, 0]  # [N, V], float32
+        vocab = tf.shape(logits)[-1]
+        never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], vocab), axis=0) > 0  # [V]
+        logits = tf.where(never, decoding.NEG_INF, logits)
+        if forced is not None:
+            logits = forced(logits, index)
+        return logits, [c["self"] for c in cache]
 
     # One public entry per search -------------------------------------------------------------
 
@@ -199,6 +225,37 @@ class Decoder:
         if isinstance(alpha, bool) or not alpha >= 0:
             raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
 
+        options = {
+            "beam_size": beam_size,
+            "alpha": float(alpha),
+            "eos_id": EOS_ID,
+            "pad_id": PAD_ID,
+        }
+        if self.drop_every is not None and source_ids is not None:
+
+            def dropping(source_ids):
+                def initial(source_ids):  # compiled apart: the search around it is not
+                    length = self.decode_length(source_ids, extra_length)
+                    return self.initial_state(source_ids, max_length=self._cache(length))
+
+                length = self.decode_length(source_ids, extra_length)
+                prepare = self._function(("initial", extra_length), initial, self.jit_compile)
+                state, context = prepare(source_ids)
+                return decoding.beam_search(
+                    self.step,
+                    state,
+                    _start_ids(source_ids, None),
+                    length,
+                    **options,
+                    **self._growth(),
+                    context=context,
+                    drop_every=self.drop_every,
+                    jit_compile=self.jit_compile,
+                )
+
+            key = ("beam-dropping", beam_size, float(alpha), extra_length)
+            return self._run(key, dropping, source_ids, jit_compile=False)
+
         def run(source_ids, prefix):
             length = self.decode_length(source_ids, extra_length)
             step_fn, state = self.step_function(
@@ -209,10 +266,7 @@ class Decoder:
                 state,
                 _start_ids(source_ids, prefix),
                 length,
-                beam_size=beam_size,
-                alpha=float(alpha),
-                eos_id=EOS_ID,
-                pad_id=PAD_ID,
+                **options,
                 **self._growth(),
             )
 
@@ -229,16 +283,24 @@ class Decoder:
             return {}
         return {"cache_lengths": self.cache_lengths, "grow_state": grow_caches}
 
-    def _run(self, key, fn, *args):
+    def _run(self, key, fn, *args, jit_compile=None):
+        """`fn(*args)` (int32 tensors), compiled with XLA as `jit_compile` (default:
+        the decoder's) in a `tf.function` kept under `key`, or traced into the
+        caller's graph when not compiled and called inside a function."""
+        jit_compile = self.jit_compile if jit_compile is None else jit_compile
         args = tuple(None if a is None else tf.convert_to_tensor(a) for a in args)
         args = tuple(
             tf.cast(a, tf.int32) if a is not None and a.dtype != tf.int32 else a for a in args
         )
-        if not self.jit_compile and tf.inside_function():
+        if not jit_compile and tf.inside_function():
             return fn(*args)  # traced into the caller's graph
+        return self._function(key, fn, jit_compile)(*args)
+
+    def _function(self, key, fn, jit_compile):
+        """The `tf.function` of `fn` kept under `key` (created on first use)."""
         if key not in self._functions:
-            self._functions[key] = tf.function(fn, jit_compile=self.jit_compile)
-        return self._functions[key](*args)
+            self._functions[key] = tf.function(fn, jit_compile=jit_compile)
+        return self._functions[key]
 
 
 FIRST_CACHE_LENGTH = 16

@@ -306,12 +306,16 @@ def beam_search(
     pad_id=PAD_ID,
     cache_lengths=None,
     grow_state=None,
+    context=None,
+    drop_every=None,
+    jit_compile=False,
 ):
     """t2t beam search.
 
     Args:
         step_fn: called with `B · beam_size` rows (sentence b's beams are rows
             `b·K … b·K + K − 1`); tensors it closes over must be repeated alike.
+            With `context`, it is called as `step_fn(ids, index, state, context)`.
         state: the initial nest for `B` rows; each leaf is repeated `beam_size`
             times along axis 0 here, and reordered with the surviving beams.
         start_ids: int `[B]`.
@@ -322,6 +326,20 @@ def beam_search(
         pad_id: the id after EOS (`0`: hypotheses are zero-filled).
         cache_lengths, grow_state: as `greedy_search` (`grow_state` sees the
             `B · beam_size` rows).
+        context: None, or a nest of `B`-row tensors that the step function reads but
+            never changes (e.g. the encoder's cross-attention k/v): repeated
+            `beam_size` times like `state`, but never reordered (a sentence's beams
+            share it), and passed to `step_fn` as its fourth argument.
+        drop_every: None, or a number of steps: the search then runs in segments of
+            at most that many steps, and between segments the sentences whose search
+            has ended leave the batch (it shrinks to the next power of two that holds
+            the rest, so few shapes occur). Every sentence gets the result it gets in
+            one batch; a batch whose outputs differ in length does much less work.
+            Needs `context` (tensors closed over by `step_fn` could not shrink) and
+            graph-mode control flow outside the segments, so the search itself is not
+            compiled as one XLA program: see `jit_compile`.
+        jit_compile: with `drop_every`, compile each segment with XLA (one program
+            per batch size and cache length).
 
     Returns:
         `(ids [B, max_length], scores [B])`: the best finished hypothesis and its
@@ -343,37 +361,96 @@ def beam_search(
         raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
     alpha = float(alpha)
     cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
+    if drop_every is not None:
+        _checks.check_positive_int("drop_every", drop_every)
+        if context is None:
+            raise ValueError(
+                "`drop_every` needs the step function's per-sentence tensors as `context` "
+                "(a closed-over tensor cannot shrink with the batch), got context=None."
+            )
     start_ids = tf.cast(start_ids, tf.int32)
     batch = _dim(start_ids, 0)
     length = max_length
-    max_penalty = length_penalty(length, alpha)
+    search = _Beam(step_fn, beam, alpha, eos_id, pad_id, length)
 
-    def regroup(x):  # [B·K, ...] -> [B, K, ...]
-        return tf.reshape(x, [batch, beam, *(_dim(x, a) for a in range(1, x.shape.rank))])
-
-    def flatten(x):  # [B, K, ...] -> [B·K, ...]
-        return tf.reshape(x, [batch * beam, *(_dim(x, a) for a in range(2, x.shape.rank))])
+    first = tf.concat([[0.0], tf.fill([beam - 1], NEG_INF)], axis=0)  # only beam 0 is live
+    initial = BeamState(
+        index=tf.constant(0),
+        last=tf.repeat(start_ids, beam)[:, None],
+        state=search.repeat(state),
+        alive_seq=tf.zeros([batch, beam, length], tf.int32),
+        alive_log_probs=tf.tile(first[None], [batch, 1]),
+        finished_seq=tf.zeros([batch, beam, length], tf.int32),
+        finished_scores=tf.fill([batch, beam], NEG_INF),
+        finished_flags=tf.zeros([batch, beam], tf.bool),
+    )
+    context = None if context is None else search.repeat(context)
+    if drop_every is not None:
+        return _dropping(
+            search, initial, context, cache_lengths, grow_state, drop_every, jit_compile
+        )
 
     def cond(loop):
-        best_alive = loop.alive_log_probs[:, 0] / max_penalty  # the most a live beam can score
-        flags = loop.finished_flags
-        best_finished = tf.reduce_max(tf.where(flags, loop.finished_scores, NEG_INF), axis=1)
-        done = tf.logical_and(tf.reduce_any(flags, 1), best_finished >= best_alive)
-        return tf.logical_and(loop.index < length, tf.logical_not(tf.reduce_all(done)))
+        return tf.logical_and(loop.index < length, tf.logical_not(tf.reduce_all(search.done(loop))))
 
     def body(loop):
-        i = loop.index
-        logits, new_state = step_fn(loop.last, i, loop.state)  # [B·K, V]
+        return (search.step(loop, context),)
+
+    return search.result(_while(cond, body, initial, cache_lengths, grow_state))
+
+
+class _Beam:
+    """t2t beam search's pieces over `B` sentences × `K` beams (B read from the loop)."""
+
+    def __init__(self, step_fn, beam, alpha, eos_id, pad_id, length):
+        self.step_fn = step_fn
+        self.beam = beam
+        self.alpha = alpha
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.length = length
+
+    def repeat(self, nest):
+        """Each `B`-row leaf repeated `K` times along axis 0 (sentence-major)."""
+        return tf.nest.map_structure(lambda x: tf.repeat(x, self.beam, axis=0), nest)
+
+    def done(self, loop):
+        """`[B]`: the sentence's best finished score beats what any live beam can reach.
+
+        t2t bounds a live beam by its log-probability over the length penalty of
+        `max_length` and stops when the *worst* finished score beats every bound;
+        comparing the *best* cannot change the returned (top) hypothesis.
+        """
+        best_alive = loop.alive_log_probs[:, 0] / length_penalty(self.length, self.alpha)
+        flags = loop.finished_flags
+        best_finished = tf.reduce_max(tf.where(flags, loop.finished_scores, NEG_INF), axis=1)
+        return tf.logical_and(tf.reduce_any(flags, 1), best_finished >= best_alive)
+
+    def step(self, loop, context):
+        """One step: every beam extended by one token."""
+        beam, i = self.beam, loop.index
+        batch = _dim(loop.alive_seq, 0)
+
+        def regroup(x):  # [B·K, ...] -> [B, K, ...]
+            return tf.reshape(x, [batch, beam, *(_dim(x, a) for a in range(1, x.shape.rank))])
+
+        def flatten(x):  # [B, K, ...] -> [B·K, ...]
+            return tf.reshape(x, [batch * beam, *(_dim(x, a) for a in range(2, x.shape.rank))])
+
+        if context is None:
+            logits, new_state = self.step_fn(loop.last, i, loop.state)  # [B·K, V]
+        else:
+            logits, new_state = self.step_fn(loop.last, i, loop.state, context)
         logits = tf.cast(logits, tf.float32)
         vocab = tf.shape(logits)[-1]
         log_probs = regroup(tf.nn.log_softmax(logits)) + loop.alive_log_probs[:, :, None]
-        penalty = length_penalty(i + 1, alpha)
+        penalty = length_penalty(i + 1, self.alpha)
         flat_scores = tf.reshape(log_probs / penalty, [batch, -1])  # [B, K·V]
         top_scores, top_index = tf.math.top_k(flat_scores, k=2 * beam)  # [B, 2K]
         origin, token = top_index // vocab, top_index % vocab  # [B, 2K]
         top_seq = _write(tf.gather(loop.alive_seq, origin, batch_dims=1), i, token)  # [B, 2K, L]
         # A candidate is real unless it extends a dead beam (score near NEG_INF).
-        is_eos = tf.logical_and(tf.equal(token, eos_id), top_scores > NEG_INF / 2)
+        is_eos = tf.logical_and(tf.equal(token, self.eos_id), top_scores > NEG_INF / 2)
 
         # The K best extensions that did not end stay alive (there are always K).
         _, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_scores), k=beam)  # [B, K]
@@ -389,36 +466,140 @@ def beam_search(
         )
         all_flags = tf.concat([loop.finished_flags, is_eos], axis=1)
         finished_scores, best = tf.math.top_k(all_scores, k=beam)  # [B, K]
-        return (
-            BeamState(
-                index=i + 1,
-                last=flatten(tf.gather(token, keep, batch_dims=1))[:, None],  # [B·K, 1]
-                state=reordered,
-                alive_seq=tf.gather(top_seq, keep, batch_dims=1),
-                alive_log_probs=tf.gather(top_scores * penalty, keep, batch_dims=1),
-                finished_seq=tf.gather(all_seq, best, batch_dims=1),
-                finished_scores=finished_scores,
-                finished_flags=tf.gather(all_flags, best, batch_dims=1),
-            ),
+        return BeamState(
+            index=i + 1,
+            last=flatten(tf.gather(token, keep, batch_dims=1))[:, None],  # [B·K, 1]
+            state=reordered,
+            alive_seq=tf.gather(top_seq, keep, batch_dims=1),
+            alive_log_probs=tf.gather(top_scores * penalty, keep, batch_dims=1),
+            finished_seq=tf.gather(all_seq, best, batch_dims=1),
+            finished_scores=finished_scores,
+            finished_flags=tf.gather(all_flags, best, batch_dims=1),
         )
 
-    first = tf.concat([[0.0], tf.fill([beam - 1], NEG_INF)], axis=0)  # only beam 0 is live
-    initial = BeamState(
-        index=tf.constant(0),
-        last=tf.repeat(start_ids, beam)[:, None],
-        state=tf.nest.map_structure(lambda x: tf.repeat(x, beam, axis=0), state),
-        alive_seq=tf.zeros([batch, beam, length], tf.int32),
-        alive_log_probs=tf.tile(first[None], [batch, 1]),
-        finished_seq=tf.zeros([batch, beam, length], tf.int32),
-        finished_scores=tf.fill([batch, beam], NEG_INF),
-        finished_flags=tf.zeros([batch, beam], tf.bool),
+    def result(self, loop):
+        """`(ids [B, L], scores [B])` of every sentence of `loop` (see `beam_search`)."""
+        any_finished = tf.reduce_any(loop.finished_flags, axis=1)  # [B]
+        ids = tf.where(any_finished[:, None], loop.finished_seq[:, 0], loop.alive_seq[:, 0])
+        # Hypotheses are zero-filled after EOS and after the last step: write `pad_id`.
+        after_eos = (
+            tf.math.cumsum(tf.cast(ids == self.eos_id, tf.int32), axis=1, exclusive=True) > 0
+        )
+        unwritten = tf.range(_dim(ids, 1))[None, :] >= loop.index  # [1, L]
+        ids = tf.where(tf.logical_or(after_eos, unwritten), self.pad_id, ids)
+        scores = tf.where(any_finished, loop.finished_scores[:, 0], loop.alive_log_probs[:, 0])
+        return ids, scores
+
+    def select(self, loop, context, pick):
+        """The sentences `pick` `[n]` of `loop` and their rows of `context`."""
+        rows = tf.reshape(pick[:, None] * self.beam + tf.range(self.beam)[None], [-1])
+        by_row = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, rows), nest)  # noqa: E731
+        loop = BeamState(
+            index=loop.index,
+            last=tf.gather(loop.last, rows),
+            state=by_row(loop.state),
+            **{
+                field: tf.gather(getattr(loop, field), pick)
+                for field in BeamState._fields
+                if field not in ("index", "last", "state")
+            },
+        )
+        return loop, by_row(context)
+
+
+class _Dropping(NamedTuple):
+    """Loop state of the driver of `beam_search(drop_every=...)`."""
+
+    loop: BeamState  # the sentences still in the batch
+    context: object  # their rows of the step function's context
+    origin: tf.Tensor  # [n]: their positions in the input batch
+    cache: tf.Tensor  # scalar: the positions the step function's caches hold now
+    ids: tf.Tensor  # [B, L]: results, written when a sentence leaves
+    scores: tf.Tensor  # [B]
+
+
+def _dropping(search, initial, context, cache_lengths, grow_state, every, jit_compile):
+    """Runs `search` in XLA-compilable segments of at most `every` steps; in between,
+    writes the results of the sentences whose search ended and shrinks the batch to
+    the next power of two that holds the others (padded with copies of one of them)."""
+    length = search.length
+    lengths = None if cache_lengths is None else tf.constant(cache_lengths, tf.int32)
+
+    def finished(loop):  # [n]
+        return tf.logical_or(search.done(loop), loop.index >= length)
+
+    def segment(loop, context, end):
+        def cond(loop):
+            return tf.logical_and(loop.index < end, tf.logical_not(tf.reduce_all(finished(loop))))
+
+        return tf.while_loop(cond, lambda loop: (search.step(loop, context),), (loop,))[0]
+
+    if jit_compile:
+        segment = tf.function(segment, jit_compile=True)
+
+    def body(outer):
+        loop = outer.loop
+        # Never past the caches: they grow between segments.
+        end = tf.minimum(tf.minimum(loop.index + every, length), outer.cache)
+        loop = segment(loop, outer.context, end)
+        done = finished(loop)
+        ids, scores = search.result(loop)
+        leaving = tf.where(done)[:, 0]
+        where = tf.gather(outer.origin, leaving)[:, None]
+        out_ids = tf.tensor_scatter_nd_update(outer.ids, where, tf.gather(ids, leaving))
+        out_scores = tf.tensor_scatter_nd_update(outer.scores, where, tf.gather(scores, leaving))
+
+        staying = tf.cast(tf.where(tf.logical_not(done))[:, 0], tf.int32)
+        count, size = tf.size(staying), tf.size(done)
+        smaller = _next_power_of_two(tf.maximum(count, 1))
+        loop_context_origin = (loop, outer.context, outer.origin)
+
+        def shrink():
+            pick = tf.concat([staying, tf.fill([smaller - count], staying[0])], axis=0)
+            picked, picked_context = search.select(loop, outer.context, pick)
+            return picked, picked_context, tf.gather(outer.origin, pick)
+
+        loop, context, origin = tf.cond(
+            tf.logical_and(count > 0, smaller < size), shrink, lambda: loop_context_origin
+        )
+        cache = outer.cache
+        if lengths is not None:
+            grow = tf.logical_and(tf.equal(loop.index, cache), loop.index < length)
+            cache = tf.where(
+                tf.logical_and(grow, count > 0),
+                tf.reduce_min(tf.where(lengths > cache, lengths, tf.reduce_max(lengths))),
+                cache,
+            )
+            state = tf.cond(
+                cache > outer.cache, lambda: grow_state(loop.state, cache), lambda: loop.state
+            )
+            loop = loop._replace(state=state)
+        return (_Dropping(loop, context, origin, cache, out_ids, out_scores),)
+
+    def cond(outer):
+        return tf.logical_not(tf.reduce_all(finished(outer.loop)))
+
+    batch = _dim(initial.alive_seq, 0)
+    start = _Dropping(
+        loop=initial,
+        context=context,
+        origin=tf.range(batch),
+        cache=tf.cast(length if cache_lengths is None else cache_lengths[0], tf.int32),
+        ids=tf.zeros([batch, length], tf.int32),
+        scores=tf.zeros([batch], tf.float32),
     )
-    final = _while(cond, body, initial, cache_lengths, grow_state)
-    any_finished = tf.reduce_any(final.finished_flags, axis=1)  # [B]
-    ids = tf.where(any_finished[:, None], final.finished_seq[:, 0], final.alive_seq[:, 0])
-    # Hypotheses are zero-filled after EOS and after the last step: write `pad_id`.
-    after_eos = tf.math.cumsum(tf.cast(ids == eos_id, tf.int32), axis=1, exclusive=True) > 0
-    unwritten = tf.range(length)[None, :] >= final.index  # [1, L]
-    ids = tf.where(tf.logical_or(after_eos, unwritten), pad_id, ids)
-    scores = tf.where(any_finished, final.finished_scores[:, 0], final.alive_log_probs[:, 0])
-    return ids, scores
+    # Batch size and cache length change between iterations: only ranks are invariant.
+    invariants = tf.nest.map_structure(lambda x: tf.TensorShape([None] * x.shape.rank), start)
+    invariants = invariants._replace(
+        cache=tf.TensorShape([]), ids=start.ids.shape, scores=start.scores.shape
+    )
+    final = tf.while_loop(cond, body, (start,), shape_invariants=(invariants,))[0]
+    return final.ids, final.scores
+
+
+def _next_power_of_two(n):
+    """The smallest power of two ≥ the int32 scalar `n` ≥ 1."""
+    n = n - 1
+    for shift in (1, 2, 4, 8, 16):
+        n = tf.bitwise.bitwise_or(n, tf.bitwise.right_shift(n, shift))
+    return n + 1

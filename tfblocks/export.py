@@ -43,7 +43,7 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks._atomic import replace_directory
-from tfblocks.decoder import Decoder
+from tfblocks.decoder import DROP_EVERY, Decoder
 from tfblocks.ids import EOS_ID, PAD_ID
 
 
@@ -153,6 +153,10 @@ class Translator(_TextModule):
         cache_lengths: the sizes the decoder's self-attention caches grow through
             (`tfblocks.Decoder`): `"auto"` (16, 32, 64, … up to `max_length`), a tuple,
             or None for one cache of `max_length`. Does not change the translations.
+        drop_every: beam search runs in segments of this many steps, and the
+            sentences whose search has ended leave the batch between them
+            (`tfblocks.Decoder`); None searches the whole batch to the end. Does not
+            change the translations.
         name: the module's name.
 
     Example (training elided; any `build_transformer` model works):
@@ -181,6 +185,7 @@ class Translator(_TextModule):
         source_buckets="auto",
         extra_length=None,
         cache_lengths="auto",
+        drop_every=DROP_EVERY,
         name=None,
     ):
         super().__init__(name=name)
@@ -206,9 +211,14 @@ class Translator(_TextModule):
         self.alpha = float(alpha)
         self.jit_compile = bool(jit_compile)
         self._decoder = Decoder(
-            model, max_length, jit_compile=self.jit_compile, cache_lengths=cache_lengths
+            model,
+            max_length,
+            jit_compile=self.jit_compile,
+            cache_lengths=cache_lengths,
+            drop_every=drop_every,
         )
         self.cache_lengths = self._decoder.cache_lengths
+        self.drop_every = self._decoder.drop_every
 
     def encode_source(self, text):
         """Source ids `[B, S]` (0-padded, EOS-terminated), S from `source_buckets`.
