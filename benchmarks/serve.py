@@ -10,7 +10,7 @@ its SOURCE.md) with one trained model served by each engine:
 - `SavedModel one cache`: the export with one self-attention cache of `max_length`
   (`cache_lengths=None`) instead of caches grown 16, 32, 64, … (the default);
 - `SavedModel no drop`: the export with one beam search over the whole batch
-  (`drop_every=None`) instead of finished sentences leaving it every 4 steps;
+  (`drop_finished=False`) instead of finished sentences leaving it;
 - `SavedModel padded`: the export as it was before issue 14, sources padded to
   `max_length` and one cache of `max_length` (`source_buckets=(max_length,)`,
   `cache_lengths=None`), for the before/after ratio;
@@ -175,11 +175,11 @@ def build_engines(args, model, tokenizer, workdir):
         "source_buckets": (args.max_length,),
         "extra_length": None,
         "cache_lengths": None,
-        "drop_every": None,
+        "drop_finished": False,
     }
     saved = {"SavedModel": {}, "SavedModel no-XLA": {"jit_compile": False}}
     saved["SavedModel one cache"] = {"cache_lengths": None}
-    saved["SavedModel no drop"] = {"drop_every": None}
+    saved["SavedModel no drop"] = {"drop_finished": False}
     saved["SavedModel padded"] = before
     ct2 = {"CT2 float32": (None, "float32"), "CT2 int8": ("int8", "int8")}
     for name in args.engines:

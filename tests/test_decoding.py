@@ -430,7 +430,7 @@ def test_cache_lengths_argument():
         decoding.sample_search(step_fn, state, start, 4, cache_lengths=(4, 2), grow_state=abs)
 
 
-# Dropping finished sentences (`drop_every`): segments of steps, the batch shrinking between.
+# Dropping finished sentences (`drop_finished`): segments, the batch shrinking between.
 
 
 def test_beam_search_drops_finished_sentences_between_segments():
@@ -441,7 +441,7 @@ def test_beam_search_drops_finished_sentences_between_segments():
     rows_seen = set()
 
     def context_step(ids, index, state, context):
-        rows_seen.add(int(ids.shape[0]) if ids.shape[0] is not None else None)
+        rows_seen.add(ids.shape[0])
         logits, new = step_fn(ids, index, (state[:, 0] + context) % HASH)
         return logits, keras.ops.concatenate([new[:, None], state[:, 1:]], axis=1)
 
@@ -456,7 +456,7 @@ def test_beam_search_drops_finished_sentences_between_segments():
     )
     ended_at = (want_ids.numpy() > 0).sum(-1)
     assert ended_at.min() < 6 and len(set(ended_at)) > 3  # sentences end at different steps
-    for every, jit_compile, growth in [(1, False, None), (3, True, (2, 4, 8, 12))]:
+    for jit_compile, growth in [(False, None), (True, (2, 4, 8, 12))]:
         rows_seen.clear()
         state = np.zeros((batch, length if growth is None else 2), "int32")
         ids, scores = decoding.beam_search(
@@ -467,21 +467,28 @@ def test_beam_search_drops_finished_sentences_between_segments():
             **kwargs,
             cache_lengths=growth,
             grow_state=None if growth is None else grow,
-            drop_every=every,
+            drop_finished=True,
             jit_compile=jit_compile,
         )
-        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=str(every))
+        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
         np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-6)
-        if not jit_compile:  # eager segments: the step saw the batch shrink
-            assert {batch * beam, 8 * beam}.issubset(rows_seen) and min(rows_seen) < 8 * beam
+        if not jit_compile:  # eager segments: the step saw the batch shrink, 9 -> 8 -> …
+            assert {batch * beam, 8 * beam}.issubset(rows_seen) and min(rows_seen) < 6 * beam
+
+
+def test_batch_sizes_of_a_shrinking_search():
+    sizes = [int(decoding.batch_size(n)) for n in range(1, 50)]
+    assert sorted(set(sizes)) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+    assert all(n <= size for n, size in zip(range(1, 50), sizes, strict=True))
 
 
 @pytest.mark.parametrize("jit_compile", [True, False])
 def test_dropping_finished_sentences_gives_the_same_translations(reverser, jit_compile):
     # Sources of 1–6 ids: outputs end at different steps, so the batch shrinks.
     source = _sources(np.random.default_rng(9), 7)
-    dropping = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_every=2)
-    whole = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_every=None)
+    dropping = Decoder(reverser, max_length=10, jit_compile=jit_compile)
+    assert dropping.drop_finished  # the default
+    whole = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_finished=False)
     ids, scores = dropping.beam_search(source, beam_size=3)
     want_ids, want_scores = whole.beam_search(source, beam_size=3)
     lengths = (want_ids.numpy() > 0).sum(-1)
@@ -490,17 +497,12 @@ def test_dropping_finished_sentences_gives_the_same_translations(reverser, jit_c
     np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_drop_every_argument():
+def test_drop_finished_argument():
     model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
-    assert Decoder(model, max_length=8).drop_every == 4
-    assert Decoder(model, max_length=8, drop_every=None).drop_every is None
-    for bad in (0, -2, 1.5, True):
-        with pytest.raises(ValueError, match="drop_every="):
-            Decoder(model, max_length=8, drop_every=bad)
+    assert Decoder(model, max_length=8, drop_finished=False).drop_finished is False
+    for bad in (0, 1, "yes", None):
+        with pytest.raises(ValueError, match="drop_finished="):
+            Decoder(model, max_length=8, drop_finished=bad)
     step_fn, _ = fake_model(5, 0)
     with pytest.raises(ValueError, match="context=None"):
-        decoding.beam_search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_every=2)
-    with pytest.raises(ValueError, match="drop_every=0"):
-        decoding.beam_search(
-            step_fn, np.zeros(1, "int32"), np.array([3]), 4, context=(), drop_every=0
-        )
+        decoding.beam_search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_finished=True)

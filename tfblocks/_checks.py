@@ -27,6 +27,13 @@ def check_optional_positive_int(name, value):
     return None if value is None else check_positive_int(name, value)
 
 
+def check_bool(name, value):
+    """Returns `value` if it is a bool (True or False, not 0 or 1), else raises ValueError."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False, got {name}={value!r}.")
+    return value
+
+
 def check_rate(name, value):
     """Returns `value` as a float if `0 <= value < 1` (a dropout rate), else raises."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:

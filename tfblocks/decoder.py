@@ -22,8 +22,6 @@ from tfblocks import _checks, decoding
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.transformer import padding_mask
 
-DROP_EVERY = 4  # steps between the moments finished sentences leave a beam search's batch
-
 
 class Decoder:
     """Greedy, sampling and beam-search decoding for a `tfblocks.Transformer`.
@@ -41,11 +39,11 @@ class Decoder:
             appended when missing), or None for one cache of `max_length` (one loop;
             a little less to compile, slower when outputs are much shorter than
             `max_length`). The results do not depend on it.
-        drop_every: beam search over source sentences runs in segments of this many
-            steps, and a sentence whose search has ended leaves the batch between
-            them (the batch shrinks through powers of two; each segment is its own
-            XLA program, the loop around them is not compiled). None runs one search
-            over the whole batch. The results do not depend on it.
+        drop_finished: in beam search over source sentences, a sentence whose
+            search has ended leaves the batch (`tfblocks.decoding.beam_search`): the
+            search runs in segments, each its own XLA program, and the batch shrinks
+            between them; the loop around them is not compiled. False runs one
+            search over the whole batch. The results do not depend on it.
 
     Example:
 
@@ -62,15 +60,13 @@ class Decoder:
     """
 
     def __init__(
-        self, model, max_length, jit_compile=True, cache_lengths="auto", drop_every=DROP_EVERY
+        self, model, max_length, jit_compile=True, cache_lengths="auto", drop_finished=True
     ):
         self.model = model
         self.max_length = _checks.check_positive_int("max_length", max_length)
         self.jit_compile = bool(jit_compile)
         self.cache_lengths = _cache_lengths(cache_lengths, self.max_length)
-        self.drop_every = (
-            None if drop_every is None else _checks.check_positive_int("drop_every", drop_every)
-        )
+        self.drop_finished = _checks.check_bool("drop_finished", drop_finished)
         self._functions = {}
 
     # The step function ---------------------------------------------------------------------
@@ -231,7 +227,7 @@ class Decoder:
             "eos_id": EOS_ID,
             "pad_id": PAD_ID,
         }
-        if self.drop_every is not None and source_ids is not None:
+        if self.drop_finished and source_ids is not None:
 
             def dropping(source_ids):
                 def initial(source_ids):  # compiled apart: the search around it is not
@@ -249,7 +245,7 @@ class Decoder:
                     **options,
                     **self._growth(),
                     context=context,
-                    drop_every=self.drop_every,
+                    drop_finished=True,
                     jit_compile=self.jit_compile,
                 )
 

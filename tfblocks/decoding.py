@@ -307,7 +307,7 @@ def beam_search(
     cache_lengths=None,
     grow_state=None,
     context=None,
-    drop_every=None,
+    drop_finished=False,
     jit_compile=False,
 ):
     """t2t beam search.
@@ -330,15 +330,17 @@ def beam_search(
             never changes (e.g. the encoder's cross-attention k/v): repeated
             `beam_size` times like `state`, but never reordered (a sentence's beams
             share it), and passed to `step_fn` as its fourth argument.
-        drop_every: None, or a number of steps: the search then runs in segments of
-            at most that many steps, and between segments the sentences whose search
-            has ended leave the batch (it shrinks to the next power of two that holds
-            the rest, so few shapes occur). Every sentence gets the result it gets in
-            one batch; a batch whose outputs differ in length does much less work.
-            Needs `context` (tensors closed over by `step_fn` could not shrink) and
-            graph-mode control flow outside the segments, so the search itself is not
-            compiled as one XLA program: see `jit_compile`.
-        jit_compile: with `drop_every`, compile each segment with XLA (one program
+        drop_finished: let the sentences whose search has ended leave the batch.
+            The search then runs in segments, each a loop of static shapes that ends
+            when enough sentences are done for the batch to shrink to a smaller size
+            of `batch_sizes` (1, 2, 3, 4, 6, 8, 12, …: few shapes), when the caches
+            must grow, or when all are done; in between, the leaving sentences'
+            results are written and the rest gathered. Every sentence gets the result
+            it gets in one batch; a batch whose outputs differ in length does much
+            less work. Needs `context` (tensors closed over by `step_fn` could not
+            shrink). The loop around the segments is graph-mode control flow, not one
+            XLA program: see `jit_compile`.
+        jit_compile: with `drop_finished`, compile each segment with XLA (one program
             per batch size and cache length).
 
     Returns:
@@ -361,13 +363,11 @@ def beam_search(
         raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
     alpha = float(alpha)
     cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
-    if drop_every is not None:
-        _checks.check_positive_int("drop_every", drop_every)
-        if context is None:
-            raise ValueError(
-                "`drop_every` needs the step function's per-sentence tensors as `context` "
-                "(a closed-over tensor cannot shrink with the batch), got context=None."
-            )
+    if drop_finished and context is None:
+        raise ValueError(
+            "`drop_finished` needs the step function's per-sentence tensors as `context` "
+            "(a closed-over tensor cannot shrink with the batch), got context=None."
+        )
     start_ids = tf.cast(start_ids, tf.int32)
     batch = _dim(start_ids, 0)
     length = max_length
@@ -385,10 +385,8 @@ def beam_search(
         finished_flags=tf.zeros([batch, beam], tf.bool),
     )
     context = None if context is None else search.repeat(context)
-    if drop_every is not None:
-        return _dropping(
-            search, initial, context, cache_lengths, grow_state, drop_every, jit_compile
-        )
+    if drop_finished:
+        return _dropping(search, initial, context, cache_lengths, grow_state, jit_compile)
 
     def cond(loop):
         return tf.logical_and(loop.index < length, tf.logical_not(tf.reduce_all(search.done(loop))))
@@ -508,7 +506,7 @@ class _Beam:
 
 
 class _Dropping(NamedTuple):
-    """Loop state of the driver of `beam_search(drop_every=...)`."""
+    """Loop state of the driver of `beam_search(drop_finished=True)`."""
 
     loop: BeamState  # the sentences still in the batch
     context: object  # their rows of the step function's context
@@ -518,19 +516,23 @@ class _Dropping(NamedTuple):
     scores: tf.Tensor  # [B]
 
 
-def _dropping(search, initial, context, cache_lengths, grow_state, every, jit_compile):
-    """Runs `search` in XLA-compilable segments of at most `every` steps; in between,
-    writes the results of the sentences whose search ended and shrinks the batch to
-    the next power of two that holds the others (padded with copies of one of them)."""
+def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
+    """Runs `search` in segments of static shapes; between them, writes the results of
+    the sentences whose search ended and shrinks the batch to the smallest of
+    `batch_sizes` that holds the others (padded with copies of one of them)."""
     length = search.length
     lengths = None if cache_lengths is None else tf.constant(cache_lengths, tf.int32)
 
     def finished(loop):  # [n]
         return tf.logical_or(search.done(loop), loop.index >= length)
 
+    def shrinkable(loop):  # enough sentences ended for a smaller batch
+        count = tf.reduce_sum(tf.cast(tf.logical_not(finished(loop)), tf.int32))
+        return tf.logical_or(count == 0, batch_size(count) < _dim(loop.alive_seq, 0))
+
     def segment(loop, context, end):
         def cond(loop):
-            return tf.logical_and(loop.index < end, tf.logical_not(tf.reduce_all(finished(loop))))
+            return tf.logical_and(loop.index < end, tf.logical_not(shrinkable(loop)))
 
         return tf.while_loop(cond, lambda loop: (search.step(loop, context),), (loop,))[0]
 
@@ -538,10 +540,8 @@ def _dropping(search, initial, context, cache_lengths, grow_state, every, jit_co
         segment = tf.function(segment, jit_compile=True)
 
     def body(outer):
-        loop = outer.loop
-        # Never past the caches: they grow between segments.
-        end = tf.minimum(tf.minimum(loop.index + every, length), outer.cache)
-        loop = segment(loop, outer.context, end)
+        # A segment never runs past the caches: they grow between segments.
+        loop = segment(outer.loop, outer.context, tf.minimum(length, outer.cache))
         done = finished(loop)
         ids, scores = search.result(loop)
         leaving = tf.where(done)[:, 0]
@@ -550,17 +550,17 @@ def _dropping(search, initial, context, cache_lengths, grow_state, every, jit_co
         out_scores = tf.tensor_scatter_nd_update(outer.scores, where, tf.gather(scores, leaving))
 
         staying = tf.cast(tf.where(tf.logical_not(done))[:, 0], tf.int32)
-        count, size = tf.size(staying), tf.size(done)
-        smaller = _next_power_of_two(tf.maximum(count, 1))
-        loop_context_origin = (loop, outer.context, outer.origin)
+        count = tf.size(staying)
+        size = batch_size(tf.maximum(count, 1))
+        unchanged = (loop, outer.context, outer.origin)
 
         def shrink():
-            pick = tf.concat([staying, tf.fill([smaller - count], staying[0])], axis=0)
+            pick = tf.concat([staying, tf.fill([size - count], staying[0])], axis=0)
             picked, picked_context = search.select(loop, outer.context, pick)
             return picked, picked_context, tf.gather(outer.origin, pick)
 
         loop, context, origin = tf.cond(
-            tf.logical_and(count > 0, smaller < size), shrink, lambda: loop_context_origin
+            tf.logical_and(count > 0, size < tf.size(done)), shrink, lambda: unchanged
         )
         cache = outer.cache
         if lengths is not None:
@@ -595,6 +595,18 @@ def _dropping(search, initial, context, cache_lengths, grow_state, every, jit_co
     )
     final = tf.while_loop(cond, body, (start,), shape_invariants=(invariants,))[0]
     return final.ids, final.scores
+
+
+def batch_size(count):
+    """The batch size a search of `count` ≥ 1 sentences shrinks to: the smallest of
+    1, 2, 3, 4, 6, 8, 12, 16, 24, … (powers of two and 3/4 of them) that holds them.
+
+    >>> [int(batch_size(n)) for n in (1, 2, 3, 5, 7, 9, 13, 17, 25, 33)]
+    [1, 2, 3, 6, 8, 12, 16, 24, 32, 48]
+    """
+    power = _next_power_of_two(count)
+    three_quarters = power // 4 * 3
+    return tf.where(tf.logical_and(power >= 4, count <= three_quarters), three_quarters, power)
 
 
 def _next_power_of_two(n):

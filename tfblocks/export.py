@@ -31,7 +31,11 @@ extra_length)` tokens (t2t's `decode_length`, S the padded source length) when
 search's stopping test.
 It is off by default (`extra_length=None`: up to `max_length`), because S depends on
 the batch's longest source, so the limit — and so a long translation — would depend on
-the sentence's batch mates. The loop stops as soon as every sentence ended.
+the sentence's batch mates. The loop stops as soon as every sentence ended, and beam
+search drops a sentence from the batch once its search has ended: it runs in segments,
+each its own XLA program, and between them the batch shrinks (through 32, 24, 16, 12, 8,
+6, 4, 3, 2, 1) to hold only the sentences still searching (`drop_finished=False`: one
+search over the whole batch; the translations are the same).
 
 TF Serving: export into a numbered version folder (`translator.export("…/export/1")`;
 TF Serving loads the highest number under the model's base path). TF Serving runs
@@ -43,7 +47,7 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks._atomic import replace_directory
-from tfblocks.decoder import DROP_EVERY, Decoder
+from tfblocks.decoder import Decoder
 from tfblocks.ids import EOS_ID, PAD_ID
 
 
@@ -153,10 +157,9 @@ class Translator(_TextModule):
         cache_lengths: the sizes the decoder's self-attention caches grow through
             (`tfblocks.Decoder`): `"auto"` (16, 32, 64, … up to `max_length`), a tuple,
             or None for one cache of `max_length`. Does not change the translations.
-        drop_every: beam search runs in segments of this many steps, and the
-            sentences whose search has ended leave the batch between them
-            (`tfblocks.Decoder`); None searches the whole batch to the end. Does not
-            change the translations.
+        drop_finished: in beam search, sentences whose search has ended leave the
+            batch (`tfblocks.Decoder`); False searches the whole batch to the end.
+            Does not change the translations.
         name: the module's name.
 
     Example (training elided; any `build_transformer` model works):
@@ -185,7 +188,7 @@ class Translator(_TextModule):
         source_buckets="auto",
         extra_length=None,
         cache_lengths="auto",
-        drop_every=DROP_EVERY,
+        drop_finished=True,
         name=None,
     ):
         super().__init__(name=name)
@@ -215,10 +218,10 @@ class Translator(_TextModule):
             max_length,
             jit_compile=self.jit_compile,
             cache_lengths=cache_lengths,
-            drop_every=drop_every,
+            drop_finished=drop_finished,
         )
         self.cache_lengths = self._decoder.cache_lengths
-        self.drop_every = self._decoder.drop_every
+        self.drop_finished = self._decoder.drop_finished
 
     def encode_source(self, text):
         """Source ids `[B, S]` (0-padded, EOS-terminated), S from `source_buckets`.
