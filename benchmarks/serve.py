@@ -94,8 +94,12 @@ def parse_args(argv=None):
     parser.add_argument("--engines", help=f"default: all ({', '.join(ENGINES)})")
     parser.add_argument("--sort", action="store_true",
                         help="also time beam-4 batch-32 with sources sorted by length")  # fmt: skip
+    parser.add_argument("--beam-only", action="store_true",
+                        help="time beam 4 only (batch 32 and 1), not greedy")  # fmt: skip
     args = parser.parse_args(argv)
     args.configs, args.overrides = CONFIGS, {}
+    if args.beam_only:
+        args.configs = tuple(config for config in CONFIGS if config[1] > 1)
     if args.quick:
         args.hparams = "transformer_tiny"
         args.overrides = QUICK_OVERRIDES
@@ -225,10 +229,12 @@ def run_pass(translate, sources, batch):
     return outputs, seconds
 
 
-def warm_up(engines, sources, tokenizer, batches):
+def warm_up(engines, sources, tokenizer, batches, sort=False):
     """Compiles every batch shape of `batches` (the configs' batch sizes, 1 and/or 32).
 
-    Batch 1: one sentence per source length; batch 32: all sentences.
+    Batch 1: one sentence per source length; batch 32: all sentences (and, with `sort`,
+    all sentences sorted by length: dropping finished sentences shrinks those batches
+    through other shapes).
     """
     lengths = {}
     for text, ids in zip(sources, tokenizer.tokenize(sources).row_lengths().numpy(), strict=True):
@@ -239,6 +245,8 @@ def warm_up(engines, sources, tokenizer, batches):
                 run_pass(translate, list(lengths.values()), 1)
             if 32 in batches:
                 run_pass(translate, sources, 32)
+                if sort:
+                    run_pass(translate, sorted(sources, key=len), 32)
 
 
 def percentile(values, q):
@@ -329,7 +337,7 @@ def main(argv=None):
         engines = build_engines(args, model, tokenizer, workdir)
         start = time.perf_counter()
         batches = {batch for _, _, batch in args.configs}
-        warm_up(engines, [s for s, _ in test_pairs], tokenizer, batches)
+        warm_up(engines, [s for s, _ in test_pairs], tokenizer, batches, args.sort)
         print(f"warm-up (compiles every batch shape): {time.perf_counter() - start:.0f} s")
         configs, results, outputs = measure(args, engines, test_pairs, tokenizer)
     report(args, configs, results, outputs, test_pairs)
