@@ -227,30 +227,6 @@ class Decoder:
             "eos_id": EOS_ID,
             "pad_id": PAD_ID,
         }
-        if self.drop_finished and source_ids is not None:
-
-            def dropping(source_ids):
-                def initial(source_ids):  # compiled apart: the search around it is not
-                    length = self.decode_length(source_ids, extra_length)
-                    return self.initial_state(source_ids, max_length=self._cache(length))
-
-                length = self.decode_length(source_ids, extra_length)
-                prepare = self._function(("initial", extra_length), initial, self.jit_compile)
-                state, context = prepare(source_ids)
-                return decoding.beam_search(
-                    self.step,
-                    state,
-                    _start_ids(source_ids, None),
-                    length,
-                    **options,
-                    **self._growth(),
-                    context=context,
-                    drop_finished=True,
-                    jit_compile=self.jit_compile,
-                )
-
-            key = ("beam-dropping", beam_size, float(alpha), extra_length)
-            return self._run(key, dropping, source_ids, jit_compile=False)
 
         def run(source_ids, prefix):
             length = self.decode_length(source_ids, extra_length)
@@ -267,7 +243,38 @@ class Decoder:
             )
 
         key = ("beam", beam_size, float(alpha), extra_length)
-        return self._run(key, run, source_ids, prefix)
+        if not (self.drop_finished and source_ids is not None):
+            return self._run(key, run, source_ids, prefix)
+
+        def initial(source_ids):  # compiled apart: the search around it is not
+            length = self.decode_length(source_ids, extra_length)
+            return self.initial_state(source_ids, max_length=self._cache(length))
+
+        def dropping(source_ids):
+            state, context = self._function(("initial", extra_length), initial, self.jit_compile)(
+                source_ids
+            )
+            return decoding.beam_search(
+                self.step,
+                state,
+                _start_ids(source_ids, None),
+                self.decode_length(source_ids, extra_length),
+                **options,
+                **self._growth(),
+                context=context,
+                drop_finished=True,
+                jit_compile=self.jit_compile,
+            )
+
+        def one_or_many(source_ids):
+            # One sentence cannot leave a batch early: one compiled search is faster.
+            return tf.cond(
+                tf.shape(source_ids)[0] > 1,
+                lambda: dropping(source_ids),
+                lambda: self._run(key, run, source_ids, None),
+            )
+
+        return self._run((*key, "dropping"), one_or_many, source_ids, jit_compile=False)
 
     def _cache(self, length):
         """The initial cache length for a search of at most `length` tokens."""
