@@ -477,7 +477,7 @@ def test_beam_search_drops_finished_sentences_between_segments():
 
 
 def test_batch_sizes_of_a_shrinking_search():
-    sizes = [int(decoding.batch_size(n)) for n in range(1, 50)]
+    sizes = [int(decoding._shrunk_size(n)) for n in range(1, 50)]
     assert sorted(set(sizes)) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
     assert all(n <= size for n, size in zip(range(1, 50), sizes, strict=True))
 

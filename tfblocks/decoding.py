@@ -333,7 +333,7 @@ def beam_search(
         drop_finished: let the sentences whose search has ended leave the batch.
             The search then runs in segments, each a loop of static shapes that ends
             when enough sentences are done for the batch to shrink to a smaller size
-            of `batch_sizes` (1, 2, 3, 4, 6, 8, 12, …: few shapes), when the caches
+            (1, 2, 3, 4, 6, 8, 12, 16, 24, …: few shapes), when the caches
             must grow, or when all are done; in between, the leaving sentences'
             results are written and the rest gathered. Every sentence gets the result
             it gets in one batch; a batch whose outputs differ in length does much
@@ -519,7 +519,7 @@ class _Dropping(NamedTuple):
 def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
     """Runs `search` in segments of static shapes; between them, writes the results of
     the sentences whose search ended and shrinks the batch to the smallest of
-    `batch_sizes` that holds the others (padded with copies of one of them)."""
+    `_shrunk_size` that holds the others (padded with copies of one of them)."""
     length = search.length
     lengths = None if cache_lengths is None else tf.constant(cache_lengths, tf.int32)
 
@@ -528,7 +528,7 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
 
     def shrinkable(loop):  # enough sentences ended for a smaller batch
         count = tf.reduce_sum(tf.cast(tf.logical_not(finished(loop)), tf.int32))
-        return tf.logical_or(count == 0, batch_size(count) < _dim(loop.alive_seq, 0))
+        return tf.logical_or(count == 0, _shrunk_size(count) < _dim(loop.alive_seq, 0))
 
     def segment(loop, context, end):
         def cond(loop):
@@ -551,7 +551,7 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
 
         staying = tf.cast(tf.where(tf.logical_not(done))[:, 0], tf.int32)
         count = tf.size(staying)
-        size = batch_size(tf.maximum(count, 1))
+        size = _shrunk_size(tf.maximum(count, 1))
         unchanged = (loop, outer.context, outer.origin)
 
         def shrink():
@@ -597,11 +597,11 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
     return final.ids, final.scores
 
 
-def batch_size(count):
+def _shrunk_size(count):
     """The batch size a search of `count` ≥ 1 sentences shrinks to: the smallest of
     1, 2, 3, 4, 6, 8, 12, 16, 24, … (powers of two and 3/4 of them) that holds them.
 
-    >>> [int(batch_size(n)) for n in (1, 2, 3, 5, 7, 9, 13, 17, 25, 33)]
+    >>> [int(_shrunk_size(n)) for n in (1, 2, 3, 5, 7, 9, 13, 17, 25, 33)]
     [1, 2, 3, 6, 8, 12, 16, 24, 32, 48]
     """
     power = _next_power_of_two(count)

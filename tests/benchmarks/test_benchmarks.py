@@ -37,6 +37,7 @@ SCRIPTS = {
     "fused_projection": ("benchmarks/fused_projection.py", "--quick"),
     "dropout": ("benchmarks/dropout.py", "--quick"),
     "attention_fused": ("benchmarks/attention_fused.py", "--quick"),
+    "beam_steps": ("benchmarks/beam_steps.py", "--quick"),
 }  # fmt: skip
 
 
@@ -152,3 +153,18 @@ def test_attention_fused_quick_prints_both_modes(outputs):
         assert re.search(rf"^\S+\s+{label}\s+\d+\.\d+ ms\s+\d+\.\d+ ms\s+\d+\.\d+×$", out, re.M), (
             out
         )
+
+
+def test_beam_steps_quick_counts_every_mode(outputs):
+    out = _out(outputs, "beam_steps")
+    assert re.search(r"^8 sentences, beam 4, .* same translations in every mode: True$", out, re.M)
+    counts = {}
+    for mode, batch in (("dropping", 4), ("whole batch", 4), ("alone", 1)):
+        row = re.search(
+            rf"^{mode}\s+{batch}\s+(\d+)\s+\d+\.\d\d\s+(\d+)\s+\d\.\d{{3}}×$", out, re.M
+        )
+        assert row, out
+        counts[mode] = int(row.group(1))
+    # Nothing beats searching each sentence alone; dropping never computes more than
+    # the whole batch does.
+    assert counts["alone"] <= counts["dropping"] <= counts["whole batch"], out
