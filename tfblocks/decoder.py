@@ -6,9 +6,11 @@ step runs the decoder on one new position through `Transformer.decode(cache=...)
 appending its k/v to a self-attention cache. The caches start at 16 positions and
 grow (16, 32, 64, … up to `max_length`: `cache_lengths`) between loops of static
 shapes, so the search compiles with XLA, and a batch of short outputs never attends
-over, or reorders (beam search), caches sized for `max_length`. Only the model's
-public methods are used (`encode`, `init_cache`, `decode`, `logits`); the searches
-themselves live in `tfblocks.decoding` and know nothing of the model.
+over, or reorders (beam search), caches sized for `max_length`. Beam search over
+source sentences drops each sentence from the batch once its search has ended
+(`drop_finished`), so a batch costs about what its sentences cost searched one by
+one. Only the model's public methods are used (`encode`, `init_cache`, `decode`,
+`logits`); the searches themselves live in `tfblocks.decoding` and know nothing of the model.
 
 A decoder-only language model decodes from a `prefix` (the prompt's ids): while
 `index < len(prefix)` the step function forces the prompt's token (its logit is 0,

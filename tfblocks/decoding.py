@@ -7,7 +7,10 @@ float32 logits `[N, vocab]` for the next position and the updated state. The loo
 are `tf.while_loop`s over static shapes, so they compile with XLA; their loop state
 is a named tuple. With `cache_lengths` a search runs one loop per cache length and
 grows the step function's caches in between (`grow_state`), so a batch whose outputs
-are short never works on caches sized for the longest possible one. `Decoder` builds
+are short never works on caches sized for the longest possible one. With
+`drop_finished`, beam search lets the sentences whose search has ended leave the batch
+between loops (the step function then reads per-sentence tensors from a `context`
+that shrinks with the batch). `Decoder` builds
 the step function of a `tfblocks.Transformer` (encoder run once, cross-attention k/v
 computed once, self-attention k/v cached, caches grown 16, 32, 64, …) and is what
 `Translator` and `Generator` use.
