@@ -474,6 +474,20 @@ def test_beam_search_drops_finished_sentences_between_segments():
         np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-6)
         if not jit_compile:  # eager segments: the step saw the batch shrink, 9 -> 8 -> …
             assert {batch * beam, 8 * beam}.issubset(rows_seen) and min(rows_seen) < 6 * beam
+    # Greedy search over the same fake model: rows leave as they end.
+    rows_seen.clear()
+    state = np.zeros((batch, length), "int32")
+    want_ids, want_scores = decoding.greedy_search(
+        context_step, state, start, length, eos_id=1, context=context
+    )
+    assert len(set((want_ids.numpy() > 0).sum(-1))) > 3
+    rows_seen.clear()
+    ids, scores = decoding.greedy_search(
+        context_step, state, start, length, eos_id=1, context=context, drop_finished=True
+    )
+    np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-6)
+    assert {batch, 8}.issubset(rows_seen) and min(rows_seen) <= 6  # 9 -> 8 -> 6 -> …
 
 
 def test_batch_sizes_of_a_shrinking_search():
@@ -484,17 +498,19 @@ def test_batch_sizes_of_a_shrinking_search():
 
 @pytest.mark.parametrize("jit_compile", [True, False])
 def test_dropping_finished_sentences_gives_the_same_translations(reverser, jit_compile):
-    # Sources of 1–6 ids: outputs end at different steps, so the batch shrinks.
+    # Sources of 1–6 ids: outputs end at different steps, so the batch shrinks (beam
+    # search and greedy).
     source = _sources(np.random.default_rng(9), 7)
     dropping = Decoder(reverser, max_length=10, jit_compile=jit_compile)
     assert dropping.drop_finished  # the default
     whole = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_finished=False)
-    ids, scores = dropping.beam_search(source, beam_size=3)
-    want_ids, want_scores = whole.beam_search(source, beam_size=3)
-    lengths = (want_ids.numpy() > 0).sum(-1)
-    assert (want_ids.numpy() == tfblocks.EOS_ID).any(-1).all() and len(set(lengths)) > 2
-    np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
-    np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
+    for search, kwargs in (("beam_search", {"beam_size": 3}), ("greedy", {})):
+        ids, scores = getattr(dropping, search)(source, **kwargs)
+        want_ids, want_scores = getattr(whole, search)(source, **kwargs)
+        lengths = (want_ids.numpy() > 0).sum(-1)
+        assert (want_ids.numpy() == tfblocks.EOS_ID).any(-1).all() and len(set(lengths)) > 2
+        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
+        np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_drop_finished_argument():
@@ -506,3 +522,9 @@ def test_drop_finished_argument():
     step_fn, _ = fake_model(5, 0)
     with pytest.raises(ValueError, match="context=None"):
         decoding.beam_search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_finished=True)
+    with pytest.raises(ValueError, match="context=None"):
+        decoding.greedy_search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_finished=True)
+    with pytest.raises(ValueError, match="drop_finished=1"):
+        decoding.greedy_search(
+            step_fn, np.zeros(1, "int32"), np.array([3]), 4, context=(), drop_finished=1
+        )

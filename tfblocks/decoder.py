@@ -8,8 +8,8 @@ grow (16, 32, 64, … up to `max_length`: `cache_lengths`) between loops of stat
 shapes, so the search compiles with XLA, and a batch of short outputs never attends
 over, or reorders (beam search), caches sized for `max_length`. Beam search over
 source sentences drops each sentence from the batch once its search has ended
-(`drop_finished`), so a batch costs about what its sentences cost searched one by
-one. Only the model's public methods are used (`encode`, `init_cache`, `decode`,
+(`drop_finished`; greedy search too), so a batch costs about what its sentences cost
+searched one by one. Only the model's public methods are used (`encode`, `init_cache`, `decode`,
 `logits`); the searches themselves live in `tfblocks.decoding` and know nothing of the model.
 
 A decoder-only language model decodes from a `prefix` (the prompt's ids): while
@@ -41,11 +41,11 @@ class Decoder:
             appended when missing), or None for one cache of `max_length` (one loop;
             a little less to compile, slower when outputs are much shorter than
             `max_length`). The results do not depend on it.
-        drop_finished: in beam search over source sentences, a sentence whose
-            search has ended leaves the batch (`tfblocks.decoding.beam_search`): the
-            search runs in segments, each its own XLA program, and the batch shrinks
-            between them; the loop around them is not compiled. False runs one
-            search over the whole batch. The results do not depend on it.
+        drop_finished: in greedy and beam search over source sentences, a sentence
+            whose search has ended leaves the batch (`tfblocks.decoding.beam_search`):
+            the search runs in segments, each its own XLA program, and the batch
+            shrinks between them; the loop around them is not compiled. False runs
+            one search over the whole batch. The results do not depend on it.
 
     Example:
 
@@ -178,7 +178,16 @@ class Decoder:
                 step_fn, state, start, length, EOS_ID, PAD_ID, **self._growth()
             )
 
-        return self._run(("greedy", extra_length), run, source_ids, prefix)
+        def dropping(state, context, length, start):
+            return decoding.greedy_search(
+                self.step, state, start, length, EOS_ID, PAD_ID, **self._growth(),
+                context=context, drop_finished=True, jit_compile=self.jit_compile,
+            )  # fmt: skip
+
+        key = ("greedy", extra_length)
+        if not (self.drop_finished and source_ids is not None):
+            return self._run(key, run, source_ids, prefix)
+        return self._dropping(key, run, dropping, source_ids, extra_length)
 
     def sample(self, source_ids=None, prefix=None, temperature=1.0, top_k=0, top_p=1.0, seed=0):
         """Sampling (temperature, top-k, top-p; see `tfblocks.decoding.sample_search`).
@@ -244,32 +253,34 @@ class Decoder:
                 **self._growth(),
             )
 
+        def dropping(state, context, length, start):
+            return decoding.beam_search(
+                self.step, state, start, length, **options, **self._growth(),
+                context=context, drop_finished=True, jit_compile=self.jit_compile,
+            )  # fmt: skip
+
         key = ("beam", beam_size, float(alpha), extra_length)
         if not (self.drop_finished and source_ids is not None):
             return self._run(key, run, source_ids, prefix)
+        return self._dropping(key, run, dropping, source_ids, extra_length)
 
-        def initial(source_ids):  # compiled apart: the search around it is not
+    def _dropping(self, key, run, search, source_ids, extra_length):
+        """A search over `source_ids` whose finished sentences leave the batch:
+        `search(state, context, length, start_ids)` after the encoder and the initial
+        state (compiled apart: the search's own loop is not), or, for one sentence
+        (nothing can leave early), the one compiled loop `run(source_ids, None)`."""
+
+        def initial(source_ids):
             length = self.decode_length(source_ids, extra_length)
             return self.initial_state(source_ids, max_length=self._cache(length))
 
         def dropping(source_ids):
-            state, context = self._function(("initial", extra_length), initial, self.jit_compile)(
-                source_ids
-            )
-            return decoding.beam_search(
-                self.step,
-                state,
-                _start_ids(source_ids, None),
-                self.decode_length(source_ids, extra_length),
-                **options,
-                **self._growth(),
-                context=context,
-                drop_finished=True,
-                jit_compile=self.jit_compile,
-            )
+            prepare = self._function(("initial", extra_length), initial, self.jit_compile)
+            state, context = prepare(source_ids)
+            length = self.decode_length(source_ids, extra_length)
+            return search(state, context, length, _start_ids(source_ids, None))
 
         def one_or_many(source_ids):
-            # One sentence cannot leave a batch early: one compiled search is faster.
             return tf.cond(
                 tf.shape(source_ids)[0] > 1,
                 lambda: dropping(source_ids),

@@ -88,6 +88,15 @@ def _check_search_args(max_length, eos_id, pad_id):
     _checks.check_non_negative_int("pad_id", pad_id)
 
 
+def _check_dropping(drop_finished, context):
+    _checks.check_bool("drop_finished", drop_finished)
+    if drop_finished and context is None:
+        raise ValueError(
+            "`drop_finished` needs the step function's per-sentence tensors as `context` "
+            "(a closed-over tensor cannot shrink with the batch), got context=None."
+        )
+
+
 def _check_growth(cache_lengths, grow_state, max_length):
     """`cache_lengths` as a tuple of increasing ints (or None), checked with `grow_state`."""
     if cache_lengths is None:
@@ -128,31 +137,22 @@ def _while(cond, body, initial, cache_lengths, grow_state):
 
 
 def _sequential(
-    step_fn, state, start_ids, max_length, eos_id, pad_id, choose, cache_lengths, grow_state
+    step_fn,
+    state,
+    start_ids,
+    max_length,
+    eos_id,
+    pad_id,
+    choose,
+    cache_lengths,
+    grow_state,
+    context=None,
+    drop_finished=False,
+    jit_compile=False,
 ):
     start_ids = tf.cast(start_ids, tf.int32)
     batch = tf.shape(start_ids)[0]
-
-    def cond(loop):
-        return tf.logical_and(loop.index < max_length, tf.logical_not(tf.reduce_all(loop.finished)))
-
-    def body(loop):
-        logits, new_state = step_fn(loop.last, loop.index, loop.state)
-        logits = tf.cast(logits, tf.float32)  # [B, V]
-        chosen = choose(logits, loop.index)  # [B]
-        step_score = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)  # [B]
-        chosen = tf.where(loop.finished, pad_id, chosen)
-        return (
-            SequentialState(
-                index=loop.index + 1,
-                last=chosen[:, None],
-                state=new_state,
-                ids=_write(loop.ids, loop.index, chosen),
-                finished=tf.logical_or(loop.finished, tf.equal(chosen, eos_id)),
-                scores=loop.scores + tf.where(loop.finished, 0.0, step_score),
-            ),
-        )
-
+    search = _Sequential(step_fn, choose, eos_id, pad_id, max_length)
     initial = SequentialState(
         index=tf.constant(0),
         last=start_ids[:, None],
@@ -161,8 +161,60 @@ def _sequential(
         finished=tf.zeros([batch], tf.bool),
         scores=tf.zeros([batch], tf.float32),
     )
-    final = _while(cond, body, initial, cache_lengths, grow_state)
-    return final.ids, final.scores
+    if drop_finished:
+        return _dropping(search, initial, context, cache_lengths, grow_state, jit_compile)
+
+    def cond(loop):
+        return tf.logical_and(loop.index < max_length, tf.logical_not(tf.reduce_all(loop.finished)))
+
+    def body(loop):
+        return (search.step(loop, context),)
+
+    return search.result(_while(cond, body, initial, cache_lengths, grow_state))
+
+
+class _Sequential:
+    """The pieces of greedy / sampling search over `B` rows (see `_Beam`)."""
+
+    def __init__(self, step_fn, choose, eos_id, pad_id, length):
+        self.step_fn = step_fn
+        self.choose = choose
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.length = length
+
+    def size(self, loop):
+        return _dim(loop.ids, 0)
+
+    def done(self, loop):
+        return loop.finished
+
+    def step(self, loop, context):
+        if context is None:
+            logits, new_state = self.step_fn(loop.last, loop.index, loop.state)
+        else:
+            logits, new_state = self.step_fn(loop.last, loop.index, loop.state, context)
+        logits = tf.cast(logits, tf.float32)  # [B, V]
+        chosen = self.choose(logits, loop.index)  # [B]
+        step_score = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)  # [B]
+        chosen = tf.where(loop.finished, self.pad_id, chosen)
+        return SequentialState(
+            index=loop.index + 1,
+            last=chosen[:, None],
+            state=new_state,
+            ids=_write(loop.ids, loop.index, chosen),
+            finished=tf.logical_or(loop.finished, tf.equal(chosen, self.eos_id)),
+            scores=loop.scores + tf.where(loop.finished, 0.0, step_score),
+        )
+
+    def result(self, loop):
+        return loop.ids, loop.scores
+
+    def select(self, loop, context, pick):
+        """The rows `pick` `[n]` of `loop` and of `context`."""
+        by_row = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, pick), nest)  # noqa: E731
+        fields = {f: by_row(getattr(loop, f)) for f in SequentialState._fields if f != "index"}
+        return SequentialState(index=loop.index, **fields), by_row(context)
 
 
 def greedy_search(
@@ -174,6 +226,9 @@ def greedy_search(
     pad_id=PAD_ID,
     cache_lengths=None,
     grow_state=None,
+    context=None,
+    drop_finished=False,
+    jit_compile=False,
 ):
     """Greedy search: the most likely token at every step.
 
@@ -191,6 +246,8 @@ def greedy_search(
             enlarge them (the last one must be at least `max_length`). Short outputs
             then never touch long caches; the result is the same.
         grow_state: `grow_state(state, length) -> state` (with `cache_lengths`).
+        context, drop_finished, jit_compile: as `beam_search` (a row whose output
+            ended leaves the batch).
 
     Returns:
         `(ids [B, max_length], scores [B])`: ids end with `eos_id` (unless
@@ -208,12 +265,24 @@ def greedy_search(
     """
     _check_search_args(max_length, eos_id, pad_id)
     cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
+    _check_dropping(drop_finished, context)
 
     def choose(logits, index):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
 
     return _sequential(
-        step_fn, state, start_ids, max_length, eos_id, pad_id, choose, cache_lengths, grow_state
+        step_fn,
+        state,
+        start_ids,
+        max_length,
+        eos_id,
+        pad_id,
+        choose,
+        cache_lengths,
+        grow_state,
+        context,
+        drop_finished,
+        jit_compile,
     )
 
 
@@ -366,11 +435,7 @@ def beam_search(
         raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
     alpha = float(alpha)
     cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
-    if drop_finished and context is None:
-        raise ValueError(
-            "`drop_finished` needs the step function's per-sentence tensors as `context` "
-            "(a closed-over tensor cannot shrink with the batch), got context=None."
-        )
+    _check_dropping(drop_finished, context)
     start_ids = tf.cast(start_ids, tf.int32)
     batch = _dim(start_ids, 0)
     length = max_length
@@ -410,6 +475,10 @@ class _Beam:
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.length = length
+
+    def size(self, loop):
+        """B, the sentences in `loop`."""
+        return _dim(loop.alive_seq, 0)
 
     def repeat(self, nest):
         """Each `B`-row leaf repeated `K` times along axis 0 (sentence-major)."""
@@ -511,7 +580,7 @@ class _Beam:
 class _Dropping(NamedTuple):
     """Loop state of the driver of `beam_search(drop_finished=True)`."""
 
-    loop: BeamState  # the sentences still in the batch
+    loop: object  # BeamState / SequentialState of the sentences still in the batch
     context: object  # their rows of the step function's context
     origin: tf.Tensor  # [n]: their positions in the input batch
     cache: tf.Tensor  # scalar: the positions the step function's caches hold now
@@ -531,7 +600,7 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
 
     def shrinkable(loop):  # enough sentences ended for a smaller batch
         count = tf.reduce_sum(tf.cast(tf.logical_not(finished(loop)), tf.int32))
-        return tf.logical_or(count == 0, _shrunk_size(count) < _dim(loop.alive_seq, 0))
+        return tf.logical_or(count == 0, _shrunk_size(count) < search.size(loop))
 
     def segment(loop, context, end):
         def cond(loop):
@@ -582,7 +651,8 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
     def cond(outer):
         return tf.logical_not(tf.reduce_all(finished(outer.loop)))
 
-    batch = _dim(initial.alive_seq, 0)
+    initial, context = tf.nest.map_structure(tf.convert_to_tensor, (initial, context))
+    batch = search.size(initial)
     start = _Dropping(
         loop=initial,
         context=context,
