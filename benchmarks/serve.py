@@ -9,7 +9,7 @@ its SOURCE.md) with one trained model served by each engine:
   Serving runs without `--xla_cpu_compilation_enabled`);
 - `SavedModel one cache`: the export with one self-attention cache of `max_length`
   (`cache_lengths=None`) instead of caches grown 16, 32, 64, … (the default);
-- `SavedModel no drop`: the export with one beam search over the whole batch
+- `SavedModel no drop`: the export with one search over the whole batch
   (`drop_finished=False`) instead of finished sentences leaving it;
 - `SavedModel padded`: the export as it was before issue 14, sources padded to
   `max_length` and one cache of `max_length` (`source_buckets=(max_length,)`,

@@ -578,7 +578,7 @@ class _Beam:
 
 
 class _Dropping(NamedTuple):
-    """Loop state of the driver of `beam_search(drop_finished=True)`."""
+    """Loop state of the driver of `drop_finished=True` (`_dropping`)."""
 
     loop: object  # BeamState / SequentialState of the sentences still in the batch
     context: object  # their rows of the step function's context
@@ -589,9 +589,9 @@ class _Dropping(NamedTuple):
 
 
 def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
-    """Runs `search` in segments of static shapes; between them, writes the results of
-    the sentences whose search ended and shrinks the batch to the smallest of
-    `_shrunk_size` that holds the others (padded with copies of one of them)."""
+    """Runs `search` (`_Beam` or `_Sequential` pieces) in segments of static shapes;
+    between them, writes the results of the sentences whose search ended and shrinks
+    the batch to the `_shrunk_size` of the others (padded with copies of one of them)."""
     length = search.length
     lengths = None if cache_lengths is None else tf.constant(cache_lengths, tf.int32)
 

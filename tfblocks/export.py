@@ -31,7 +31,7 @@ extra_length)` tokens (t2t's `decode_length`, S the padded source length) when
 search's stopping test.
 It is off by default (`extra_length=None`: up to `max_length`), because S depends on
 the batch's longest source, so the limit — and so a long translation — would depend on
-the sentence's batch mates. The loop stops as soon as every sentence ended, and beam
+the sentence's batch mates. The loop stops as soon as every sentence ended, and the
 search drops a sentence from the batch once its search has ended: it runs in segments,
 each its own XLA program, and between them the batch shrinks (through 32, 24, 16, 12, 8,
 6, 4, 3, 2, 1) to hold only the sentences still searching (`drop_finished=False`: one
@@ -157,7 +157,7 @@ class Translator(_TextModule):
         cache_lengths: the sizes the decoder's self-attention caches grow through
             (`tfblocks.Decoder`): `"auto"` (16, 32, 64, … up to `max_length`), a tuple,
             or None for one cache of `max_length`. Does not change the translations.
-        drop_finished: in beam search, sentences whose search has ended leave the
+        drop_finished: sentences whose search (greedy or beam) has ended leave the
             batch (`tfblocks.Decoder`); False searches the whole batch to the end.
             Does not change the translations.
         name: the module's name.
