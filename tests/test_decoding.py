@@ -474,20 +474,30 @@ def test_beam_search_drops_finished_sentences_between_segments():
         np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-6)
         if not jit_compile:  # eager segments: the step saw the batch shrink, 9 -> 8 -> …
             assert {batch * beam, 8 * beam}.issubset(rows_seen) and min(rows_seen) < 6 * beam
-    # Greedy search over the same fake model: rows leave as they end.
-    rows_seen.clear()
-    state = np.zeros((batch, length), "int32")
-    want_ids, want_scores = decoding.greedy_search(
-        context_step, state, start, length, eos_id=1, context=context
-    )
-    assert len(set((want_ids.numpy() > 0).sum(-1))) > 3
-    rows_seen.clear()
-    ids, scores = decoding.greedy_search(
-        context_step, state, start, length, eos_id=1, context=context, drop_finished=True
-    )
-    np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
-    np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-6)
-    assert {batch, 8}.issubset(rows_seen) and min(rows_seen) <= 6  # 9 -> 8 -> 6 -> …
+    # Greedy search over the same fake model: rows leave as they end (with EOS), and the
+    # batch ends at the size that holds the rows of the longest output, no padding copies.
+    for pad_id in (0, 5):
+        state = np.zeros((batch, length), "int32")
+        want_ids, want_scores = decoding.greedy_search(
+            context_step, state, start, length, eos_id=1, pad_id=pad_id, context=context
+        )
+        rows_seen.clear()
+        ids, scores = decoding.greedy_search(
+            context_step, state, start, length, eos_id=1, pad_id=pad_id, context=context,
+            drop_finished=True,
+        )  # fmt: skip
+        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=str(pad_id))
+        np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-6)
+        if pad_id == 0:
+            eos = want_ids.numpy() == 1
+            lengths = np.where(eos.any(-1), eos.argmax(-1) + 1, length)  # steps until EOS
+            assert len(set(lengths)) > 3
+            last = int((lengths == lengths.max()).sum())  # rows still going at the end
+            assert {batch, 8}.issubset(rows_seen)  # 9 -> 8 -> …
+            assert min(rows_seen) == int(decoding._shrunk_size(last)), (rows_seen, lengths)
+        else:  # PAD after EOS, also for rows that left early
+            ended = np.cumsum(ids.numpy() == 1, axis=1) - (ids.numpy() == 1) > 0
+            assert (ids.numpy()[ended] == pad_id).all() and ended.any()
 
 
 def test_batch_sizes_of_a_shrinking_search():
@@ -505,7 +515,11 @@ def test_dropping_finished_sentences_gives_the_same_translations(reverser, jit_c
     assert dropping.drop_finished  # the default
     whole = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_finished=False)
     for search, kwargs in (("beam_search", {"beam_size": 3}), ("greedy", {})):
+        one = getattr(dropping, search)(source[:1], **kwargs)[0]  # the one-loop branch
+        none = getattr(dropping, search)(source[:0], **kwargs)[0]
+        assert none.shape == (0, 10)
         ids, scores = getattr(dropping, search)(source, **kwargs)
+        np.testing.assert_array_equal(one.numpy()[0], ids.numpy()[0], err_msg=search)
         want_ids, want_scores = getattr(whole, search)(source, **kwargs)
         lengths = (want_ids.numpy() > 0).sum(-1)
         assert (want_ids.numpy() == tfblocks.EOS_ID).any(-1).all() and len(set(lengths)) > 2
@@ -524,6 +538,10 @@ def test_drop_finished_argument():
         decoding.beam_search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_finished=True)
     with pytest.raises(ValueError, match="context=None"):
         decoding.greedy_search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_finished=True)
+    with pytest.raises(ValueError, match="jit_compile=None"):
+        decoding.beam_search(
+            step_fn, np.zeros(1, "int32"), np.array([3]), 4, context=(), jit_compile=None
+        )
     with pytest.raises(ValueError, match="drop_finished=1"):
         decoding.greedy_search(
             step_fn, np.zeros(1, "int32"), np.array([3]), 4, context=(), drop_finished=1

@@ -43,8 +43,8 @@ class Decoder:
             `max_length`). The results do not depend on it.
         drop_finished: in greedy and beam search over source sentences, a sentence
             whose search has ended leaves the batch (`tfblocks.decoding.beam_search`):
-            the search runs in segments, each its own XLA program, and the batch
-            shrinks between them; the loop around them is not compiled. False runs
+            the search runs in segments (each its own XLA program with `jit_compile`),
+            and the batch shrinks between them; the loop around them is not compiled. False runs
             one search over the whole batch. The results do not depend on it.
 
     Example:

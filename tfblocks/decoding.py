@@ -8,7 +8,7 @@ are `tf.while_loop`s over static shapes, so they compile with XLA; their loop st
 is a named tuple. With `cache_lengths` a search runs one loop per cache length and
 grows the step function's caches in between (`grow_state`), so a batch whose outputs
 are short never works on caches sized for the longest possible one. With
-`drop_finished`, beam search lets the sentences whose search has ended leave the batch
+`drop_finished`, greedy and beam search let the sentences whose search has ended leave the batch
 between loops (the step function then reads per-sentence tensors from a `context`
 that shrinks with the batch). `Decoder` builds
 the step function of a `tfblocks.Transformer` (encoder run once, cross-attention k/v
@@ -88,8 +88,17 @@ def _check_search_args(max_length, eos_id, pad_id):
     _checks.check_non_negative_int("pad_id", pad_id)
 
 
-def _check_dropping(drop_finished, context):
+def _pad_after_eos(ids, index, eos_id, pad_id):
+    """`ids` `[B, L]` with `pad_id` after each row's first EOS and from position `index`
+    on (the positions a search never wrote, or zero-filled)."""
+    after_eos = tf.math.cumsum(tf.cast(ids == eos_id, tf.int32), axis=1, exclusive=True) > 0
+    unwritten = tf.range(_dim(ids, 1))[None, :] >= index  # [1, L]
+    return tf.where(tf.logical_or(after_eos, unwritten), pad_id, ids)
+
+
+def _check_dropping(drop_finished, context, jit_compile):
     _checks.check_bool("drop_finished", drop_finished)
+    _checks.check_bool("jit_compile", jit_compile)
     if drop_finished and context is None:
         raise ValueError(
             "`drop_finished` needs the step function's per-sentence tensors as `context` "
@@ -208,7 +217,7 @@ class _Sequential:
         )
 
     def result(self, loop):
-        return loop.ids, loop.scores
+        return _pad_after_eos(loop.ids, loop.index, self.eos_id, self.pad_id), loop.scores
 
     def select(self, loop, context, pick):
         """The rows `pick` `[n]` of `loop` and of `context`."""
@@ -265,7 +274,7 @@ def greedy_search(
     """
     _check_search_args(max_length, eos_id, pad_id)
     cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
-    _check_dropping(drop_finished, context)
+    _check_dropping(drop_finished, context, jit_compile)
 
     def choose(logits, index):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
@@ -435,7 +444,7 @@ def beam_search(
         raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
     alpha = float(alpha)
     cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
-    _check_dropping(drop_finished, context)
+    _check_dropping(drop_finished, context, jit_compile)
     start_ids = tf.cast(start_ids, tf.int32)
     batch = _dim(start_ids, 0)
     length = max_length
@@ -551,12 +560,7 @@ class _Beam:
         """`(ids [B, L], scores [B])` of every sentence of `loop` (see `beam_search`)."""
         any_finished = tf.reduce_any(loop.finished_flags, axis=1)  # [B]
         ids = tf.where(any_finished[:, None], loop.finished_seq[:, 0], loop.alive_seq[:, 0])
-        # Hypotheses are zero-filled after EOS and after the last step: write `pad_id`.
-        after_eos = (
-            tf.math.cumsum(tf.cast(ids == self.eos_id, tf.int32), axis=1, exclusive=True) > 0
-        )
-        unwritten = tf.range(_dim(ids, 1))[None, :] >= loop.index  # [1, L]
-        ids = tf.where(tf.logical_or(after_eos, unwritten), self.pad_id, ids)
+        ids = _pad_after_eos(ids, loop.index, self.eos_id, self.pad_id)
         scores = tf.where(any_finished, loop.finished_scores[:, 0], loop.alive_log_probs[:, 0])
         return ids, scores
 
@@ -583,6 +587,7 @@ class _Dropping(NamedTuple):
     loop: object  # BeamState / SequentialState of the sentences still in the batch
     context: object  # their rows of the step function's context
     origin: tf.Tensor  # [n]: their positions in the input batch
+    real: tf.Tensor  # [n]: False for the copies that pad the batch to its size
     cache: tf.Tensor  # scalar: the positions the step function's caches hold now
     ids: tf.Tensor  # [B, L]: results, written when a sentence leaves
     scores: tf.Tensor  # [B]
@@ -591,20 +596,22 @@ class _Dropping(NamedTuple):
 def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
     """Runs `search` (`_Beam` or `_Sequential` pieces) in segments of static shapes;
     between them, writes the results of the sentences whose search ended and shrinks
-    the batch to the `_shrunk_size` of the others (padded with copies of one of them)."""
+    the batch to the `_shrunk_size` of the others (padded with copies of one of them,
+    which never count as searching and are never written)."""
     length = search.length
     lengths = None if cache_lengths is None else tf.constant(cache_lengths, tf.int32)
 
-    def finished(loop):  # [n]
-        return tf.logical_or(search.done(loop), loop.index >= length)
+    def searching(loop, real):  # [n]: real sentences whose search goes on
+        ended = tf.logical_or(search.done(loop), loop.index >= length)
+        return tf.logical_and(real, tf.logical_not(ended))
 
-    def shrinkable(loop):  # enough sentences ended for a smaller batch
-        count = tf.reduce_sum(tf.cast(tf.logical_not(finished(loop)), tf.int32))
+    def shrinkable(loop, real):  # enough sentences ended for a smaller batch
+        count = tf.reduce_sum(tf.cast(searching(loop, real), tf.int32))
         return tf.logical_or(count == 0, _shrunk_size(count) < search.size(loop))
 
-    def segment(loop, context, end):
+    def segment(loop, context, real, end):
         def cond(loop):
-            return tf.logical_and(loop.index < end, tf.logical_not(shrinkable(loop)))
+            return tf.logical_and(loop.index < end, tf.logical_not(shrinkable(loop, real)))
 
         return tf.while_loop(cond, lambda loop: (search.step(loop, context),), (loop,))[0]
 
@@ -613,26 +620,28 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
 
     def body(outer):
         # A segment never runs past the caches: they grow between segments.
-        loop = segment(outer.loop, outer.context, tf.minimum(length, outer.cache))
-        done = finished(loop)
+        end = tf.minimum(length, outer.cache)
+        loop = segment(outer.loop, outer.context, outer.real, end)
+        going = searching(loop, outer.real)
         ids, scores = search.result(loop)
-        leaving = tf.where(done)[:, 0]
+        leaving = tf.where(tf.logical_and(outer.real, tf.logical_not(going)))[:, 0]
         where = tf.gather(outer.origin, leaving)[:, None]
         out_ids = tf.tensor_scatter_nd_update(outer.ids, where, tf.gather(ids, leaving))
         out_scores = tf.tensor_scatter_nd_update(outer.scores, where, tf.gather(scores, leaving))
 
-        staying = tf.cast(tf.where(tf.logical_not(done))[:, 0], tf.int32)
+        staying = tf.cast(tf.where(going)[:, 0], tf.int32)
         count = tf.size(staying)
         size = _shrunk_size(tf.maximum(count, 1))
-        unchanged = (loop, outer.context, outer.origin)
+        unchanged = (loop, outer.context, outer.origin, tf.logical_and(outer.real, going))
 
         def shrink():
             pick = tf.concat([staying, tf.fill([size - count], staying[0])], axis=0)
             picked, picked_context = search.select(loop, outer.context, pick)
-            return picked, picked_context, tf.gather(outer.origin, pick)
+            real = tf.range(size) < count
+            return picked, picked_context, tf.gather(outer.origin, pick), real
 
-        loop, context, origin = tf.cond(
-            tf.logical_and(count > 0, size < tf.size(done)), shrink, lambda: unchanged
+        loop, context, origin, real = tf.cond(
+            tf.logical_and(count > 0, size < tf.size(going)), shrink, lambda: unchanged
         )
         cache = outer.cache
         if lengths is not None:
@@ -646,17 +655,24 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
                 cache > outer.cache, lambda: grow_state(loop.state, cache), lambda: loop.state
             )
             loop = loop._replace(state=state)
-        return (_Dropping(loop, context, origin, cache, out_ids, out_scores),)
+        return (_Dropping(loop, context, origin, real, cache, out_ids, out_scores),)
 
     def cond(outer):
-        return tf.logical_not(tf.reduce_all(finished(outer.loop)))
+        return tf.reduce_any(searching(outer.loop, outer.real))
 
     initial, context = tf.nest.map_structure(tf.convert_to_tensor, (initial, context))
     batch = search.size(initial)
+    if lengths is not None:  # a tensor max_length escapes _check_growth's check
+        tf.debugging.assert_less_equal(
+            tf.cast(length, tf.int32),
+            lengths[-1],
+            message="max_length must be at most the last of cache_lengths",
+        )
     start = _Dropping(
         loop=initial,
         context=context,
         origin=tf.range(batch),
+        real=tf.ones([batch], tf.bool),
         cache=tf.cast(length if cache_lengths is None else cache_lengths[0], tf.int32),
         ids=tf.zeros([batch, length], tf.int32),
         scores=tf.zeros([batch], tf.float32),

@@ -33,9 +33,9 @@ It is off by default (`extra_length=None`: up to `max_length`), because S depend
 the batch's longest source, so the limit — and so a long translation — would depend on
 the sentence's batch mates. The loop stops as soon as every sentence ended, and the
 search drops a sentence from the batch once its search has ended: it runs in segments,
-each its own XLA program, and between them the batch shrinks (through 32, 24, 16, 12, 8,
-6, 4, 3, 2, 1) to hold only the sentences still searching (`drop_finished=False`: one
-search over the whole batch; the translations are the same).
+each its own XLA program (with `jit_compile`), and between them the batch shrinks
+(through 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) to hold only the sentences still searching
+(`drop_finished=False`: one search over the whole batch; the translations are the same).
 
 TF Serving: export into a numbered version folder (`translator.export("…/export/1")`;
 TF Serving loads the highest number under the model's base path). TF Serving runs
