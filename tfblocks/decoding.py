@@ -182,15 +182,30 @@ def _sequential(
     return search.result(_while(cond, body, initial, cache_lengths, grow_state))
 
 
-class _Sequential:
-    """The pieces of greedy / sampling search over `B` rows (see `_Beam`)."""
+class _Search:
+    """What the searches' pieces share: the step function, the ids, the length."""
 
-    def __init__(self, step_fn, choose, eos_id, pad_id, length):
+    def __init__(self, step_fn, eos_id, pad_id, length):
         self.step_fn = step_fn
-        self.choose = choose
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.length = length
+
+    def logits(self, loop, context):
+        """`(float32 logits, new state)` of the step function for `loop.last`."""
+        if context is None:
+            logits, new_state = self.step_fn(loop.last, loop.index, loop.state)
+        else:
+            logits, new_state = self.step_fn(loop.last, loop.index, loop.state, context)
+        return tf.cast(logits, tf.float32), new_state
+
+
+class _Sequential(_Search):
+    """The pieces of greedy / sampling search over `B` rows (see `_Beam`)."""
+
+    def __init__(self, step_fn, choose, eos_id, pad_id, length):
+        super().__init__(step_fn, eos_id, pad_id, length)
+        self.choose = choose
 
     def size(self, loop):
         return _dim(loop.ids, 0)
@@ -199,11 +214,7 @@ class _Sequential:
         return loop.finished
 
     def step(self, loop, context):
-        if context is None:
-            logits, new_state = self.step_fn(loop.last, loop.index, loop.state)
-        else:
-            logits, new_state = self.step_fn(loop.last, loop.index, loop.state, context)
-        logits = tf.cast(logits, tf.float32)  # [B, V]
+        logits, new_state = self.logits(loop, context)  # [B, V]
         chosen = self.choose(logits, loop.index)  # [B]
         step_score = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)  # [B]
         chosen = tf.where(loop.finished, self.pad_id, chosen)
@@ -474,16 +485,13 @@ def beam_search(
     return search.result(_while(cond, body, initial, cache_lengths, grow_state))
 
 
-class _Beam:
+class _Beam(_Search):
     """t2t beam search's pieces over `B` sentences × `K` beams (B read from the loop)."""
 
     def __init__(self, step_fn, beam, alpha, eos_id, pad_id, length):
-        self.step_fn = step_fn
+        super().__init__(step_fn, eos_id, pad_id, length)
         self.beam = beam
         self.alpha = alpha
-        self.eos_id = eos_id
-        self.pad_id = pad_id
-        self.length = length
 
     def size(self, loop):
         """B, the sentences in `loop`."""
@@ -516,11 +524,7 @@ class _Beam:
         def flatten(x):  # [B, K, ...] -> [B·K, ...]
             return tf.reshape(x, [batch * beam, *(_dim(x, a) for a in range(2, x.shape.rank))])
 
-        if context is None:
-            logits, new_state = self.step_fn(loop.last, i, loop.state)  # [B·K, V]
-        else:
-            logits, new_state = self.step_fn(loop.last, i, loop.state, context)
-        logits = tf.cast(logits, tf.float32)
+        logits, new_state = self.logits(loop, context)  # [B·K, V]
         vocab = tf.shape(logits)[-1]
         log_probs = regroup(tf.nn.log_softmax(logits)) + loop.alive_log_probs[:, :, None]
         penalty = length_penalty(i + 1, self.alpha)
