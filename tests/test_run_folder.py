@@ -107,6 +107,28 @@ def test_averaging_gives_the_mean_of_the_last_checkpoints(straight):
     np.testing.assert_array_equal(np.asarray(floats[0]), b[floats[0].path])
 
 
+def test_mixed_precision_trains_in_bfloat16_and_returns_a_float32_model(job, tmp_path):
+    """Under `mixed_bfloat16` training computes in bfloat16 (its losses differ from a
+    float32 run's), while dev BLEU, the returned model and its exports use float32
+    layers holding exactly the trained weights."""
+    runs = {}
+    for policy in ("float32", "mixed_bfloat16"):
+        folder = RunFolder(tmp_path / policy)
+        opts = options(1, dtype_policy=policy, dev_sentences=4)
+        runs[policy] = (folder, *train_run(folder, *job, opts, log=lambda _: None))
+    (_, _, single), (folder, model, mixed) = runs["float32"], runs["mixed_bfloat16"]
+    assert (single["dtype_policy"], mixed["dtype_policy"]) == ("float32", "mixed_bfloat16")
+    loss_32, loss_16 = single["history"][0]["loss"], mixed["history"][0]["loss"]
+    assert loss_32 != loss_16 and abs(loss_32 - loss_16) < 0.05 * loss_32
+    assert "dev_bleu" in mixed["history"][0]
+    assert {layer.compute_dtype for layer in model._flatten_layers()} == {"float32"}
+    stored = npz(folder.join("best.npz"))
+    for variable in model.weights:
+        np.testing.assert_array_equal(np.asarray(variable), stored[variable.path])
+    with pytest.raises(ValueError, match="dtype_policy='bf16'"):
+        options(1, dtype_policy="bf16")
+
+
 def test_run_folder_refuses_a_users_directory_and_other_settings(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not a tfblocks run folder"):

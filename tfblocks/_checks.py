@@ -34,6 +34,13 @@ def check_bool(name, value):
     return value
 
 
+def check_choice(name, value, choices):
+    """Returns `value` if it is one of `choices`, else raises ValueError."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}, got {name}={value!r}.")
+    return value
+
+
 def check_rate(name, value):
     """Returns `value` as a float if `0 <= value < 1` (a dropout rate), else raises."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:

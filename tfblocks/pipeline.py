@@ -37,6 +37,7 @@ from tfblocks.run import average_weights, load_weights
 from tfblocks.text import make_dataset
 from tfblocks.training import compile_transformer, get_strategy
 from tfblocks.training.callbacks import TimeLimit
+from tfblocks.training.precision import POLICIES, resolve_dtype_policy
 
 # The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
 # which are tuned for hundreds of thousands of steps; peak rate ≈ 1.9e-3 at d=128.
@@ -81,6 +82,10 @@ class TrainingOptions:
         seed: seed of the initialisation and of every epoch's shuffle.
         strategy: a `get_strategy` kind or a `tf.distribute.Strategy`.
         static_shapes: pad batches to `max_length` and compile the step with XLA.
+        dtype_policy: `"auto"` (`mixed_bfloat16` for a step without XLA on a CPU with
+            bfloat16 instructions, else float32; `tfblocks.training.precision`),
+            `"float32"`, `"mixed_bfloat16"` or `"mixed_float16"`. Only training uses it:
+            dev BLEU, the returned model and its exports compute in float32.
         time_limit: seconds of training in this invocation (None = no limit).
         dev_sentences: dev sentences translated for dev BLEU/chrF after each epoch (0 = off).
         early_stopping: stop after this many epochs without a better dev BLEU (None = off).
@@ -94,6 +99,7 @@ class TrainingOptions:
     seed: int = 0
     strategy: object = "auto"
     static_shapes: bool = False
+    dtype_policy: str = "auto"
     time_limit: float | None = None
     dev_sentences: int = 200
     early_stopping: int | None = None
@@ -107,6 +113,7 @@ class TrainingOptions:
         _checks.check_non_negative_int("dev_sentences", self.dev_sentences)
         _checks.check_non_negative_int("average_last", self.average_last)
         _checks.check_positive_int("keep_checkpoints", self.keep_checkpoints)
+        _checks.check_choice("dtype_policy", self.dtype_policy, POLICIES)
         if self.early_stopping is not None:
             _checks.check_positive_int("early_stopping", self.early_stopping)
             if not self.dev_sentences:
@@ -137,18 +144,26 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
         log: where progress lines go.
 
     Returns:
-        The model holding the final weights (best dev BLEU, or their average, or the
-        last epoch's), and a report dict: `epochs`, `train_seconds` (totals across
-        reruns), `history`, `best_epoch`, `final_weights`, `stopped` and, with
-        averaging, `dev_bleu_averaged` / `averaged_epochs`.
+        The float32 model holding the final weights (best dev BLEU, or their average, or
+        the last epoch's), and a report dict: `epochs`, `train_seconds` (totals across
+        reruns), `history`, `best_epoch`, `final_weights`, `stopped`, `dtype_policy`
+        (the one training used) and, with averaging, `dev_bleu_averaged` /
+        `averaged_epochs`.
     """
     keras.utils.set_random_seed(options.seed)
     strategy = options.strategy
     strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
     replicas = strategy.num_replicas_in_sync
+    policy = resolve_dtype_policy(options.dtype_policy, options.static_shapes)
     with strategy.scope():
-        model = build_transformer(hp)
+        model = build_transformer(hp, dtype=policy)
         compile_transformer(model, hp, jit_compile=options.static_shapes)
+    # Translation (dev BLEU, the final model, its exports) computes in float32: under a
+    # mixed policy it runs on a float32 twin that gets the trained weights before use.
+    serving = model if policy == "float32" else _float32_twin(hp, model)
+    if options.dtype_policy == "auto" and policy != "float32":
+        log(f"training under {policy} (dtype_policy='auto': this CPU has bfloat16 "
+            "instructions and the step runs without XLA); translating in float32")  # fmt: skip
     progress = folder.progress()
     if progress["epochs"]:
         model.optimizer.build(model.trainable_variables)
@@ -167,7 +182,16 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
 
     dev = dataset(splits["dev"], None, shuffle=False)
     dev_pairs = splits["dev"][: options.dev_sentences]
-    translator = Translator(model, tokenizer, tokenizer, hp.max_length, beam_size=1)
+    translator = Translator(serving, tokenizer, tokenizer, hp.max_length, beam_size=1)
+
+    def sync():  # the twin gets the weights training has now
+        if serving is not model:
+            serving.set_weights(model.get_weights())
+
+    def dev_scores():
+        sync()
+        return _dev_scores(translator, dev_pairs)
+
     logdir = folder.join("logs")
     writer = tf.summary.create_file_writer(os.path.join(logdir, "validation"))
     limit = TimeLimit(options.time_limit) if options.time_limit else None
@@ -193,7 +217,7 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
             stopped = "time limit"
             log(f"time limit reached in epoch {epoch + 1}; rerun the command to continue")
             if dev_pairs:
-                bleu = _dev_scores(translator, dev_pairs)["dev_bleu"]
+                bleu = dev_scores()["dev_bleu"]
                 log(f"dev BLEU of the cut epoch {epoch + 1}: {bleu}")
                 if progress["best_bleu"] is None or bleu > progress["best_bleu"]:
                     progress["best_bleu"], progress["best_epoch"] = bleu, epoch + 1
@@ -202,7 +226,7 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
             break
         logs = {k: float(v[-1]) for k, v in history.history.items()}
         if dev_pairs:
-            logs.update(_dev_scores(translator, dev_pairs))
+            logs.update(dev_scores())
             with writer.as_default():
                 tf.summary.scalar("epoch_bleu", logs["dev_bleu"], step=epoch)
                 tf.summary.scalar("epoch_chrf", logs["dev_chrf"], step=epoch)
@@ -228,9 +252,22 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
             stopped = "early stopping"
             log(f"early stopping: no better dev BLEU for {options.early_stopping} epochs")
             break
-    report = _final_weights(folder, model, translator, dev_pairs, progress, options)
-    report.update(stopped=stopped, train_seconds=round(progress["train_seconds"], 1))
-    return model, report
+    sync()
+    report = _final_weights(folder, serving, translator, dev_pairs, progress, options)
+    report.update(
+        stopped=stopped, train_seconds=round(progress["train_seconds"], 1), dtype_policy=policy
+    )
+    return serving, report
+
+
+def _float32_twin(hp, model):
+    """A float32 `Transformer` of the same architecture, built, holding `model`'s weights
+    (variable paths equal, so run-folder weights load into either)."""
+    twin = build_transformer(hp, name=model.name, dtype="float32")
+    ids = tf.ones([1, 2], tf.int32)
+    twin({"inputs": ids, "targets": ids})
+    twin.set_weights(model.get_weights())
+    return twin
 
 
 def _final_weights(folder, model, translator, dev_pairs, progress, options):

@@ -1,8 +1,8 @@
 """Tests for tfblocks.layers.HashDropout and its counter-hash bits.
 
-Under XLA the layer's mask is `hash_bits`; elsewhere it is Keras' own dropout
-(`keras.random.dropout`), so the two paths give different masks for one seed. The
-bits themselves (`hash_bits`) are the same with and without XLA.
+The layer's mask is `hash_bits`: under XLA inline, elsewhere through a small compiled
+function, so both paths give the same mask for one seed. The bits themselves
+(`hash_bits`) are the same with and without XLA.
 """
 
 import keras
@@ -173,7 +173,7 @@ def test_transformer_block_dropout_uses_hash_bits():
     np.testing.assert_array_equal(_np(block(x)), _np(block(x)))  # inference: none
 
 
-# --- Which path: hash bits under XLA, Keras' dropout elsewhere ----------------------
+# --- Which path: hash bits under XLA, a compiled call of the same hash elsewhere ---
 
 
 def test_in_xla_context_only_inside_compiled_functions():
@@ -191,14 +191,27 @@ def test_in_xla_context_only_inside_compiled_functions():
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
-def test_without_xla_the_layer_is_keras_dropout(compiled):
-    x = np.random.default_rng(4).normal(size=(16, 40)).astype("float32")
-    ours, theirs = HashDropout(0.3, seed=9), keras.layers.Dropout(0.3, seed=9)
+def test_without_xla_the_mask_is_the_hash_too(compiled):
+    """Outside XLA the layer calls its compiled dropout: the same mask as under XLA for
+    the same seed, and its gradient is that mask scaled (dropout applied to the gradient)."""
+    x = tf.constant(np.random.default_rng(4).normal(size=(16, 40)).astype("float32"))
+    plain, xla = HashDropout(0.3, seed=9), HashDropout(0.3, seed=9)
     run = (lambda f: tf.function(f)) if compiled else (lambda f: f)
-    for _ in range(2):  # same seed stream: the same masks, call after call
-        a = _np(run(lambda v: ours(v, training=True))(x))
-        b = _np(run(lambda v: theirs(v, training=True))(x))
-        np.testing.assert_array_equal(a, b)
+
+    def forward_and_gradient(v):
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = plain(v, training=True)
+            loss = tf.reduce_sum(y * v)  # d/dv = mask·scale·v + y
+        return y, tape.gradient(loss, v)
+
+    for call in range(2):  # the seed generator's state is [seed, call]
+        y, grad = (_np(t) for t in run(forward_and_gradient)(x))
+        expected = _np(_xla(xla)(x))
+        np.testing.assert_array_equal(y, expected)
+        keep = _np(hash_bits(x.shape, tf.constant([9, call], tf.int64))) >= round(0.3 * 2**24)
+        np.testing.assert_array_equal(y != 0, keep & (_np(x) != 0))
+        np.testing.assert_allclose(grad, np.where(keep, 2 * _np(x) / 0.7, 0.0), rtol=1e-6)
 
 
 def test_under_xla_the_mask_is_the_hash():

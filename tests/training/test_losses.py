@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tfblocks.training.losses import SmoothedCrossEntropy
 
@@ -35,6 +36,34 @@ def test_matches_numpy_reference(eps):
     y, logits = sample(np.random.default_rng(0))
     got = float(SmoothedCrossEntropy(eps)(y, logits))
     np.testing.assert_allclose(got, reference(y, logits, eps), rtol=1e-5)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_gradient_is_softmax_minus_soft_target_at_real_tokens(jit_compile):
+    """d loss / d logits = (p − q) · weight / #real: the fused kernel's gradient, with and
+    without XLA, in float32 and from bfloat16 logits (mixed precision)."""
+    y, logits = sample(np.random.default_rng(6))
+    eps, v = 0.1, logits.shape[-1]
+    q = np.full(logits.shape, eps / (v - 1))
+    np.put_along_axis(q, y[..., None], 1.0 - eps, axis=-1)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p = p / p.sum(-1, keepdims=True)
+    real = (y != 0)[..., None]
+    expected = (p - q) * real / real.sum()
+    loss = SmoothedCrossEntropy(eps)
+
+    @tf.function(jit_compile=jit_compile)
+    def gradient(z):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            value = loss(y, z)
+        return tape.gradient(value, z)
+
+    got = gradient(tf.constant(logits))
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-7, rtol=1e-4)
+    low = gradient(tf.constant(logits, tf.bfloat16))  # bf16 logits: float32 math inside
+    assert low.dtype == tf.bfloat16
+    np.testing.assert_allclose(low.numpy().astype("float32"), expected, atol=2e-3)
 
 
 def test_perfect_prediction_scores_zero_and_anything_else_more():

@@ -24,6 +24,8 @@ import os
 import sys
 import tempfile
 
+from tfblocks.training.precision import POLICIES
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
@@ -51,8 +53,12 @@ def parse_args(argv=None):
         "--strategy", default="auto", choices=["auto", "default", "mirrored", "multi_worker", "tpu"]
     )
     parser.add_argument(
-        "--mixed-precision", default=None, choices=["mixed_float16", "mixed_bfloat16"]
-    )
+        "--dtype-policy", "--mixed-precision", dest="dtype_policy", default="auto",
+        choices=POLICIES,
+        help="Keras dtype policy of training (default auto: mixed_bfloat16 on a CPU with "
+        "bfloat16 instructions when the step runs without XLA, else float32); translation "
+        "and the export compute in float32",
+    )  # fmt: skip
     parser.add_argument(
         "--static-shapes",
         action="store_true",
@@ -84,7 +90,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    import keras
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
@@ -93,8 +98,6 @@ def main(argv=None):
     from tfblocks.models.hparams import parse_overrides
     from tfblocks.run import RunFolder
 
-    if args.mixed_precision:
-        keras.config.set_dtype_policy(args.mixed_precision)
     folder = RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-"))
     timer = pipeline.Timer()
     override_text = (
@@ -147,6 +150,7 @@ def main(argv=None):
         seed=args.seed,
         strategy=args.strategy,
         static_shapes=args.static_shapes,
+        dtype_policy=args.dtype_policy,
         time_limit=args.max_train_minutes * 60 if args.max_train_minutes else None,
         dev_sentences=args.dev_sentences,
         early_stopping=args.early_stopping,
@@ -191,6 +195,7 @@ def main(argv=None):
         history=report["history"],
         best_epoch=report["best_epoch"],
         final_weights=report["final_weights"],
+        dtype_policy=report["dtype_policy"],
         stopped=report["stopped"],
         final_loss=report["history"][-1]["loss"] if report["history"] else None,
         parameters=model.count_params(),

@@ -14,17 +14,11 @@ import tensorflow as tf
 from keras import ops
 
 from tfblocks._checks import (  # noqa: F401  (the layers' checks: one home)
+    check_choice,
     check_optional_positive_int,
     check_positive_int,
     check_rate,
 )
-
-
-def check_choice(name, value, choices):
-    """Raises `ValueError` unless `value` is one of `choices`."""
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {choices}, got {name}={value!r}.")
-    return value
 
 
 def _shape(x):

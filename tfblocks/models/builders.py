@@ -7,7 +7,7 @@ arguments to the `Transformer` constructor.
 from tfblocks.models.transformer import Transformer
 
 
-def _from_hparams(hp, num_encoder_layers, name):
+def _from_hparams(hp, num_encoder_layers, name, dtype=None):
     return Transformer(
         vocab_size=hp.vocab_size,
         hidden_size=hp.hidden_size,
@@ -21,15 +21,17 @@ def _from_hparams(hp, num_encoder_layers, name):
         norm_first=hp.norm_first,
         shared_embedding_and_softmax_weights=hp.shared_embedding_and_softmax_weights,
         name=name,
+        dtype=dtype,
     )
 
 
-def build_transformer(hp, name="transformer"):
+def build_transformer(hp, name="transformer", dtype=None):
     """Builds the t2t encoder–decoder `Transformer` from an `HParams`.
 
     Args:
         hp: an `HParams` (see `tfblocks.hparams`) with `num_encoder_layers >= 1`.
         name: the model's name.
+        dtype: dtype policy of its layers (e.g. `"mixed_bfloat16"`); None: the global one.
 
     Returns:
         A `Transformer` mapping `{"inputs": [B, S] int32, "targets": [B, T] int32}`
@@ -52,7 +54,7 @@ def build_transformer(hp, name="transformer"):
             "`build_transformer` builds an encoder–decoder and needs num_encoder_layers >= 1, "
             "got num_encoder_layers=0; use `build_language_model` for a decoder-only model."
         )
-    return _from_hparams(hp, hp.num_encoder_layers, name)
+    return _from_hparams(hp, hp.num_encoder_layers, name, dtype)
 
 
 def build_language_model(hp, name="language_model"):
