@@ -22,7 +22,11 @@ train step (= distinct batch shapes when XLA is on; checked against the steps sl
 the median step), dev loss and token accuracy after each epoch (the same dev batches for every
 mode), and dev BLEU of greedy decoding on `--bleu-sentences` dev sentences at the end.
 
+`--dtype-policy` sets the training precision of every mode (default float32; `auto` is the
+translation job's default: mixed_bfloat16 without XLA on a CPU with bfloat16 instructions).
+
 Run:  python benchmarks/input_shapes.py                     # small_parallel_enja, 20,000 pairs
+      python benchmarks/input_shapes.py --modes dynamic --dtype-policy auto
       python benchmarks/input_shapes.py --limit-train 50000 --epochs 3
       python benchmarks/input_shapes.py --quick             # phrasebook, tiny model, smoke run
 """
@@ -41,9 +45,10 @@ import numpy as np
 from tfblocks import Translator, build_transformer, compile_transformer, hparams
 from tfblocks.evaluation import score
 from tfblocks.models.hparams import parse_overrides
-from tfblocks.pipeline import DEMO_OVERRIDES
+from tfblocks.pipeline import DEMO_OVERRIDES, float32_twin
 from tfblocks.text import load_splits, make_dataset, train_tokenizers
 from tfblocks.text.dataset import fixed_bucket_lengths
+from tfblocks.training.precision import POLICIES, resolve_dtype_policy
 
 # name -> (make_dataset shapes, XLA, bucket step of fixed_bucket_lengths)
 MODES = {
@@ -73,6 +78,11 @@ def parse_args(argv=None):
     parser.add_argument("--bleu-sentences", type=int, default=200, help="0: no BLEU")
     parser.add_argument("--limit-dev", type=int, default=None, help="use only N dev pairs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--dtype-policy", default="float32", choices=POLICIES,
+        help="training dtype policy of every mode (auto: what the translation job picks for "
+        "the mode's XLA setting)",
+    )  # fmt: skip
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -141,6 +151,8 @@ def padding_stats(dataset):
 
 
 def dev_bleu(model, tokenizer, hp, pairs):
+    if model.compute_dtype != "float32":  # translate in float32, as the translation job
+        model = float32_twin(hp, model)
     translator = Translator(model, tokenizer, tokenizer, hp.max_length, beam_size=1)
     hypotheses = [h.decode("utf-8") for h in translator([s for s, _ in pairs]).numpy()]
     return score(hypotheses, [t for _, t in pairs])["bleu"]
@@ -176,7 +188,8 @@ def main(argv=None):
         shapes, xla, _ = MODES[mode]
         data = dataset_for(mode, train, tokenizer, hp, args.batch_tokens, True, args.seed)
         keras.utils.set_random_seed(args.seed)  # the same initial weights in every mode
-        model = compile_transformer(build_transformer(hp), hp, jit_compile=xla)
+        policy = resolve_dtype_policy(args.dtype_policy, xla)
+        model = compile_transformer(build_transformer(hp, dtype=policy), hp, jit_compile=xla)
         model.jit_compile = False  # dev evaluation without XLA: no compilation per dev shape
         model.make_test_function()
         model.jit_compile = xla
@@ -184,7 +197,7 @@ def main(argv=None):
         runs[mode] = {"model": model, "data": data, "stats": stats, "xla": xla, "seconds": []}
         runs[mode].update(steps=StepTimes(), dev=[])
         print(
-            f"{mode:>15}: shapes={shapes!r}, XLA {'on' if xla else 'off'}, "
+            f"{mode:>15}: shapes={shapes!r}, XLA {'on' if xla else 'off'}, {policy}, "
             f"{stats['batches']} batches/epoch, {stats['shapes']} batch shapes, PAD "
             f"{stats['pad_targets']:.1%} of target / {stats['pad_sources']:.1%} of source positions"
         )

@@ -160,7 +160,7 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
         compile_transformer(model, hp, jit_compile=options.static_shapes)
     # Translation (dev BLEU, the final model, its exports) computes in float32: under a
     # mixed policy it runs on a float32 twin that gets the trained weights before use.
-    serving = model if policy == "float32" else _float32_twin(hp, model)
+    serving = model if policy == "float32" else float32_twin(hp, model)
     if options.dtype_policy == "auto" and policy != "float32":
         log(f"training under {policy} (dtype_policy='auto': this CPU has bfloat16 "
             "instructions and the step runs without XLA); translating in float32")  # fmt: skip
@@ -260,7 +260,7 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
     return serving, report
 
 
-def _float32_twin(hp, model):
+def float32_twin(hp, model):
     """A float32 `Transformer` of the same architecture, built, holding `model`'s weights
     (variable paths equal, so run-folder weights load into either)."""
     twin = build_transformer(hp, name=model.name, dtype="float32")
