@@ -5,9 +5,10 @@ Applies ten dropout layers (rate 0.1) in a row to a float32 tensor of `--shape`
 `jit_compile` on and off, alternating the layers for `--rounds` rounds, and prints
 the median time per dropout call and per element, and the ratio.
 
-HashDropout takes its hash path under XLA and Keras' dropout path without it (see
-`tfblocks/layers/dropout.py`); the row "no XLA, hash" forces the hash without XLA, the
-formulation the layer no longer uses there, to show why.
+HashDropout computes its hash mask inline under XLA and, without XLA, through a small
+XLA-compiled call (see `tfblocks/layers/dropout.py`); the row "no XLA, hash" forces the
+inline hash without XLA (one TensorFlow kernel per integer op), the formulation the layer
+does not use there, to show why.
 
 Run:  python benchmarks/dropout.py
       python benchmarks/dropout.py --quick      # seconds-long smoke run

@@ -38,6 +38,7 @@ SCRIPTS = {
     "dropout": ("benchmarks/dropout.py", "--quick"),
     "attention_fused": ("benchmarks/attention_fused.py", "--quick"),
     "beam_steps": ("benchmarks/beam_steps.py", "--quick"),
+    "matmul_rate": ("benchmarks/matmul_rate.py", "--quick"),
 }  # fmt: skip
 
 
@@ -168,3 +169,9 @@ def test_beam_steps_quick_counts_every_mode(outputs):
     # Nothing beats searching each sentence alone; dropping never computes more than
     # the whole batch does.
     assert counts["alone"] <= counts["dropping"] <= counts["whole batch"], out
+
+
+def test_matmul_rate_quick_prints_both_paths(outputs):
+    out = _out(outputs, "matmul_rate")
+    for label in ("TF", "XLA"):
+        assert re.search(rf"^\s+64\s+{label}\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\d×$", out, re.M), out
