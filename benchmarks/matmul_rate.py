@@ -33,7 +33,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.rows, args.rounds, args.calls = [64], 64, 1, 1
-    if min(args.sizes + [args.rows, args.rounds, args.calls]) < 1:
+    if min([*args.sizes, args.rows, args.rounds, args.calls]) < 1:
         parser.error(f"--sizes, --rows, --rounds and --calls must be >= 1, got {vars(args)}")
     return args
 

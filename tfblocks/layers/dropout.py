@@ -15,9 +15,10 @@ translation job's default training step) the layer calls a small XLA-compiled fu
 that draws the same hash mask and applies it (one fused loop, compiled once per input
 shape and dtype); its gradient is that function applied to the incoming gradient with the
 same seed (dropout is linear in its input), so no mask is stored for the backward pass.
-That costs about an eighth of TensorFlow's fused dropout kernel on a [4160, 1024] float32
-tensor on this project's 2-core CPU (1.7 vs 14.2 ms, `benchmarks/dropout.py`), which
-made Keras' dropout ≈ 14 % of a transformer_small training step without XLA. Both paths
+That costs a ninth of TensorFlow's fused dropout kernel on a [4160, 1024] float32 tensor
+on this project's 2-core CPU (1.62 vs 14.61 ms, `benchmarks/dropout.py --shape 4160
+1024`), whose random-number kernel took ≈ 13 % of a transformer_small training step
+without XLA (benchmarks/RESULTS.md, "The training job's default step"). Both paths
 give the same mask for the same seed. The test of whether the graph is being built inside
 an XLA context is TensorFlow's own (what `tf.function(jit_compile=True)` and TPU
 replication set).

@@ -58,8 +58,8 @@ def _cross_entropy(ids, logits, confidence, low):
 
     TensorFlow's fused kernel computes the gradient p − q in the same pass. Picking the
     target's logit with a gather instead would make its gradient a scatter into a
-    [B, T, V] tensor (`UnsortedSegmentSum`: ≈ 15 % of a transformer_small training step
-    on a CPU without XLA).
+    [B, T, V] tensor (`UnsortedSegmentSum`: ≈ 16 % of a transformer_small training step
+    on a CPU without XLA; benchmarks/RESULTS.md, "The training job's default step").
     """
     soft_target = tf.one_hot(
         ids, tf.shape(logits)[-1], on_value=confidence, off_value=low, dtype=tf.float32
