@@ -184,6 +184,16 @@ def test_padding_rows_through_a_tiny_model():
     )
 
 
+@pytest.mark.parametrize("shapes", text_dataset.SHAPES)
+def test_autotuning_is_off_and_the_batch_count_known(pairs, tokenizer, shapes):
+    # Autotuning's thread made each `fit` end with a wait of up to a minute (dataset.py).
+    dataset = text_dataset.make_dataset(
+        pairs, tokenizer, tokenizer, batch_tokens=512, max_length=32, shapes=shapes, seed=3
+    )
+    assert dataset.options().autotune.enabled is False
+    assert len(dataset) == sum(1 for _ in dataset) > 1
+
+
 def test_shuffle_changes_the_order_between_epochs(pairs, tokenizer):
     dataset = text_dataset.make_dataset(
         pairs, tokenizer, tokenizer, batch_tokens=512, max_length=32, shapes="max_length", seed=3

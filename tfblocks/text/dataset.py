@@ -190,6 +190,17 @@ SHAPES = ("dynamic", "buckets", "max_length")
 # are 32 MiB of ids.
 BATCH_SHUFFLE_BUFFER = 1024
 
+# tf.data's autotuning runs an optimisation thread per iterator, and destroying the
+# iterator waits for the pass in progress. Keras destroys the epoch's iterator when `fit`
+# returns; with a training step busy on every core that wait measured 0–53 s after an epoch
+# (small_parallel_enja, transformer_small, 2 cores; native stack: `~IteratorResource` →
+# `RootDataset::Iterator::~Iterator` → `LogicalThreadWrapper::~LogicalThreadWrapper`), time
+# counted as training: `benchmarks/enja.sh` run 3 spent 423 of its 2731 s of training outside
+# Keras' epochs. A shuffled epoch is prepared whole before its first batch (the batch shuffle)
+# anyway, so the fixed default parallelism (one call per core) costs nothing measurable.
+_FIXED_PARALLELISM = tf.data.Options()
+_FIXED_PARALLELISM.autotune.enabled = False
+
 
 def _check_shapes(shapes, static_shapes):
     """Resolves `shapes` and its older spelling `static_shapes` into one of `SHAPES`."""
@@ -264,7 +275,8 @@ def make_dataset(
 
     Returns:
         A prefetched `tf.data.Dataset` of `({"inputs": [B, S], "targets": [B, T]}, [B, T])`
-        int32 batches, padded with 0.
+        int32 batches, padded with 0, with tf.data's autotuning off (its thread made every
+        `fit` call end with a wait of up to a minute; see `_FIXED_PARALLELISM`).
 
     Example:
 
@@ -388,4 +400,4 @@ def make_dataset(
         )
     dataset = dataset.map(lambda source, target: ({"inputs": source, "targets": target}, target))
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_FIXED_PARALLELISM)
