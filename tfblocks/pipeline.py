@@ -166,8 +166,7 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
             "instructions and the step runs without XLA); translating in float32")  # fmt: skip
     progress = folder.progress()
     if progress["epochs"]:
-        model.optimizer.build(model.trainable_variables)
-        model.load_weights(folder.state_weights)  # weights and optimizer state
+        model.load_weights(folder.state_weights)  # weights and optimizer state (built)
         log(f"continuing {folder.path} after epoch {progress['epochs']}")
     elif init_weights is not None:
         load_weights(model, init_weights)

@@ -27,3 +27,25 @@ def test_schedule_and_adam_follow_the_preset(name, beta2, cls, peak_step):
     expected_peak = {8000: 2.0 / np.sqrt(8000 * 32), 3999: 1.0 / np.sqrt(4000 * 32)}[peak_step]
     assert float(schedule(peak_step)) == pytest.approx(expected_peak, rel=1e-6)
     assert isinstance(model.loss, SmoothedCrossEntropy) and model.loss.label_smoothing == 0.1
+
+
+def test_the_train_step_is_traced_once():
+    """Adam's moments exist after `compile_transformer`: created inside the first trace of
+    the train step, they would make `tf.function` trace the whole step twice."""
+    hp = hparams("transformer_tiny", vocab_size=20, hidden_size=16, filter_size=16,
+                 num_heads=2, num_encoder_layers=1, num_decoder_layers=1)  # fmt: skip
+    model = compile_transformer(build_transformer(hp), hp, jit_compile=False)
+    assert model.optimizer.built
+    assert len(model.optimizer.variables) > 2 * len(model.trainable_variables)  # m and v
+    traces = []
+    step = model.train_step
+
+    def counting_step(data):
+        traces.append(1)  # runs in Python once per trace
+        return step(data)
+
+    model.train_step = counting_step
+    ids = np.random.default_rng(0).integers(3, 20, size=(8, 5)).astype("int32")
+    model.fit({"inputs": ids, "targets": ids}, ids, batch_size=4, epochs=2, verbose=0)
+    assert len(traces) == 1
+    assert int(model.optimizer.iterations) == 4
