@@ -315,7 +315,7 @@ class Decoder:
     def _function(self, key, fn, jit_compile):
         """The `tf.function` of `fn` kept under `key` (created on first use)."""
         if key not in self._functions:
-            self._functions[key] = tf.function(fn, jit_compile=jit_compile)
+            self._functions[key] = tf.function(fn, jit_compile=jit_compile, autograph=False)
         return self._functions[key]
 
 

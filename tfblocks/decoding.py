@@ -620,7 +620,7 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
         return tf.while_loop(cond, lambda loop: (search.step(loop, context),), (loop,))[0]
 
     if jit_compile:
-        segment = tf.function(segment, jit_compile=True)
+        segment = tf.function(segment, jit_compile=True, autograph=False)
 
     def body(outer):
         # A segment never runs past the caches: they grow between segments.

@@ -240,7 +240,7 @@ class Translator(_TextModule):
         length = tf.gather(buckets, tf.argmax(tf.cast(buckets >= longest, tf.int32)))
         return tf.pad(ids, [[0, 0], [0, length - longest]])  # [B, bucket]
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
         source = self.encode_source(text)
@@ -355,7 +355,7 @@ class Generator(_TextModule):
         ids = ids[:, :-1][:, : self.max_length - 1]
         return ids.to_tensor(default_value=PAD_ID)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"continuation", "score"}` for a batch."""
         prompt = self.encode_prompt(text)  # [B, P]

@@ -171,7 +171,9 @@ def apply_hash_dropout(inputs, seed, rate):
 
 # One XLA cluster for the whole dropout when the caller is not compiled; traced with
 # relaxed shapes, compiled by XLA once per concrete shape and dtype.
-_compiled_hash_dropout = tf.function(apply_hash_dropout, jit_compile=True, reduce_retracing=True)
+_compiled_hash_dropout = tf.function(
+    apply_hash_dropout, jit_compile=True, reduce_retracing=True, autograph=False
+)
 
 
 def _dropout_outside_xla(inputs, seed, rate):

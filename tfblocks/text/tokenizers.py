@@ -75,7 +75,7 @@ class SubwordTokenizer(tf.Module):
         """The serialized SentencePiece model (bytes)."""
         return self._proto
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, strings):
         """Splits a batch of strings into subword ids with EOS appended.
 
@@ -87,7 +87,7 @@ class SubwordTokenizer(tf.Module):
         """
         return self._sentencepiece().tokenize(strings)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
     def detokenize(self, ids):
         """Turns padded id rows back into strings, stopping at EOS and skipping pad and BOS.
 

@@ -70,7 +70,9 @@ def _cross_entropy(ids, logits, confidence, low):
 # Outside an XLA-compiled step the [B, T, V] work runs as one small compiled function
 # (XLA fuses the one-hot, the softmax and the gradient's product; about half the time of
 # the same ops as separate kernels), compiled once per logits shape.
-_compiled_cross_entropy = tf.function(_cross_entropy, jit_compile=True, reduce_retracing=True)
+_compiled_cross_entropy = tf.function(
+    _cross_entropy, jit_compile=True, reduce_retracing=True, autograph=False
+)
 
 
 def global_token_mean(total, count):

@@ -177,7 +177,7 @@ class ReplicaXlaStep:
 
     # --- Building Keras' step functions without Keras' whole-step XLA ------------
     def _compiled(self, fn):
-        return tf.function(fn, jit_compile=True, reduce_retracing=True)
+        return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False)
 
     def make_function(self, kind, force=False):
         """`model.make_{kind}_function`: Keras' loop around our step, outer jit off."""
