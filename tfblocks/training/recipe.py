@@ -61,7 +61,8 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
         **compile_kwargs: passed on to `model.compile` (e.g. `steps_per_execution`).
 
     Returns:
-        The model (compiled in place).
+        The model (compiled in place; for a built model the optimizer's variables exist
+        too, so the first `fit` traces its train step once).
 
     Example:
 
