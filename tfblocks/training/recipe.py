@@ -99,7 +99,7 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
     if model.built and not model.optimizer.built:
         # Adam's moments now, not inside the first trace of the train step: variables
         # created while tracing make `tf.function` trace the whole step a second time
-        # (Keras defers them there when no strategy is set), about 40 % of a small
+        # (Keras defers them there when no strategy is set): about half of a small
         # model's first `fit` step.
         with model.distribute_strategy.scope():
             model.optimizer.build(model.trainable_variables)
