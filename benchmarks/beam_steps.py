@@ -7,7 +7,7 @@ sentences (`--data`) translated by a trained model (`--preset`, e.g. the `model/
 of a `benchmarks/enja.sh` run) three ways:
 
 - `dropping`: `Translator` as exported by default (`drop_finished=True`): a sentence
-  whose search has ended leaves the batch, which shrinks through 32, 24, 16, 12, …;
+  whose search has ended leaves the batch, which shrinks through 32, 16, 8, 4;
 - `whole batch`: `drop_finished=False`: every sentence is computed until the batch's
   last one ends;
 - `alone`: batch 1, each sentence searched by itself, so each stops at its own step —

@@ -433,9 +433,11 @@ def test_cache_lengths_argument():
 # Dropping finished sentences (`drop_finished`): segments, the batch shrinking between.
 
 
-def test_beam_search_drops_finished_sentences_between_segments():
+def test_beam_search_drops_finished_sentences_between_segments(monkeypatch):
     # The fake model with a per-sentence `context` (an offset mixed into its hash): if
     # shrinking the batch mixed up sentences' states or contexts, results would change.
+    # No floor on the batch size here (MIN_ROWS 1), so the batch shrinks down to 1.
+    monkeypatch.setattr(decoding, "MIN_ROWS", 1)
     vocab, batch, length, beam = 9, 9, 12, 2
     step_fn, _ = fake_model(vocab, 6)
     rows_seen = set()
@@ -502,8 +504,44 @@ def test_beam_search_drops_finished_sentences_between_segments():
 
 def test_batch_sizes_of_a_shrinking_search():
     sizes = [int(decoding._shrunk_size(n)) for n in range(1, 50)]
-    assert sorted(set(sizes)) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
-    assert all(n <= size for n, size in zip(range(1, 50), sizes, strict=True))
+    assert sorted(set(sizes)) == [1, 2, 4, 8, 16, 32, 64]  # few sizes: few XLA programs
+    assert all(n <= size < 2 * n for n, size in zip(range(1, 50), sizes, strict=True))
+    assert [int(decoding._shrunk_size(n, floor=8)) for n in (1, 7, 8, 9)] == [8, 8, 8, 16]
+
+
+@pytest.mark.parametrize("beam", [1, 2, 4])
+def test_a_shrinking_batch_stops_at_min_rows(beam, monkeypatch):
+    # Sentence b ends (EOS, id 1) at step b + 1, so without a floor the batch would
+    # shrink to its last sentence; it stops at MIN_ROWS rows (16: 4 sentences of beam 4,
+    # 8 of beam 2, 16 of greedy, i.e. no shrinking of 11 sentences at all).
+    batch, length = 11, 14
+    rows_seen = set()
+
+    def step(ids, index, state, context):  # context: each row's end step
+        rows_seen.add(ids.shape[0])
+        ended = (index + 1 >= context)[:, None]
+        return keras.ops.where(ended, [[0.0, 9.0, 0.0]], [[0.0, 0.0, 9.0]]), state
+
+    def search(drop_finished):
+        rows_seen.clear()
+        args = (step, np.zeros((batch, 1), "int32"), np.full(batch, 2, "int32"), length)
+        kwargs = {"eos_id": 1, "context": np.arange(1, batch + 1, dtype="int32")}
+        if beam == 1:
+            ids, _ = decoding.greedy_search(*args, drop_finished=drop_finished, **kwargs)
+        else:
+            ids, _ = decoding.beam_search(
+                *args, beam_size=beam, drop_finished=drop_finished, **kwargs
+            )
+        return ids.numpy()
+
+    want = search(drop_finished=False)
+    np.testing.assert_array_equal((want == 1).argmax(1), np.arange(batch))  # EOS at step b + 1
+    np.testing.assert_array_equal(search(drop_finished=True), want)
+    floor = {1: 16, 2: 8, 4: 4}[beam]  # sentences
+    assert min(rows_seen) == min(batch, floor) * beam, sorted(rows_seen)
+    monkeypatch.setattr(decoding, "MIN_ROWS", 1)
+    np.testing.assert_array_equal(search(drop_finished=True), want)
+    assert min(rows_seen) == beam, sorted(rows_seen)  # down to the last sentence
 
 
 @pytest.mark.parametrize("jit_compile", [True, False])

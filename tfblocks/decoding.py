@@ -38,6 +38,11 @@ from tfblocks import _checks
 from tfblocks.ids import EOS_ID, PAD_ID
 
 NEG_INF = -1e9  # a finite "minus infinity" for scores (inf - inf would give NaN)
+# A search that drops finished sentences never shrinks below this many step-function
+# rows (4 sentences of beam 4, 16 of greedy): a step over so few rows costs about the
+# same as over fewer (reading the weights dominates), and every smaller size would be
+# one more XLA program to compile.
+MIN_ROWS = 16
 
 
 def length_penalty(length, alpha):
@@ -184,6 +189,8 @@ def _sequential(
 
 class _Search:
     """What the searches' pieces share: the step function, the ids, the length."""
+
+    rows_per_sentence = 1  # rows of the step function per sentence (a beam search: K)
 
     def __init__(self, step_fn, eos_id, pad_id, length):
         self.step_fn = step_fn
@@ -425,7 +432,7 @@ def beam_search(
         drop_finished: let the sentences whose search has ended leave the batch.
             The search then runs in segments, each a loop of static shapes that ends
             when enough sentences are done for the batch to shrink to a smaller size
-            (1, 2, 3, 4, 6, 8, 12, 16, 24, …: few shapes), when the caches
+            (a power of two, never below `MIN_ROWS` rows: few shapes), when the caches
             must grow, or when all are done; in between, the leaving sentences'
             results are written and the rest gathered. Every sentence gets the result
             it gets in one batch; a batch whose outputs differ in length does much
@@ -491,6 +498,7 @@ class _Beam(_Search):
     def __init__(self, step_fn, beam, alpha, eos_id, pad_id, length):
         super().__init__(step_fn, eos_id, pad_id, length)
         self.beam = beam
+        self.rows_per_sentence = beam
         self.alpha = alpha
 
     def size(self, loop):
@@ -604,6 +612,7 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
     which never count as searching and are never written)."""
     length = search.length
     lengths = None if cache_lengths is None else tf.constant(cache_lengths, tf.int32)
+    floor = 1 << (max(1, MIN_ROWS // search.rows_per_sentence) - 1).bit_length()
 
     def searching(loop, real):  # [n]: real sentences whose search goes on
         ended = tf.logical_or(search.done(loop), loop.index >= length)
@@ -611,7 +620,7 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
 
     def shrinkable(loop, real):  # enough sentences ended for a smaller batch
         count = tf.reduce_sum(tf.cast(searching(loop, real), tf.int32))
-        return tf.logical_or(count == 0, _shrunk_size(count) < search.size(loop))
+        return tf.logical_or(count == 0, _shrunk_size(count, floor) < search.size(loop))
 
     def segment(loop, context, real, end):
         def cond(loop):
@@ -635,7 +644,7 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
 
         staying = tf.cast(tf.where(going)[:, 0], tf.int32)
         count = tf.size(staying)
-        size = _shrunk_size(tf.maximum(count, 1))
+        size = _shrunk_size(tf.maximum(count, 1), floor)
         unchanged = (loop, outer.context, outer.origin, tf.logical_and(outer.real, going))
 
         def shrink():
@@ -690,16 +699,20 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
     return final.ids, final.scores
 
 
-def _shrunk_size(count):
-    """The batch size a search of `count` ≥ 1 sentences shrinks to: the smallest of
-    1, 2, 3, 4, 6, 8, 12, 16, 24, … (powers of two and 3/4 of them) that holds them.
+def _shrunk_size(count, floor=1):
+    """The batch size a search of `count` ≥ 1 sentences shrinks to: the smallest power
+    of two that holds them, and at least `floor` (a power of two).
+
+    Each size is its own XLA program (compiled on first use, ~1–2 s each on a CPU), so
+    the sizes are few: halving at most doubles the rows a segment computes, and
+    `floor` spares the programs of batches too small to be cheaper per step.
 
     >>> [int(_shrunk_size(n)) for n in (1, 2, 3, 5, 7, 9, 13, 17, 25, 33)]
-    [1, 2, 3, 6, 8, 12, 16, 24, 32, 48]
+    [1, 2, 4, 8, 8, 16, 16, 32, 32, 64]
+    >>> [int(_shrunk_size(n, floor=4)) for n in (1, 3, 5)]
+    [4, 4, 8]
     """
-    power = _next_power_of_two(count)
-    three_quarters = power // 4 * 3
-    return tf.where(tf.logical_and(power >= 4, count <= three_quarters), three_quarters, power)
+    return tf.maximum(_next_power_of_two(count), floor)
 
 
 def _next_power_of_two(n):

@@ -34,7 +34,8 @@ the batch's longest source, so the limit — and so a long translation — would
 the sentence's batch mates. The loop stops as soon as every sentence ended, and the
 search drops a sentence from the batch once its search has ended: it runs in segments,
 each its own XLA program (with `jit_compile`), and between them the batch shrinks
-(through 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) to hold only the sentences still searching
+to the power of two that holds the sentences still searching, never below 16 rows
+(4 sentences of beam 4, 16 of greedy): few sizes, so few programs to compile
 (`drop_finished=False`: one search over the whole batch; the translations are the same).
 
 TF Serving: export into a numbered version folder (`translator.export("…/export/1")`;
