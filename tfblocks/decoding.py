@@ -39,9 +39,9 @@ from tfblocks.ids import EOS_ID, PAD_ID
 
 NEG_INF = -1e9  # a finite "minus infinity" for scores (inf - inf would give NaN)
 # A search that drops finished sentences never shrinks below this many step-function
-# rows (4 sentences of beam 4, 16 of greedy): a step over so few rows costs about the
-# same as over fewer (reading the weights dominates), and every smaller size would be
-# one more XLA program to compile.
+# rows (4 sentences of beam 4, 16 of greedy): every smaller size would be one more XLA
+# program to compile, and the floor cost no measurable throughput (benchmarks/RESULTS.md,
+# "Fewer XLA programs when finished sentences leave the batch").
 MIN_ROWS = 16
 
 
@@ -498,8 +498,11 @@ class _Beam(_Search):
     def __init__(self, step_fn, beam, alpha, eos_id, pad_id, length):
         super().__init__(step_fn, eos_id, pad_id, length)
         self.beam = beam
-        self.rows_per_sentence = beam
         self.alpha = alpha
+
+    @property
+    def rows_per_sentence(self):
+        return self.beam
 
     def size(self, loop):
         """B, the sentences in `loop`."""
@@ -612,7 +615,7 @@ def _dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
     which never count as searching and are never written)."""
     length = search.length
     lengths = None if cache_lengths is None else tf.constant(cache_lengths, tf.int32)
-    floor = 1 << (max(1, MIN_ROWS // search.rows_per_sentence) - 1).bit_length()
+    floor = _next_power_of_two(max(1, MIN_ROWS // search.rows_per_sentence))  # sentences
 
     def searching(loop, real):  # [n]: real sentences whose search goes on
         ended = tf.logical_or(search.done(loop), loop.index >= length)
@@ -716,7 +719,7 @@ def _shrunk_size(count, floor=1):
 
 
 def _next_power_of_two(n):
-    """The smallest power of two ≥ the int32 scalar `n` ≥ 1."""
+    """The smallest power of two ≥ the int32 scalar `n` ≥ 1 (a tensor)."""
     n = n - 1
     for shift in (1, 2, 4, 8, 16):
         n = tf.bitwise.bitwise_or(n, tf.bitwise.right_shift(n, shift))
