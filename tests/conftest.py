@@ -1,6 +1,7 @@
 """Test-wide settings: the TensorFlow backend, quiet logs, and a fresh Keras state."""
 
 import os
+import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -20,3 +21,71 @@ def _reset_keras_state():
     keras.utils.set_random_seed(1234)
     yield
     keras.config.set_dtype_policy("float32")
+
+
+# `pytest --cpu-times N`: the N test files and tests that used the most CPU time -----------
+# On a 2-core machine every core is busy for the whole run, so the suite's wall time is
+# about its CPU time / 2: CPU seconds, not the wall durations of `--durations` (which count
+# waiting for the other process), say what to make cheaper. A test's CPU time is its
+# process's (all threads) plus that of the child processes it waited for (scripts run
+# through `subprocess`); module fixtures count for the first test that uses them.
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-times",
+        type=int,
+        default=0,
+        metavar="N",
+        help="report the N test files and tests that used the most CPU time",
+    )
+
+
+def _cpu_seconds():
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not item.config.getoption("cpu_times"):
+        yield
+        return
+    item.cpu_start = _cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if item.config.getoption("cpu_times") and call.when == "teardown":
+        start = getattr(item, "cpu_start", None)
+        if start is not None:
+            outcome.get_result().user_properties.append(("cpu_s", _cpu_seconds() - start))
+
+
+_CPU = {}
+
+
+def pytest_runtest_logreport(report):
+    seconds = dict(report.user_properties).get("cpu_s")
+    if report.when == "teardown" and seconds is not None:
+        _CPU[report.nodeid] = seconds
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.getoption("cpu_times")
+    if not count or not _CPU:
+        return
+    files = {}
+    for nodeid, seconds in _CPU.items():
+        name = nodeid.split("::")[0]
+        files[name] = files.get(name, 0.0) + seconds
+    write = terminalreporter.write_line
+    terminalreporter.section(f"CPU time: {sum(_CPU.values()):.0f} s in all")
+    for title, table in (("files", files), ("tests", _CPU)):
+        write(f"the {count} {title} that used the most CPU time (process + child processes):")
+        for name, seconds in sorted(table.items(), key=lambda kv: -kv[1])[:count]:
+            write(f"{seconds:8.1f} s  {name}")

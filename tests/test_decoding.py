@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tfblocks
 from tfblocks import decoding
@@ -545,18 +546,36 @@ def test_a_shrinking_batch_stops_at_min_rows(beam, monkeypatch):
 
 
 @pytest.mark.parametrize("jit_compile", [True, False])
-def test_dropping_finished_sentences_gives_the_same_translations(reverser, jit_compile):
+def test_dropping_finished_sentences_gives_the_same_translations(
+    reverser, jit_compile, monkeypatch
+):
     # Sources of 1–6 ids: outputs end at different steps, so the batch shrinks (beam
-    # search and greedy).
+    # search and greedy) — with no floor on the batch size: 7 sentences are fewer than
+    # MIN_ROWS = 16 rows, which would keep the whole batch to the end.
+    monkeypatch.setattr(decoding, "MIN_ROWS", 1)
     source = _sources(np.random.default_rng(9), 7)
     dropping = Decoder(reverser, max_length=10, jit_compile=jit_compile)
     assert dropping.drop_finished  # the default
-    whole = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_finished=False)
+    fewest_rows = tf.Variable(10**6)  # the smallest batch a step ran on (XLA included)
+    step = dropping.step
+
+    def recording_step(ids, *args, **kwargs):
+        fewest_rows.assign(tf.minimum(fewest_rows, tf.shape(ids)[0]))
+        return step(ids, *args, **kwargs)
+
+    monkeypatch.setattr(dropping, "step", recording_step)
+    # The reference: one loop over the whole batch, without XLA (for jit_compile=True
+    # this also checks that the compiled segments compute what the graph does).
+    whole = Decoder(reverser, max_length=10, jit_compile=False, drop_finished=False)
     for search, kwargs in (("beam_search", {"beam_size": 3}), ("greedy", {})):
         one = getattr(dropping, search)(source[:1], **kwargs)[0]  # the one-loop branch
         none = getattr(dropping, search)(source[:0], **kwargs)[0]
         assert none.shape == (0, 10)
+        fewest_rows.assign(10**6)
         ids, scores = getattr(dropping, search)(source, **kwargs)
+        # 7 sentences shrank as they ended, to 2 or fewer (the last ones end together).
+        fewest, rows = int(fewest_rows.numpy()), kwargs.get("beam_size", 1)
+        assert fewest <= 2 * rows, (search, fewest, rows)
         np.testing.assert_array_equal(one.numpy()[0], ids.numpy()[0], err_msg=search)
         want_ids, want_scores = getattr(whole, search)(source, **kwargs)
         lengths = (want_ids.numpy() > 0).sum(-1)
