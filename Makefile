@@ -36,7 +36,8 @@ lint: $(STAMP)
 TEST_WORKERS ?= 2
 
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --cpu-times 20
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--cpu-times 20
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
