@@ -30,14 +30,12 @@ lint: $(STAMP)
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), one test file per process at a
 # time (module fixtures are built once): most of a test's time is single-threaded tracing and
-# XLA compilation, so 2 processes use both cores of the 2-core CI machine. Both cores are
-# busy the whole run, so its wall time is about the CPU time / 2: `--cpu-times 20` (see
-# tests/conftest.py) ends the report with the files and tests that used the most.
+# XLA compilation, so 2 processes use both cores of the 2-core CI machine. `--cpu-times 20`
+# ends the report with the files and tests that used the most CPU time (tests/conftest.py).
 TEST_WORKERS ?= 2
 
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		--cpu-times 20
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --cpu-times 20
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -1,5 +1,7 @@
-"""Test-wide settings: the TensorFlow backend, quiet logs, and a fresh Keras state."""
+"""Test-wide settings: the TensorFlow backend, quiet logs, a fresh Keras state, and the
+`--cpu-times N` report."""
 
+import argparse
 import os
 import time
 
@@ -8,41 +10,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import pytest
-
-# The test files that used the most CPU time (`make test`'s `--cpu-times` report of a
-# clean-clone CI run, 2026-12-01), most first. `make test` hands files to its two
-# processes in collection order (`--no-loadscope-reorder`; pytest-xdist would otherwise
-# put files with many tests first, i.e. these, most of them one to four long tests, last):
-# starting with the longest leaves short files to fill the end, so both processes finish
-# about together (that run took 1175 s for 2096 CPU-seconds: 127 s more than 2096 / 2, one
-# core idle). Files not listed keep their order after these; a stale list costs only time.
-LONGEST_FIRST = (
-    "tests/benchmarks/test_benchmarks.py",
-    "tests/test_decoding.py",
-    "tests/examples/test_translate.py",
-    "tests/test_run_folder.py",
-    "tests/test_readme.py",
-    "tests/test_export.py",
-    "tests/training/test_multi_worker.py",
-    "tests/test_generator.py",
-    "tests/examples/test_language_model.py",
-    "tests/training/test_distribute.py",
-    "tests/examples/test_attention_maps.py",
-    "tests/training/test_mixed_precision.py",
-    "tests/training/test_learning.py",
-    "tests/examples/test_pre_vs_post_ln.py",
-    "tests/test_quiet.py",
-    "tests/training/test_xla_step.py",
-    "tests/test_ctranslate2.py",
-    "tests/training/test_resume.py",
-    "tests/layers/test_cache.py",
-    "tests/examples/test_quickstart.py",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
 
 
 @pytest.fixture(autouse=True)
@@ -59,17 +26,28 @@ def _reset_keras_state():
 
 
 # `pytest --cpu-times N`: the N test files and tests that used the most CPU time -----------
-# On a 2-core machine every core is busy for the whole run, so the suite's wall time is
-# about its CPU time / 2: CPU seconds, not the wall durations of `--durations` (which count
-# waiting for the other process), say what to make cheaper. A test's CPU time is its
-# process's (all threads) plus that of the child processes it waited for (scripts run
-# through `subprocess`); module fixtures count for the first test that uses them.
+# On the 2-core CI machine both processes keep both cores busy almost all the run, so the
+# suite's wall time follows its CPU time / 2; CPU seconds say what to make cheaper, while
+# the wall times of `--durations` also grow with what the other process runs at the same
+# time. A test's CPU time is its process's (all threads) plus that of the child processes
+# it waited for (scripts run through `subprocess`); a module fixture's set-up counts for
+# the file's first test that uses it, its teardown for the file's last test.
+
+_CPU_START = pytest.StashKey[float]()
+_CPU = {}  # nodeid -> CPU seconds, in the process that prints the report
+
+
+def _count(value):
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"--cpu-times must be >= 0, got {value!r}")
+    return number
 
 
 def pytest_addoption(parser):
     parser.addoption(
         "--cpu-times",
-        type=int,
+        type=_count,
         default=0,
         metavar="N",
         help="report the N test files and tests that used the most CPU time",
@@ -83,25 +61,19 @@ def _cpu_seconds():
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    if not item.config.getoption("cpu_times"):
-        yield
-        return
-    item.cpu_start = _cpu_seconds()
-    yield
+    if item.config.getoption("cpu_times"):
+        item.stash[_CPU_START] = _cpu_seconds()
+    return (yield)
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    outcome = yield
-    if item.config.getoption("cpu_times") and call.when == "teardown":
-        start = getattr(item, "cpu_start", None)
-        if start is not None:
-            outcome.get_result().user_properties.append(("cpu_s", _cpu_seconds() - start))
-
-
-_CPU = {}
+    report = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        report.user_properties.append(("cpu_s", _cpu_seconds() - item.stash[_CPU_START]))
+    return report
 
 
 def pytest_runtest_logreport(report):
@@ -121,6 +93,7 @@ def pytest_terminal_summary(terminalreporter, config):
     write = terminalreporter.write_line
     terminalreporter.section(f"CPU time: {sum(_CPU.values()):.0f} s in all")
     for title, table in (("files", files), ("tests", _CPU)):
-        write(f"the {count} {title} that used the most CPU time (process + child processes):")
-        for name, seconds in sorted(table.items(), key=lambda kv: -kv[1])[:count]:
+        shown = min(count, len(table))
+        write(f"the {shown} {title} that used the most CPU time (process + child processes):")
+        for name, seconds in sorted(table.items(), key=lambda kv: -kv[1])[:shown]:
             write(f"{seconds:8.1f} s  {name}")

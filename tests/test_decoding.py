@@ -549,9 +549,10 @@ def test_a_shrinking_batch_stops_at_min_rows(beam, monkeypatch):
 def test_dropping_finished_sentences_gives_the_same_translations(
     reverser, jit_compile, monkeypatch
 ):
-    # Sources of 1–6 ids: outputs end at different steps, so the batch shrinks (beam
-    # search and greedy) — with no floor on the batch size: 7 sentences are fewer than
-    # MIN_ROWS = 16 rows, which would keep the whole batch to the end.
+    # Sources of 2–6 ids: outputs end at different steps, so the batch shrinks (beam
+    # search and greedy) — with no floor on the batch size: MIN_ROWS = 16 rows is 8
+    # sentences of beam 3 and 16 of greedy, more than these 7, and would keep the whole
+    # batch to the end.
     monkeypatch.setattr(decoding, "MIN_ROWS", 1)
     source = _sources(np.random.default_rng(9), 7)
     dropping = Decoder(reverser, max_length=10, jit_compile=jit_compile)
@@ -564,9 +565,7 @@ def test_dropping_finished_sentences_gives_the_same_translations(
         return step(ids, *args, **kwargs)
 
     monkeypatch.setattr(dropping, "step", recording_step)
-    # The reference: one loop over the whole batch, without XLA (for jit_compile=True
-    # this also checks that the compiled segments compute what the graph does).
-    whole = Decoder(reverser, max_length=10, jit_compile=False, drop_finished=False)
+    whole = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_finished=False)
     for search, kwargs in (("beam_search", {"beam_size": 3}), ("greedy", {})):
         one = getattr(dropping, search)(source[:1], **kwargs)[0]  # the one-loop branch
         none = getattr(dropping, search)(source[:0], **kwargs)[0]
