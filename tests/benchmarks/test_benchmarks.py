@@ -38,6 +38,7 @@ SCRIPTS = {
     "dropout": ("benchmarks/dropout.py", "--quick"),
     "attention_fused": ("benchmarks/attention_fused.py", "--quick"),
     "beam_steps": ("benchmarks/beam_steps.py", "--quick"),
+    "compile_threshold": ("benchmarks/compile_threshold.py", "--quick"),
     "matmul_rate": ("benchmarks/matmul_rate.py", "--quick"),
 }  # fmt: skip
 
@@ -169,6 +170,20 @@ def test_beam_steps_quick_counts_every_mode(outputs):
     # Nothing beats searching each sentence alone; dropping never computes more than
     # the whole batch does.
     assert counts["alone"] <= counts["dropping"] <= counts["whole batch"], out
+
+
+def test_compile_threshold_quick_prints_both_tables(outputs):
+    out = _out(outputs, "compile_threshold")
+    assert re.search(r"^dropout .*COMPILE_MIN_ELEMENTS = [\d,]+$", out, re.M), out
+    assert re.search(r"^loss \+ gradient, COMPILE_MIN_LOGITS = [\d,]+$", out, re.M), out
+    number = r"\s+\d+\.\d{3}"
+    rows = re.findall(
+        rf"^(\S+(?: logits)?)\s+[\d,]+{number}{number}\s+\d+\s+(?:\d+|never)\s+(compiled|TF ops)$",
+        out,
+        re.M,
+    )
+    assert len(rows) == 4, out  # --quick: two sizes of each, all below the thresholds
+    assert {side for _, side in rows} == {"TF ops"}, out
 
 
 def test_matmul_rate_quick_prints_both_paths(outputs):

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tests.layers.harness import run_layer_test
 from tfblocks import TransformerBlock
-from tfblocks.layers import HashDropout
+from tfblocks.layers import HashDropout, dropout
 from tfblocks.layers.dropout import flat_size, hash_bits, in_xla_context, position_bits
 
 
@@ -190,10 +190,13 @@ def test_in_xla_context_only_inside_compiled_functions():
     assert seen == {"eager": False, "graph": False, "xla": True, "nested": True}
 
 
+@pytest.mark.parametrize("path", ["compiled call", "op by op"])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
-def test_without_xla_the_mask_is_the_hash_too(compiled):
-    """Outside XLA the layer calls its compiled dropout: the same mask as under XLA for
-    the same seed, and its gradient is that mask scaled (dropout applied to the gradient)."""
+def test_without_xla_the_mask_is_the_hash_too(compiled, path, monkeypatch):
+    """Outside XLA the layer calls its compiled dropout (large tensors) or the same hash
+    op by op (small ones): the same mask as under XLA for the same seed, and its gradient
+    is that mask scaled (dropout applied to the gradient)."""
+    monkeypatch.setattr(dropout, "COMPILE_MIN_ELEMENTS", 0 if path == "compiled call" else 10**12)
     x = tf.constant(np.random.default_rng(4).normal(size=(16, 40)).astype("float32"))
     plain, xla = HashDropout(0.3, seed=9), HashDropout(0.3, seed=9)
     run = (lambda f: tf.function(f)) if compiled else (lambda f: f)
@@ -212,6 +215,31 @@ def test_without_xla_the_mask_is_the_hash_too(compiled):
         keep = _np(hash_bits(x.shape, tf.constant([9, call], tf.int64))) >= round(0.3 * 2**24)
         np.testing.assert_array_equal(y != 0, keep & (_np(x) != 0))
         np.testing.assert_allclose(grad, np.where(keep, 2 * _np(x) / 0.7, 0.0), rtol=1e-6)
+
+
+def test_compiled_if_large_chooses_by_size_static_or_at_run_time():
+    pick = lambda shape: dropout.compiled_if_large(  # noqa: E731
+        shape, 100, lambda: tf.constant("compiled"), lambda: tf.constant("plain")
+    )
+    assert _np(pick((10, 10))) == b"compiled" and _np(pick((9, 11))) == b"plain"
+    relaxed = tf.function(lambda x: pick(tf.shape(x)), input_signature=[tf.TensorSpec(None)])
+    assert _np(relaxed(tf.zeros((4, 25)))) == b"compiled"
+    assert _np(relaxed(tf.zeros((4, 24)))) == b"plain"
+
+
+def test_relaxed_shapes_small_and_large_give_the_hash_mask(monkeypatch):
+    """A step traced once for any batch (Keras' relaxed shapes) picks the path per call at
+    run time, and both paths give the hash mask."""
+    monkeypatch.setattr(dropout, "COMPILE_MIN_ELEMENTS", 700)
+    layer = HashDropout(0.3, seed=5)
+    step = tf.function(
+        lambda v: layer(v, training=True), input_signature=[tf.TensorSpec([None, 40])]
+    )
+    for rows, call in ((16, 0), (32, 1)):  # 640 elements op by op, 1,280 compiled
+        x = np.random.default_rng(rows).normal(size=(rows, 40)).astype("float32") + 5.0
+        keep = _np(hash_bits((rows, 40), tf.constant([5, call], tf.int64))) >= round(0.3 * 2**24)
+        np.testing.assert_allclose(_np(step(x)), np.where(keep, x / 0.7, 0.0), rtol=1e-6)
+    assert step.experimental_get_tracing_count() == 1
 
 
 def test_under_xla_the_mask_is_the_hash():

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfblocks.training import losses
 from tfblocks.training.losses import SmoothedCrossEntropy
 
 
@@ -38,10 +39,17 @@ def test_matches_numpy_reference(eps):
     np.testing.assert_allclose(got, reference(y, logits, eps), rtol=1e-5)
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
-def test_gradient_is_softmax_minus_soft_target_at_real_tokens(jit_compile):
+@pytest.mark.parametrize(
+    ("jit_compile", "min_logits"),
+    [(False, 0), (False, None), (True, None)],
+    ids=["compiled call", "TF kernels", "XLA step"],
+)
+def test_gradient_is_softmax_minus_soft_target_at_real_tokens(jit_compile, min_logits, monkeypatch):
     """d loss / d logits = (p − q) · weight / #real: the fused kernel's gradient, with and
-    without XLA, in float32 and from bfloat16 logits (mixed precision)."""
+    without XLA (outside XLA: the compiled call for large logits, TF's kernels for small
+    ones), in float32 and from bfloat16 logits (mixed precision)."""
+    if min_logits is not None:
+        monkeypatch.setattr(losses, "COMPILE_MIN_LOGITS", min_logits)
     y, logits = sample(np.random.default_rng(6))
     eps, v = 0.1, logits.shape[-1]
     q = np.full(logits.shape, eps / (v - 1))

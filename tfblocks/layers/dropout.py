@@ -15,6 +15,9 @@ translation job's default training step) the layer calls a small XLA-compiled fu
 that draws the same hash mask and applies it (one fused loop, compiled once per input
 shape and dtype); its gradient is that function applied to the incoming gradient with the
 same seed (dropout is linear in its input), so no mask is stored for the backward pass.
+Tensors of fewer than `COMPILE_MIN_ELEMENTS` elements (2¹⁷) take the same hash op by op
+instead: for them a compilation costs more than 50–100 calls save, and a short run (a
+first epoch, a fine-tuning run, a test) meets most of its batch shapes only once.
 That costs a ninth of TensorFlow's fused dropout kernel on a [4160, 1024] float32 tensor
 on this project's 2-core CPU (1.62 vs 14.61 ms, `benchmarks/dropout.py --shape 4160
 1024`), whose random-number kernel took ≈ 13 % of a transformer_small training step
@@ -175,13 +178,45 @@ _compiled_hash_dropout = tf.function(
     apply_hash_dropout, jit_compile=True, reduce_retracing=True, autograph=False
 )
 
+# Outside XLA, tensors smaller than this take the hash op by op instead of the compiled
+# call: there the compilation (0.1–0.2 s, once per shape) is worth more than 50–100 calls
+# save (measured on this project's 2-core CPU: 98,304 elements 2.40 vs 0.66 ms a call,
+# 393,216 elements 2.94 vs 0.90 ms, 2,097,152 elements 11.8 vs 1.9 ms; see
+# benchmarks/RESULTS.md, "Small tensors without compilation"). The mask is the same.
+COMPILE_MIN_ELEMENTS = 1 << 17
+
+
+def compiled_if_large(shape, min_elements, compiled, plain):
+    """`compiled()` if `shape` holds at least `min_elements` elements, else `plain()`.
+
+    For a static shape the choice is made here; otherwise (a step traced with relaxed
+    shapes) it is a `tf.cond` on the run-time size, so the compiled function is only
+    compiled for the shapes that run through it. Both must return the same structure.
+
+    Example:
+    >>> compiled_if_large((4, 8), 16, lambda: "compiled", lambda: "plain")
+    'compiled'
+    """
+    size = flat_size(shape)
+    if isinstance(size, int):
+        return compiled() if size >= min_elements else plain()
+    return tf.cond(size >= min_elements, compiled, plain)
+
 
 def _dropout_outside_xla(inputs, seed, rate):
-    """`apply_hash_dropout` as one compiled call; its gradient is the same call on the
-    incoming gradient (the same mask and scale), so no mask is kept for backprop."""
+    """`apply_hash_dropout` as one compiled call (large tensors) or op by op (small
+    ones); its gradient is the same on the incoming gradient (the same mask and scale),
+    so no mask is kept for backprop."""
 
     def call(x):
-        return tf.ensure_shape(_compiled_hash_dropout(x, seed, rate), x.shape)
+        shape = tf.shape(x) if x.shape.rank is None else ops.shape(x)
+        y = compiled_if_large(
+            shape,
+            COMPILE_MIN_ELEMENTS,
+            lambda: _compiled_hash_dropout(x, seed, rate),
+            lambda: apply_hash_dropout(x, seed, rate),
+        )
+        return tf.ensure_shape(y, x.shape)
 
     @tf.custom_gradient
     def dropout(x):
@@ -196,8 +231,9 @@ class HashDropout(keras.layers.Layer):
 
     A drop-in for `keras.layers.Dropout(rate, seed=seed)` without `noise_shape`; see the
     module docstring for why. The mask comes from `hash_bits`, with or without XLA (outside
-    an XLA-compiled function the layer calls a small compiled one). Every tfblocks layer
-    uses it for its dropout.
+    an XLA-compiled function the layer calls a small compiled one, or the same ops one by
+    one for tensors below `COMPILE_MIN_ELEMENTS` elements). Every tfblocks layer uses it
+    for its dropout.
 
     Args:
         rate: fraction of the elements to zero, in [0, 1).

@@ -14,7 +14,7 @@ import tensorflow as tf
 from keras import ops
 
 from tfblocks.ids import PAD_ID
-from tfblocks.layers.dropout import in_xla_context
+from tfblocks.layers.dropout import compiled_if_large, in_xla_context
 
 
 def _check_smoothing(label_smoothing):
@@ -50,7 +50,13 @@ def smoothed_token_losses(y_true, logits, label_smoothing):
     ids = tf.cast(y_true, tf.int32)
     if in_xla_context():
         return _cross_entropy(ids, logits, confidence, low) - normalizing
-    return _compiled_cross_entropy(ids, logits, confidence, low) - normalizing
+    entropy = compiled_if_large(
+        ops.shape(logits),
+        COMPILE_MIN_LOGITS,
+        lambda: _compiled_cross_entropy(ids, logits, confidence, low),
+        lambda: _cross_entropy(ids, logits, confidence, low),
+    )
+    return entropy - normalizing
 
 
 def _cross_entropy(ids, logits, confidence, low):
@@ -69,7 +75,12 @@ def _cross_entropy(ids, logits, confidence, low):
 
 # Outside an XLA-compiled step the [B, T, V] work runs as one small compiled function
 # (XLA fuses the one-hot, the softmax and the gradient's product; about half the time of
-# the same ops as separate kernels), compiled once per logits shape.
+# the same ops as separate kernels on an AVX-512 CPU), compiled once per logits shape —
+# for logits of at least COMPILE_MIN_LOGITS elements. Below that the compilation (≈ 0.3 s
+# for the loss and its gradient) costs more than a hundred calls save (on the 2-core AVX2
+# CPU: [1024, 1000] 3.9 vs 3.0 ms a call, [4096, 1000] 13.8 vs 10.4 ms; benchmarks/
+# RESULTS.md, "Small tensors without compilation"), and the same ops run as TF kernels.
+COMPILE_MIN_LOGITS = 1 << 22
 _compiled_cross_entropy = tf.function(
     _cross_entropy, jit_compile=True, reduce_retracing=True, autograph=False
 )
