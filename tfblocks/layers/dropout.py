@@ -16,7 +16,7 @@ that draws the same hash mask and applies it (one fused loop, compiled once per 
 shape and dtype); its gradient is that function applied to the incoming gradient with the
 same seed (dropout is linear in its input), so no mask is stored for the backward pass.
 Tensors of fewer than `COMPILE_MIN_ELEMENTS` elements (2¹⁷) take the same hash op by op
-instead: for them a compilation costs more than 50–100 calls save, and a short run (a
+instead: for them a compilation costs more than a hundred calls save, and a short run (a
 first epoch, a fine-tuning run, a test) meets most of its batch shapes only once.
 That costs a ninth of TensorFlow's fused dropout kernel on a [4160, 1024] float32 tensor
 on this project's 2-core CPU (1.62 vs 14.61 ms, `benchmarks/dropout.py --shape 4160
@@ -179,10 +179,11 @@ _compiled_hash_dropout = tf.function(
 )
 
 # Outside XLA, tensors smaller than this take the hash op by op instead of the compiled
-# call: there the compilation (0.1–0.2 s, once per shape) is worth more than 50–100 calls
-# save (measured on this project's 2-core CPU: 98,304 elements 2.40 vs 0.66 ms a call,
-# 393,216 elements 2.94 vs 0.90 ms, 2,097,152 elements 11.8 vs 1.9 ms; see
-# benchmarks/RESULTS.md, "Small tensors without compilation"). The mask is the same.
+# call: below it a compilation (0.1–0.2 s, once per shape) pays back only after more than
+# a hundred calls of that shape (`benchmarks/compile_threshold.py` on the 2-core AVX2 CPU:
+# 98,304 elements 2.297 vs 0.816 ms a call, 205 ms to compile, 138 calls; 393,216
+# elements 4.416 vs 1.236 ms, 41 calls; RESULTS.md, "Small tensors without compilation").
+# The mask is the same.
 COMPILE_MIN_ELEMENTS = 1 << 17
 
 

@@ -76,10 +76,11 @@ def _cross_entropy(ids, logits, confidence, low):
 # Outside an XLA-compiled step the [B, T, V] work runs as one small compiled function
 # (XLA fuses the one-hot, the softmax and the gradient's product; about half the time of
 # the same ops as separate kernels on an AVX-512 CPU), compiled once per logits shape —
-# for logits of at least COMPILE_MIN_LOGITS elements. Below that the compilation (≈ 0.3 s
-# for the loss and its gradient) costs more than a hundred calls save (on the 2-core AVX2
-# CPU: [1024, 1000] 3.9 vs 3.0 ms a call, [4096, 1000] 13.8 vs 10.4 ms; benchmarks/
-# RESULTS.md, "Small tensors without compilation"), and the same ops run as TF kernels.
+# for logits of at least COMPILE_MIN_LOGITS elements. Below that the compilation (0.3–0.4 s
+# for the loss and its gradient) pays back only after more than a hundred calls of a shape
+# (`benchmarks/compile_threshold.py` on the 2-core AVX2 CPU: [1024, 1000] logits 5.996 vs
+# 4.956 ms a call, 309 calls; [4096, 1000] 21.751 vs 18.504 ms, 120 calls; RESULTS.md,
+# "Small tensors without compilation"), and the same ops run as TensorFlow kernels.
 COMPILE_MIN_LOGITS = 1 << 22
 _compiled_cross_entropy = tf.function(
     _cross_entropy, jit_compile=True, reduce_retracing=True, autograph=False
