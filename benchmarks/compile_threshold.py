@@ -2,10 +2,11 @@
 
 Outside an XLA-compiled step (the translation job's default step), `HashDropout` and
 the label-smoothed loss can run their work as one small XLA-compiled function, compiled
-once per shape, or as ordinary TensorFlow ops. Both give the same values. This script
-measures, per size: the time of one call either way (forward and gradient for the loss;
-the median of `--rounds` rounds of `--calls` calls, alternated), the first compiled call
-(compilation included) and the break-even count = compilation / time saved per call,
+once per shape, or as ordinary TensorFlow ops. Both give the same values (the loss up
+to rounding). This script measures, per size: the time of one call either way (forward
+and gradient for the loss; the median of `--rounds` rounds of `--calls` calls,
+alternated), their ratio TF ops / compiled, the first compiled call (compilation
+included) and the break-even count = compilation / time saved per call,
 i.e. how often a shape must recur before compiling it pays. The layers compile only at
 and above `COMPILE_MIN_ELEMENTS` (dropout) and `COMPILE_MIN_LOGITS` (loss).
 
@@ -85,15 +86,18 @@ def row(label, size, threshold, plain, compiled, first):
     saved = plain - compiled
     even = f"{first / saved:9.0f}" if saved > 0 else f"{'never':>9}"
     side = "compiled" if size >= threshold else "TF ops"
-    print(f"{label:<22} {size:>11,} {plain:>9.3f} {compiled:>9.3f} {first:>9.0f} {even}  {side}")
+    print(
+        f"{label:<22} {size:>11,} {plain:>9.3f} {compiled:>9.3f} {plain / compiled:>8.2f}× "
+        f"{first:>9.0f} {even}  {side}"
+    )
 
 
 def main(argv=None):
     args = parse_args(argv)
     rng = np.random.default_rng(0)
     header = (
-        f"{'':<22} {'elements':>11} {'TF ops':>9} {'compiled':>9} {'compile':>9} "
-        f"{'break-even':>9}  the layers use"
+        f"{'':<22} {'elements':>11} {'TF ops':>9} {'compiled':>9} {'TF/comp':>9} "
+        f"{'compile':>9} {'break-even':>9}  the layers use"
     )
     print(f"TensorFlow {tf.__version__}; ms per call (median of {args.rounds} × {args.calls})")
     print(f"dropout (rate 0.1, float32), COMPILE_MIN_ELEMENTS = {dropout.COMPILE_MIN_ELEMENTS:,}")

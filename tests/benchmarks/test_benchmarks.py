@@ -177,7 +177,8 @@ def test_compile_threshold_quick_prints_both_tables(outputs):
     assert re.search(r"^dropout .*COMPILE_MIN_ELEMENTS = [\d,]+$", out, re.M), out
     assert re.search(r"^loss \+ gradient, COMPILE_MIN_LOGITS = [\d,]+$", out, re.M), out
     label, number = r"(\d+x\d+x\d+|\[\d+, \d+\] logits)", r"\s+\d+\.\d{3}"
-    pattern = rf"^{label}\s+[\d,]+{number}{number}\s+\d+\s+(?:\d+|never)\s+(compiled|TF ops)$"
+    ratio, rest = r"\s+\d+\.\d\d×", r"\s+\d+\s+(?:\d+|never)\s+(compiled|TF ops)$"
+    pattern = rf"^{label}\s+[\d,]+{number}{number}{ratio}{rest}"
     rows = re.findall(pattern, out, re.M)
     assert len(rows) == 4, out  # --quick: two sizes of each, all below the thresholds
     assert {side for _, side in rows} == {"TF ops"}, out

@@ -10,10 +10,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.counting import Calls
 from tests.layers.harness import run_layer_test
 from tfblocks import TransformerBlock
 from tfblocks.layers import HashDropout, dropout
 from tfblocks.layers.dropout import flat_size, hash_bits, in_xla_context, position_bits
+
+PATHS = {"compiled call": 0, "op by op": 10**12}  # COMPILE_MIN_ELEMENTS for each path
+
+
+@pytest.fixture
+def compiled_calls(monkeypatch):
+    """Counts the calls of the compiled dropout function that ran (`.count`)."""
+    return Calls(monkeypatch, dropout, "_compiled_hash_dropout")
 
 
 def _np(x):
@@ -109,19 +118,25 @@ def test_same_bits_with_and_without_xla():
     np.testing.assert_array_equal(eager, xla)
 
 
-def test_dynamic_batch_in_a_graph():
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("spec", [(None, 16), None], ids=["unknown batch", "unknown rank"])
+def test_dynamic_batch_in_a_graph(spec, path, monkeypatch, compiled_calls):
+    monkeypatch.setattr(dropout, "COMPILE_MIN_ELEMENTS", PATHS[path])
     layer = HashDropout(0.5, seed=2)
 
-    @tf.function(input_signature=[tf.TensorSpec((None, 16), tf.float32)])
+    @tf.function(input_signature=[tf.TensorSpec(spec, tf.float32)])
     def run(x):
         return layer(x, training=True)
 
     y = _np(run(tf.ones((9, 16))))
     assert y.shape == (9, 16)
     assert set(np.unique(y)) == {0.0, 2.0}
+    assert compiled_calls.count == (path == "compiled call")
 
 
-def test_gradient_is_the_scaled_mask():
+@pytest.mark.parametrize("path", PATHS)
+def test_gradient_is_the_scaled_mask(path, monkeypatch, compiled_calls):
+    monkeypatch.setattr(dropout, "COMPILE_MIN_ELEMENTS", PATHS[path])
     layer = HashDropout(0.3, seed=5)
     x = tf.Variable(np.random.default_rng(2).normal(size=(8, 32)).astype("float32"))
     with tf.GradientTape() as tape:
@@ -130,16 +145,20 @@ def test_gradient_is_the_scaled_mask():
     grad = _np(tape.gradient(loss, x))
     kept = _np(y) != 0
     np.testing.assert_allclose(grad, np.where(kept, 1 / 0.7, 0.0), rtol=1e-6)
+    assert compiled_calls.count == (2 if path == "compiled call" else 0)  # and backward
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_low_precision_inputs(dtype):
+def test_low_precision_inputs(dtype, path, monkeypatch, compiled_calls):
+    monkeypatch.setattr(dropout, "COMPILE_MIN_ELEMENTS", PATHS[path])
     layer = HashDropout(0.5, seed=1, dtype=f"mixed_{dtype}")
     x = keras.ops.cast(np.full((64, 64), 1.5, "float32"), dtype)
     y = layer(x, training=True)
     assert keras.backend.standardize_dtype(y.dtype) == dtype
     values = set(np.unique(_np(keras.ops.cast(y, "float32"))))
     assert values == {0.0, 3.0}
+    assert compiled_calls.count == (path == "compiled call")
 
 
 @pytest.mark.parametrize(
@@ -190,13 +209,13 @@ def test_in_xla_context_only_inside_compiled_functions():
     assert seen == {"eager": False, "graph": False, "xla": True, "nested": True}
 
 
-@pytest.mark.parametrize("path", ["compiled call", "op by op"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
-def test_without_xla_the_mask_is_the_hash_too(compiled, path, monkeypatch):
+def test_without_xla_the_mask_is_the_hash_too(compiled, path, monkeypatch, compiled_calls):
     """Outside XLA the layer calls its compiled dropout (large tensors) or the same hash
     op by op (small ones): the same mask as under XLA for the same seed, and its gradient
     is that mask scaled (dropout applied to the gradient)."""
-    monkeypatch.setattr(dropout, "COMPILE_MIN_ELEMENTS", 0 if path == "compiled call" else 10**12)
+    monkeypatch.setattr(dropout, "COMPILE_MIN_ELEMENTS", PATHS[path])
     x = tf.constant(np.random.default_rng(4).normal(size=(16, 40)).astype("float32"))
     plain, xla = HashDropout(0.3, seed=9), HashDropout(0.3, seed=9)
     run = (lambda f: tf.function(f)) if compiled else (lambda f: f)
@@ -215,6 +234,8 @@ def test_without_xla_the_mask_is_the_hash_too(compiled, path, monkeypatch):
         keep = _np(hash_bits(x.shape, tf.constant([9, call], tf.int64))) >= round(0.3 * 2**24)
         np.testing.assert_array_equal(y != 0, keep & (_np(x) != 0))
         np.testing.assert_allclose(grad, np.where(keep, 2 * _np(x) / 0.7, 0.0), rtol=1e-6)
+    # Two calls, each forward and backward, through the compiled function or never.
+    assert compiled_calls.count == (4 if path == "compiled call" else 0)
 
 
 def test_compiled_if_large_chooses_by_size_static_or_at_run_time():
@@ -227,7 +248,7 @@ def test_compiled_if_large_chooses_by_size_static_or_at_run_time():
     assert _np(relaxed(tf.zeros((4, 24)))) == b"plain"
 
 
-def test_relaxed_shapes_small_and_large_give_the_hash_mask(monkeypatch):
+def test_relaxed_shapes_small_and_large_give_the_hash_mask(monkeypatch, compiled_calls):
     """A step traced once for any batch (Keras' relaxed shapes) picks the path per call at
     run time, and both paths give the hash mask."""
     monkeypatch.setattr(dropout, "COMPILE_MIN_ELEMENTS", 700)
@@ -239,6 +260,7 @@ def test_relaxed_shapes_small_and_large_give_the_hash_mask(monkeypatch):
         x = np.random.default_rng(rows).normal(size=(rows, 40)).astype("float32") + 5.0
         keep = _np(hash_bits((rows, 40), tf.constant([5, call], tf.int64))) >= round(0.3 * 2**24)
         np.testing.assert_allclose(_np(step(x)), np.where(keep, x / 0.7, 0.0), rtol=1e-6)
+        assert compiled_calls.count == (rows == 32)  # only the large batch compiled
     assert step.experimental_get_tracing_count() == 1
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.counting import Calls
 from tfblocks.training import losses
 from tfblocks.training.losses import SmoothedCrossEntropy
 
@@ -39,25 +40,31 @@ def test_matches_numpy_reference(eps):
     np.testing.assert_allclose(got, reference(y, logits, eps), rtol=1e-5)
 
 
+def expected_gradient(y, logits, eps):
+    """(p − q) · weight / #real, the loss's gradient with respect to the logits."""
+    v = logits.shape[-1]
+    q = np.full(logits.shape, eps / (v - 1))
+    np.put_along_axis(q, y[..., None], 1.0 - eps, axis=-1)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p = p / p.sum(-1, keepdims=True)
+    real = (y != 0)[..., None]
+    return (p - q) * real / real.sum()
+
+
 @pytest.mark.parametrize(
     ("jit_compile", "min_logits"),
-    [(False, 0), (False, None), (True, None)],
+    [(False, 0), (False, 10**12), (True, 0)],
     ids=["compiled call", "TF kernels", "XLA step"],
 )
 def test_gradient_is_softmax_minus_soft_target_at_real_tokens(jit_compile, min_logits, monkeypatch):
     """d loss / d logits = (p − q) · weight / #real: the fused kernel's gradient, with and
     without XLA (outside XLA: the compiled call for large logits, TF's kernels for small
     ones), in float32 and from bfloat16 logits (mixed precision)."""
-    if min_logits is not None:
-        monkeypatch.setattr(losses, "COMPILE_MIN_LOGITS", min_logits)
+    monkeypatch.setattr(losses, "COMPILE_MIN_LOGITS", min_logits)
+    calls = Calls(monkeypatch, losses, "_compiled_cross_entropy")
     y, logits = sample(np.random.default_rng(6))
-    eps, v = 0.1, logits.shape[-1]
-    q = np.full(logits.shape, eps / (v - 1))
-    np.put_along_axis(q, y[..., None], 1.0 - eps, axis=-1)
-    p = np.exp(logits - logits.max(-1, keepdims=True))
-    p = p / p.sum(-1, keepdims=True)
-    real = (y != 0)[..., None]
-    expected = (p - q) * real / real.sum()
+    eps = 0.1
+    expected = expected_gradient(y, logits, eps)
     loss = SmoothedCrossEntropy(eps)
 
     @tf.function(jit_compile=jit_compile)
@@ -72,6 +79,33 @@ def test_gradient_is_softmax_minus_soft_target_at_real_tokens(jit_compile, min_l
     low = gradient(tf.constant(logits, tf.bfloat16))  # bf16 logits: float32 math inside
     assert low.dtype == tf.bfloat16
     np.testing.assert_allclose(low.numpy().astype("float32"), expected, atol=2e-3)
+    # Inside an XLA step the loss is part of the step, never the separate compiled call.
+    assert calls.count == (2 if (min_logits == 0 and not jit_compile) else 0)
+
+
+def test_relaxed_shapes_compile_only_large_logits_with_the_same_gradient(monkeypatch):
+    """In a step traced once for any batch (Keras' relaxed shapes), logits of at least
+    `COMPILE_MIN_LOGITS` elements go through the compiled call, smaller ones through
+    TensorFlow's kernels, chosen at run time; the gradient is (p − q) · w / #real both ways."""
+    monkeypatch.setattr(losses, "COMPILE_MIN_LOGITS", 100)  # 2·5·11 = 110 logits: compiled
+    calls = Calls(monkeypatch, losses, "_compiled_cross_entropy")
+    loss = SmoothedCrossEntropy(0.1)
+    spec = [tf.TensorSpec([None, 5], tf.int64), tf.TensorSpec([None, 5, 11], tf.float32)]
+
+    @tf.function(input_signature=spec)
+    def gradient(y, z):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            value = loss(y, z)
+        return tape.gradient(value, z)
+
+    y, logits = sample(np.random.default_rng(8))  # 3 rows
+    for rows, compiled in ((1, 0), (2, 1)):  # 55 logits: TF kernels; 110: compiled
+        got = gradient(tf.constant(y[:rows]), tf.constant(logits[:rows]))
+        want = expected_gradient(y[:rows], logits[:rows], 0.1)
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-7, rtol=1e-4)
+        assert calls.count == compiled
+    assert gradient.experimental_get_tracing_count() == 1
 
 
 def test_perfect_prediction_scores_zero_and_anything_else_more():

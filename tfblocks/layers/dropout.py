@@ -15,14 +15,15 @@ translation job's default training step) the layer calls a small XLA-compiled fu
 that draws the same hash mask and applies it (one fused loop, compiled once per input
 shape and dtype); its gradient is that function applied to the incoming gradient with the
 same seed (dropout is linear in its input), so no mask is stored for the backward pass.
-Tensors of fewer than `COMPILE_MIN_ELEMENTS` elements (2¹⁷) take the same hash op by op
-instead: for them a compilation costs more than a hundred calls save, and a short run (a
-first epoch, a fine-tuning run, a test) meets most of its batch shapes only once.
-That costs a ninth of TensorFlow's fused dropout kernel on a [4160, 1024] float32 tensor
-on this project's 2-core CPU (1.62 vs 14.61 ms, `benchmarks/dropout.py --shape 4160
-1024`), whose random-number kernel took ≈ 13 % of a transformer_small training step
-without XLA (benchmarks/RESULTS.md, "The training job's default step"). Both paths
-give the same mask for the same seed. The test of whether the graph is being built inside
+The compiled call costs a ninth of TensorFlow's fused dropout kernel on a [4160, 1024]
+float32 tensor on this project's 2-core CPU (1.62 vs 14.61 ms, `benchmarks/dropout.py
+--shape 4160 1024`), whose random-number kernel took ≈ 13 % of a transformer_small training step
+without XLA (benchmarks/RESULTS.md, "The training job's default step"). Tensors of
+fewer than `COMPILE_MIN_ELEMENTS` elements (2¹⁷) take the same hash op by op instead: for
+them a compilation pays back only after more than a hundred calls of the shape (a training
+step calls each dropout twice, forward and gradient), and a short run (a first epoch, a
+fine-tuning run, a test) meets most of its batch shapes only once. Both paths give the
+same mask for the same seed. The test of whether the graph is being built inside
 an XLA context is TensorFlow's own (what `tf.function(jit_compile=True)` and TPU
 replication set).
 

@@ -80,7 +80,10 @@ def _cross_entropy(ids, logits, confidence, low):
 # for the loss and its gradient) pays back only after more than a hundred calls of a shape
 # (`benchmarks/compile_threshold.py` on the 2-core AVX2 CPU: [1024, 1000] logits 5.996 vs
 # 4.956 ms a call, 309 calls; [4096, 1000] 21.751 vs 18.504 ms, 120 calls; RESULTS.md,
-# "Small tensors without compilation"), and the same ops run as TensorFlow kernels.
+# "Small tensors without compilation"), and the same ops run as TensorFlow kernels (equal
+# up to rounding). Caveat: on that AVX2 CPU the compiled call is slower at transformer_small's
+# [4096, 8000] (358 vs 271 ms); large logits keep it for the AVX-512 measurement above
+# (70–74 vs 118 ms), and no size between 2²² and 2²⁵ was measured on AVX-512.
 COMPILE_MIN_LOGITS = 1 << 22
 _compiled_cross_entropy = tf.function(
     _cross_entropy, jit_compile=True, reduce_retracing=True, autograph=False
