@@ -30,6 +30,7 @@ from tfblocks.models import (
     save_preset,
 )
 from tfblocks.training import (
+    FusedAdam,
     MaskedAccuracy,
     NoamSchedule,
     Perplexity,
@@ -50,6 +51,7 @@ __all__ = [
     "CTranslate2Translator",
     "Decoder",
     "DenseReluDense",
+    "FusedAdam",
     "Generator",
     "HParams",
     "HashDropout",

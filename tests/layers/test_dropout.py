@@ -293,9 +293,11 @@ def test_hash_bits_traces_for_shapes_of_2_31_elements_and_more():
     """Building the graph (no allocation) works where int32 positions used to fail."""
     for shape in [(64, 8, 2048, 2048), (2**33,), (None, 8, 2048, 2048)]:
         fn = tf.function(lambda x: hash_bits(tf.shape(x), tf.constant([1, 2])))
-        graph = fn.get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph
-        ranges = [op for op in graph.get_operations() if op.type == "Range"]
-        assert [op.get_attr("Tidx") for op in ranges] == [tf.int64], shape
+        graph_def = fn.get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph.as_graph_def()
+        # The Range may sit in the graph or in a function it calls (its library).
+        nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+        ranges = [n for n in nodes if n.op == "Range"]
+        assert [n.attr["Tidx"].type for n in ranges] == [tf.int64.as_datatype_enum], shape
 
 
 def test_bits_below_2_32_are_those_of_the_int32_version():

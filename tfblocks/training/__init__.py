@@ -3,11 +3,13 @@
 from tfblocks.training.distribute import get_strategy, static_batches
 from tfblocks.training.losses import SmoothedCrossEntropy
 from tfblocks.training.metrics import CrossEntropy, MaskedAccuracy, Perplexity
+from tfblocks.training.optimizers import FusedAdam
 from tfblocks.training.recipe import compile_transformer, learning_rate_schedule
 from tfblocks.training.schedules import NoamSchedule, RsqrtDecay
 
 __all__ = [
     "CrossEntropy",
+    "FusedAdam",
     "MaskedAccuracy",
     "NoamSchedule",
     "Perplexity",

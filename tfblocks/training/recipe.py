@@ -2,13 +2,13 @@
 
 import logging
 
-import keras
 import tensorflow as tf
 
 from tfblocks.models.hparams import LEGACY_NOAM
 from tfblocks.training import xla_step
 from tfblocks.training.losses import SmoothedCrossEntropy
 from tfblocks.training.metrics import CrossEntropy, MaskedAccuracy, Perplexity
+from tfblocks.training.optimizers import FusedAdam
 from tfblocks.training.schedules import NoamSchedule, RsqrtDecay
 
 
@@ -37,7 +37,8 @@ def learning_rate_schedule(hp):
 def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compile_kwargs):
     """Compiles `model` with t2t's optimizer, schedule, loss and metrics.
 
-    Adam(β₁, β₂, ε from `hp`) on `learning_rate_schedule(hp)`,
+    Adam(β₁, β₂, ε from `hp`; `FusedAdam`, Keras' Adam with one fused kernel per
+    variable) on `learning_rate_schedule(hp)`,
     `SmoothedCrossEntropy(hp.label_smoothing)`, `MaskedAccuracy` and `Perplexity`.
     Under a `mixed_float16` policy Keras wraps the optimizer in a
     `LossScaleOptimizer` itself. Call it inside `strategy.scope()` when distributing.
@@ -83,7 +84,7 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
                 reason,
             )
         jit_compile = per_replica_xla
-    optimizer = keras.optimizers.Adam(
+    optimizer = FusedAdam(
         learning_rate=learning_rate_schedule(hp) if learning_rate is None else learning_rate,
         beta_1=hp.optimizer_adam_beta1,
         beta_2=hp.optimizer_adam_beta2,
