@@ -100,3 +100,16 @@ def test_compile_transformer_uses_it_and_it_round_trips():
     restored = keras.saving.deserialize_keras_object(config)
     assert type(restored) is FusedAdam
     assert restored.beta_2 == hp.optimizer_adam_beta2
+
+
+def test_keras_adam_state_loads_into_it():
+    # Run folders written before FusedAdam hold Keras Adam's state: the same variables in
+    # the same order, so `--epochs` continues them with their moments and step count.
+    _, keras_opt = _train(keras.optimizers.Adam, _dense(4), learning_rate=0.05)
+    store = {}
+    keras_opt.save_own_variables(store)
+    _, fused_opt = _train(FusedAdam, _dense(4), steps=0, learning_rate=0.05)
+    fused_opt.load_own_variables(store)
+    assert int(fused_opt.iterations.numpy()) == 4
+    for got, ref in zip(fused_opt.variables, keras_opt.variables, strict=True):
+        np.testing.assert_array_equal(got.numpy(), ref.numpy())
