@@ -289,10 +289,13 @@ def test_flat_size_is_exact_beyond_int32():
     assert int(flat_size(tf.constant([64, 8, 2048, 2048]))) == 2**31  # a tf.shape tensor
 
 
-def test_hash_bits_traces_for_shapes_of_2_31_elements_and_more():
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_hash_bits_traces_for_shapes_of_2_31_elements_and_more(jit_compile):
     """Building the graph (no allocation) works where int32 positions used to fail."""
     for shape in [(64, 8, 2048, 2048), (2**33,), (None, 8, 2048, 2048)]:
-        fn = tf.function(lambda x: hash_bits(tf.shape(x), tf.constant([1, 2])))
+        fn = tf.function(
+            lambda x: hash_bits(tf.shape(x), tf.constant([1, 2])), jit_compile=jit_compile
+        )
         graph_def = fn.get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph.as_graph_def()
         # The Range may sit in the graph or in a function it calls (its library).
         nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
@@ -332,3 +335,20 @@ def test_positions_beyond_2_32_get_their_own_bits():
     counts = np.bincount((u[1].astype(np.int64) >> 16), minlength=256)
     expected = u[1].size / 256
     assert ((counts - expected) ** 2 / expected).sum() < 360  # chi-square, df 255
+
+
+def test_the_hash_is_traced_once_for_every_shape_and_context():
+    # The op-by-op hash is one traced function of (size, seed), called by every dropout
+    # graph — with and without XLA — instead of tracing its ops at each call site.
+    hash_bits((2, 3), tf.constant([1, 2]))  # traced by the first call in this process
+    traced = dropout._traced_flat_bits.experimental_get_tracing_count()
+    assert traced == 1
+    layer = HashDropout(0.5, seed=3)
+    for jit_compile in (False, True):
+        step = tf.function(lambda x: layer(x, training=True), jit_compile=jit_compile)
+        for shape in [(3, 5), (4, 7, 2)]:
+            graph = step.get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph
+            names = {f.signature.name for f in graph.as_graph_def().library.function}
+            assert any("_flat_bits" in n for n in names), (jit_compile, shape, names)
+            assert "Range" not in {op.type for op in graph.get_operations()}
+    assert dropout._traced_flat_bits.experimental_get_tracing_count() == traced

@@ -152,12 +152,8 @@ def hash_bits(shape, seed):
     >>> bool(keras.ops.all(a == b)), a.dtype.name, bool(keras.ops.all(a < 2**24))
     (True, 'int32', True)
     """
-    size = flat_size(shape)
-    if in_xla_context():  # inline: XLA fuses the hash into its consumer
-        bits = _flat_bits(size, seed)
-    else:  # one traced function for every call (its ops are the same either way)
-        bits = _traced_flat_bits(ops.cast(size, "int64"), ops.cast(seed, "int64"))
-    return ops.reshape(bits, shape)  # [*shape]
+    size = ops.cast(flat_size(shape), "int64")
+    return ops.reshape(_traced_flat_bits(size, ops.cast(seed, "int64")), shape)  # [*shape]
 
 
 def _flat_bits(size, seed):
@@ -168,10 +164,11 @@ def _flat_bits(size, seed):
     return position_bits(lo, hi, seed)
 
 
-# Outside XLA the hash's forty-odd ops are traced once, here, instead of at every call
-# site: a training step calls it twice per dropout layer (forward and gradient), and
+# The hash's forty-odd ops are traced once, here, instead of at every call site: a
+# training step calls it twice per dropout layer outside XLA (forward and gradient), and
 # tracing it inline took about a quarter of the time to trace a transformer_tiny step.
-# Grappler inlines the call, so the step runs the same kernels.
+# The call is inlined where it runs (Grappler outside XLA; XLA fuses the inlined hash into
+# its consumer as before), so the step computes the same thing.
 _traced_flat_bits = tf.function(
     _flat_bits,
     input_signature=[tf.TensorSpec([], tf.int64), tf.TensorSpec([2], tf.int64)],
