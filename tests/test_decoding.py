@@ -401,6 +401,7 @@ def test_growing_caches_give_the_same_translations(reverser, jit_compile):
     grown = Decoder(reverser, max_length=10, jit_compile=jit_compile, cache_lengths=(2, 4, 8))
     assert grown.cache_lengths == (2, 4, 8, 10)
     single = Decoder(reverser, max_length=10, jit_compile=jit_compile, cache_lengths=None)
+    traces = _count_model_step_traces(grown, single)
     for search in ("greedy", "beam_search", "sample"):
         kwargs = {"beam_size": 3} if search == "beam_search" else {}
         ids, scores = getattr(grown, search)(source, **kwargs)
@@ -409,6 +410,25 @@ def test_growing_caches_give_the_same_translations(reverser, jit_compile):
         assert (ids.numpy() > 0).sum(-1).max() > 4  # and some crossed two boundaries
         np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
         np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
+    # Three searches, four loops each (one per cache length), beam and greedy rows: under
+    # XLA the model's step was traced once per Decoder (without, into each loop).
+    assert traces == [1, 1] if jit_compile else min(traces) > 1, traces
+
+
+def _count_model_step_traces(*decoders):
+    """A list that counts, per decoder, the traces of its model step (from now on)."""
+    counts = [0] * len(decoders)
+
+    def counting(i, graph):
+        def step_graph(*args):
+            counts[i] += 1
+            return graph(*args)
+
+        return step_graph
+
+    for i, decoder in enumerate(decoders):
+        decoder._model_step_graph = counting(i, decoder._model_step_graph)
+    return counts
 
 
 def test_cache_lengths_argument():
@@ -566,6 +586,7 @@ def test_dropping_finished_sentences_gives_the_same_translations(
 
     monkeypatch.setattr(dropping, "step", recording_step)
     whole = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_finished=False)
+    traces = _count_model_step_traces(dropping, whole)
     for search, kwargs in (("beam_search", {"beam_size": 3}), ("greedy", {})):
         one = getattr(dropping, search)(source[:1], **kwargs)[0]  # the one-loop branch
         none = getattr(dropping, search)(source[:0], **kwargs)[0]
@@ -581,6 +602,9 @@ def test_dropping_finished_sentences_gives_the_same_translations(
         assert (want_ids.numpy() == tfblocks.EOS_ID).any(-1).all() and len(set(lengths)) > 2
         np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
         np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
+    # Segments of every batch size, the one-sentence loop and the whole-batch search:
+    # under XLA one trace of the model's step per Decoder.
+    assert traces == [1, 1] if jit_compile else min(traces) > 1, traces
 
 
 def test_drop_finished_argument():

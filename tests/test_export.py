@@ -37,8 +37,26 @@ def exported(parts, tmp_path_factory):
     """The one export of this module: XLA-compiled beam search, as `Translator` defaults to."""
     model, tokenizer = parts
     translator = Translator(model, tokenizer, tokenizer, max_length=10, beam_size=3)
+    # Count the traces of the signature (each runs `encode_source` once).
+    encode = translator.encode_source
+
+    def counting(text):
+        EXPORT_TRACES.append(1)
+        return encode(text)
+
+    translator.encode_source = counting
     path = translator.export(tmp_path_factory.mktemp("export") / "translator")
+    del translator.encode_source
     return translator, path
+
+
+EXPORT_TRACES = []  # one item per trace of `exported`'s signature during its export
+
+
+def test_export_traces_the_signature_once(exported):
+    # Inside `tf.saved_model.save` only: a trace before it would be one more (the save
+    # context is part of the tracing cache key).
+    assert len(EXPORT_TRACES) == 1
 
 
 @pytest.fixture(scope="module")

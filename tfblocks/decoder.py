@@ -145,6 +145,43 @@ class Decoder:
     def step(self, ids, index, state, context, forced=None):
         """One decoding step: `(logits [N, V], state)` for the ids `[N, 1]` of
         position `index`, PAD and BOS masked (and `forced`'s prefix applied)."""
+        logits, new_state = self._model_step(ids, index, state, context)
+        vocab = tf.shape(logits)[-1]
+        never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], vocab), axis=0) > 0  # [V]
+        logits = tf.where(never, decoding.NEG_INF, logits)
+        if forced is not None:
+            logits = forced(logits, index)
+        return logits, new_state
+
+    def _model_step(self, ids, index, state, context):
+        """The model's part of `step`: `(logits [N, V], new state)`.
+
+        With `jit_compile`, one `tf.function` traced once per Decoder (and argument
+        structure) for any number of rows, cache length and source length (those
+        dimensions are left unknown in its signature), and called from every search
+        loop: a search runs one loop per cache length and batch size, each of which
+        would otherwise trace the whole decoder again. XLA inlines the call and
+        compiles it with the loop's static shapes; the outputs get the static shapes
+        of the inputs back. Without XLA the step is traced into each loop instead:
+        there a function call with unknown shapes costs time at every step.
+        """
+        if not self.jit_compile:
+            return self._model_step_graph(ids, index, state, context)
+        ids = tf.convert_to_tensor(ids)
+        index = tf.convert_to_tensor(index)
+        args = (ids, index, state, context)
+        specs = (
+            tf.TensorSpec([None, *ids.shape[1:]], ids.dtype),
+            tf.TensorSpec(index.shape, index.dtype),
+            *tf.nest.map_structure(_rows_and_positions_unknown, (state, context)),
+        )
+        function = self._function("model_step", self._model_step_graph, jit_compile=None)
+        logits, new_state = function.get_concrete_function(*specs)(*args)
+        logits.set_shape([ids.shape[0], logits.shape[-1]])
+        tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), new_state, state)
+        return logits, new_state
+
+    def _model_step_graph(self, ids, index, state, context):
         cross = context.get("cross", [None] * len(state))
         cache = [
             {"self": s} if c is None else {"self": s, "cross": c}
@@ -154,11 +191,6 @@ class Decoder:
             ids, source_mask=context.get("source_mask"), cache=cache, index=index, training=False
         )
         logits = self.model.logits(hidden)[:, 0]  # [N, V], float32
-        vocab = tf.shape(logits)[-1]
-        never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], vocab), axis=0) > 0  # [V]
-        logits = tf.where(never, decoding.NEG_INF, logits)
-        if forced is not None:
-            logits = forced(logits, index)
         return logits, [c["self"] for c in cache]
 
     # One public entry per search -------------------------------------------------------------
@@ -320,6 +352,13 @@ class Decoder:
 
 
 FIRST_CACHE_LENGTH = 16
+
+
+def _rows_and_positions_unknown(x):
+    """The `tf.TensorSpec` of `x` with its first two dimensions (rows; cache or
+    source positions) unknown."""
+    x = tf.convert_to_tensor(x)
+    return tf.TensorSpec([None] * min(2, x.shape.rank) + x.shape[2:].as_list(), x.dtype)
 
 
 def _cache_lengths(cache_lengths, max_length):

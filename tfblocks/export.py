@@ -118,12 +118,14 @@ class _TextModule(tf.Module):
         """
 
         def write(staging):
-            serve = self.serve.get_concrete_function()
-            # Track the tf.Variables the signature reads (not only Keras' variable
-            # wrappers): TF1-style loaders such as `saved_model_cli run` restore
-            # only tracked tf.Variables.
-            self._signature_variables = list(serve.variables)
-            tf.saved_model.save(self, staging, signatures={"serving_default": serve})
+            # Track the tf.Variables behind the model's weights (not only Keras'
+            # variable wrappers): TF1-style loaders such as `saved_model_cli run`
+            # restore only tracked tf.Variables. Taken from the model, not from a
+            # concrete function of `serve`: one traced here would be traced again
+            # inside `tf.saved_model.save` (its save context is part of the tracing
+            # cache key); so the save alone traces the signature.
+            self._signature_variables = [v.value for v in self.model.variables]
+            tf.saved_model.save(self, staging, signatures={"serving_default": self.serve})
 
         return replace_directory(path, write, kind="tfblocks-export")
 
