@@ -45,8 +45,10 @@ def exported(parts, tmp_path_factory):
         return encode(text)
 
     translator.encode_source = counting
-    path = translator.export(tmp_path_factory.mktemp("export") / "translator")
-    del translator.encode_source
+    try:
+        path = translator.export(tmp_path_factory.mktemp("export") / "translator")
+    finally:
+        del translator.encode_source
     return translator, path
 
 

@@ -157,28 +157,28 @@ class Decoder:
         """The model's part of `step`: `(logits [N, V], new state)`.
 
         With `jit_compile`, one `tf.function` traced once per Decoder (and argument
-        structure) for any number of rows, cache length and source length (those
-        dimensions are left unknown in its signature), and called from every search
-        loop: a search runs one loop per cache length and batch size, each of which
-        would otherwise trace the whole decoder again. XLA inlines the call and
-        compiles it with the loop's static shapes; the outputs get the static shapes
-        of the inputs back. Without XLA the step is traced into each loop instead:
-        there a function call with unknown shapes costs time at every step.
+        structure) for any shapes (only the ranks are in its signature), and called
+        from every search loop, whichever search runs first: a search runs one loop
+        per cache length and batch size, each of which would otherwise trace the
+        whole decoder again. XLA inlines the call and compiles it with the loop's
+        static shapes; the outputs get the static shapes of the inputs back. Without
+        XLA the step is traced into each loop instead: there a function call with
+        unknown shapes costs time at every step.
         """
         if not self.jit_compile:
             return self._model_step_graph(ids, index, state, context)
         ids = tf.convert_to_tensor(ids)
         index = tf.convert_to_tensor(index)
         args = (ids, index, state, context)
-        specs = (
-            tf.TensorSpec([None, *ids.shape[1:]], ids.dtype),
-            tf.TensorSpec(index.shape, index.dtype),
-            *tf.nest.map_structure(_rows_and_positions_unknown, (state, context)),
-        )
+        # Only ranks: a drop-finished search's segments see no static shapes at all,
+        # and a trace for more specific shapes could not serve them.
+        specs = tf.nest.map_structure(_rank_only, args)
         function = self._function("model_step", self._model_step_graph, jit_compile=None)
         logits, new_state = function.get_concrete_function(*specs)(*args)
         logits.set_shape([ids.shape[0], logits.shape[-1]])
-        tf.nest.map_structure(lambda new, old: new.set_shape(old.shape), new_state, state)
+        tf.nest.map_structure(
+            lambda new, old: new.set_shape(old.shape), new_state, state, check_types=False
+        )
         return logits, new_state
 
     def _model_step_graph(self, ids, index, state, context):
@@ -354,11 +354,10 @@ class Decoder:
 FIRST_CACHE_LENGTH = 16
 
 
-def _rows_and_positions_unknown(x):
-    """The `tf.TensorSpec` of `x` with its first two dimensions (rows; cache or
-    source positions) unknown."""
+def _rank_only(x):
+    """The `tf.TensorSpec` of `x` with every dimension unknown."""
     x = tf.convert_to_tensor(x)
-    return tf.TensorSpec([None] * min(2, x.shape.rank) + x.shape[2:].as_list(), x.dtype)
+    return tf.TensorSpec([None] * x.shape.rank, x.dtype)
 
 
 def _cache_lengths(cache_lengths, max_length):
