@@ -25,6 +25,46 @@ def _reset_keras_state():
     keras.config.set_dtype_policy("float32")
 
 
+# The order of the files ------------------------------------------------------------------
+# `make test` runs the files in 2 processes (`--dist loadfile`): each process takes the next
+# file when it is almost out of work. pytest-xdist's default order (most tests first) put
+# the few-test files that run whole jobs (training, export, benchmark scripts) last, so one
+# process was still running them long after the other had finished. The files that used
+# the most CPU time (`--cpu-times`, 2026-12-01) go first here, heaviest first, and the many
+# cheap tests fill in at the end; a file not listed keeps its place after these. The order
+# changes only the wall time, never what runs.
+HEAVY_FIRST = (
+    "tests/benchmarks/test_benchmarks.py",
+    "tests/test_decoding.py",
+    "tests/examples/test_translate.py",
+    "tests/test_run_folder.py",
+    "tests/test_export.py",
+    "tests/test_readme.py",
+    "tests/training/test_multi_worker.py",
+    "tests/examples/test_language_model.py",
+    "tests/test_generator.py",
+    "tests/training/test_distribute.py",
+    "tests/examples/test_attention_maps.py",
+    "tests/examples/test_pre_vs_post_ln.py",
+    "tests/training/test_learning.py",
+    "tests/test_quiet.py",
+    "tests/text/test_dataset.py",
+    "tests/training/test_mixed_precision.py",
+    "tests/test_ctranslate2.py",
+    "tests/examples/test_quickstart.py",
+)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: index for index, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 # `pytest --cpu-times N`: the N test files and tests that used the most CPU time -----------
 # On the 2-core CI machine both processes keep both cores busy almost all the run, so the
 # suite's wall time follows its CPU time / 2; CPU seconds say what to make cheaper, while
@@ -33,8 +73,9 @@ def _reset_keras_state():
 # it waited for (scripts run through `subprocess`); a module fixture's set-up counts for
 # the file's first test that uses it, its teardown for the file's last test.
 
-_CPU_START = pytest.StashKey[float]()
+_CPU_START = pytest.StashKey[tuple]()
 _CPU = {}  # nodeid -> CPU seconds, in the process that prints the report
+_SPANS = {}  # worker -> [(start, end) wall-clock times of its tests], same process
 
 
 def _count(value):
@@ -64,7 +105,7 @@ def _cpu_seconds():
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     if item.config.getoption("cpu_times"):
-        item.stash[_CPU_START] = _cpu_seconds()
+        item.stash[_CPU_START] = (_cpu_seconds(), time.time())
     return (yield)
 
 
@@ -72,14 +113,19 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_runtest_makereport(item, call):
     report = yield
     if call.when == "teardown" and _CPU_START in item.stash:
-        report.user_properties.append(("cpu_s", _cpu_seconds() - item.stash[_CPU_START]))
+        cpu, wall = item.stash[_CPU_START]
+        report.user_properties.append(("cpu_s", _cpu_seconds() - cpu))
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        report.user_properties.append(("span", (worker, wall, time.time())))
     return report
 
 
 def pytest_runtest_logreport(report):
-    seconds = dict(report.user_properties).get("cpu_s")
-    if report.when == "teardown" and seconds is not None:
-        _CPU[report.nodeid] = seconds
+    properties = dict(report.user_properties)
+    if report.when == "teardown" and "cpu_s" in properties:
+        _CPU[report.nodeid] = properties["cpu_s"]
+        worker, start, end = properties["span"]
+        _SPANS.setdefault(worker, []).append((start, end))
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -97,3 +143,13 @@ def pytest_terminal_summary(terminalreporter, config):
         write(f"the {shown} {title} that used the most CPU time (process + child processes):")
         for name, seconds in sorted(table.items(), key=lambda kv: -kv[1])[:shown]:
             write(f"{seconds:8.1f} s  {name}")
+    # When each process ran out of work: a process that ends long before the others
+    # leaves a core idle (the file order of the schedule, not the tests, is then to blame).
+    begin = min(start for spans in _SPANS.values() for start, _ in spans)
+    finish = max(end for spans in _SPANS.values() for _, end in spans)
+    for worker, spans in sorted(_SPANS.items()):
+        end = max(e for _, e in spans)
+        write(
+            f"process {worker}: {len(spans)} tests, last one ended at {end - begin:.0f} s "
+            f"({finish - end:.0f} s before the run's last)"
+        )
