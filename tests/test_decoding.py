@@ -394,26 +394,36 @@ def test_searches_grow_the_state_between_loops():
         np.testing.assert_allclose(scores.numpy(), one_scores.numpy(), rtol=1e-6, err_msg=name)
 
 
-@pytest.mark.parametrize("jit_compile", [True, False])
-def test_growing_caches_give_the_same_translations(reverser, jit_compile):
-    # Outputs of up to 8 ids cross the cache boundaries 2, 4 and 8.
+def test_growing_caches_give_the_same_translations(reverser):
+    # Outputs of up to 8 ids cross the cache boundaries 2, 4 and 8. The growing caches,
+    # with and without XLA, against one cache of max_length without XLA (compiling is the
+    # slow part). Sampling draws its ids with XLA's own random numbers, so compiled
+    # sampling is compared with a compiled single cache.
     source = _sources(np.random.default_rng(8), 6)
-    grown = Decoder(reverser, max_length=10, jit_compile=jit_compile, cache_lengths=(2, 4, 8))
-    assert grown.cache_lengths == (2, 4, 8, 10)
-    single = Decoder(reverser, max_length=10, jit_compile=jit_compile, cache_lengths=None)
-    traces = _count_model_step_traces(grown, single)
+    grown = {
+        jit: Decoder(reverser, max_length=10, jit_compile=jit, cache_lengths=(2, 4, 8))
+        for jit in (True, False)
+    }
+    assert grown[True].cache_lengths == (2, 4, 8, 10)
+    single = {
+        jit: Decoder(reverser, max_length=10, jit_compile=jit, cache_lengths=None)
+        for jit in (True, False)
+    }
+    traces = _count_model_step_traces(grown[True], single[True], grown[False], single[False])
     for search in ("sample", "beam_search", "greedy"):  # sampling drops no sentence
         kwargs = {"beam_size": 3} if search == "beam_search" else {}
-        ids, scores = getattr(grown, search)(source, **kwargs)
-        want_ids, want_scores = getattr(single, search)(source, **kwargs)
-        assert (ids.numpy() == tfblocks.EOS_ID).any(-1).all()  # every output ended
-        assert (ids.numpy() > 0).sum(-1).max() > 4  # and some crossed two boundaries
-        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
-        np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
+        for jit in (True, False):
+            reference = single[jit if search == "sample" else False]
+            ids, scores = getattr(grown[jit], search)(source, **kwargs)
+            want_ids, want_scores = getattr(reference, search)(source, **kwargs)
+            assert (ids.numpy() == tfblocks.EOS_ID).any(-1).all()  # every output ended
+            assert (ids.numpy() > 0).sum(-1).max() > 4  # and some crossed two boundaries
+            np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
+            np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
     # Three searches, four loops each (one per cache length), beam and greedy rows, the
     # first search one that drops no sentence: under XLA the model's step was traced
-    # once per Decoder (without, into each loop).
-    assert (traces == [1, 1]) if jit_compile else (min(traces) > 1), traces
+    # once per Decoder; without, into each loop.
+    assert traces[:2] == [1, 1] and min(traces[2:]) > 1, traces
 
 
 def _count_model_step_traces(*decoders):
@@ -566,46 +576,52 @@ def test_a_shrinking_batch_stops_at_min_rows(beam, monkeypatch):
     assert min(rows_seen) == beam, sorted(rows_seen)  # down to the last sentence
 
 
-@pytest.mark.parametrize("jit_compile", [True, False])
-def test_dropping_finished_sentences_gives_the_same_translations(
-    reverser, jit_compile, monkeypatch
-):
+def test_dropping_finished_sentences_gives_the_same_translations(reverser, monkeypatch):
     # Sources of 2–6 ids: outputs end at different steps, so the batch shrinks (beam
     # search and greedy) — with no floor on the batch size: MIN_ROWS = 16 rows is 8
     # sentences of beam 3 and 16 of greedy, more than these 7, and would keep the whole
-    # batch to the end.
+    # batch to the end. Dropping with and without XLA against the whole batch to the end
+    # without XLA (compiling is the slow part).
     monkeypatch.setattr(decoding, "MIN_ROWS", 1)
     source = _sources(np.random.default_rng(9), 7)
-    dropping = Decoder(reverser, max_length=10, jit_compile=jit_compile)
-    assert dropping.drop_finished  # the default
+    whole = Decoder(reverser, max_length=10, jit_compile=False, drop_finished=False)
     fewest_rows = tf.Variable(10**6)  # the smallest batch a step ran on (XLA included)
-    step = dropping.step
+    dropping = {}
+    for jit in (True, False):
+        dropping[jit] = Decoder(reverser, max_length=10, jit_compile=jit)
+        assert dropping[jit].drop_finished  # the default
+        monkeypatch.setattr(dropping[jit], "step", _recording_rows(dropping[jit], fewest_rows))
+    traces = _count_model_step_traces(dropping[True], dropping[False], whole)
+    for search, kwargs in (("beam_search", {"beam_size": 3}), ("greedy", {})):
+        want_ids, want_scores = getattr(whole, search)(source, **kwargs)
+        lengths = (want_ids.numpy() > 0).sum(-1)
+        assert (want_ids.numpy() == tfblocks.EOS_ID).any(-1).all() and len(set(lengths)) > 2
+        for jit, decoder in dropping.items():
+            one = getattr(decoder, search)(source[:1], **kwargs)[0]  # the one-loop branch
+            none = getattr(decoder, search)(source[:0], **kwargs)[0]
+            assert none.shape == (0, 10)
+            fewest_rows.assign(10**6)
+            ids, scores = getattr(decoder, search)(source, **kwargs)
+            # 7 sentences shrank as they ended, to 2 or fewer (the last ones end together).
+            fewest, rows = int(fewest_rows.numpy()), kwargs.get("beam_size", 1)
+            assert fewest <= 2 * rows, (search, jit, fewest, rows)
+            np.testing.assert_array_equal(one.numpy()[0], ids.numpy()[0], err_msg=search)
+            np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
+            np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
+    # Segments of every batch size and the one-sentence loop: under XLA one trace of the
+    # model's step per Decoder; without, one per loop.
+    assert traces[0] == 1 and min(traces[1:]) > 1, traces
+
+
+def _recording_rows(decoder, fewest_rows):
+    """`decoder.step`, also recording in `fewest_rows` the fewest rows it ran on."""
+    step = decoder.step
 
     def recording_step(ids, *args, **kwargs):
         fewest_rows.assign(tf.minimum(fewest_rows, tf.shape(ids)[0]))
         return step(ids, *args, **kwargs)
 
-    monkeypatch.setattr(dropping, "step", recording_step)
-    whole = Decoder(reverser, max_length=10, jit_compile=jit_compile, drop_finished=False)
-    traces = _count_model_step_traces(dropping, whole)
-    for search, kwargs in (("beam_search", {"beam_size": 3}), ("greedy", {})):
-        one = getattr(dropping, search)(source[:1], **kwargs)[0]  # the one-loop branch
-        none = getattr(dropping, search)(source[:0], **kwargs)[0]
-        assert none.shape == (0, 10)
-        fewest_rows.assign(10**6)
-        ids, scores = getattr(dropping, search)(source, **kwargs)
-        # 7 sentences shrank as they ended, to 2 or fewer (the last ones end together).
-        fewest, rows = int(fewest_rows.numpy()), kwargs.get("beam_size", 1)
-        assert fewest <= 2 * rows, (search, fewest, rows)
-        np.testing.assert_array_equal(one.numpy()[0], ids.numpy()[0], err_msg=search)
-        want_ids, want_scores = getattr(whole, search)(source, **kwargs)
-        lengths = (want_ids.numpy() > 0).sum(-1)
-        assert (want_ids.numpy() == tfblocks.EOS_ID).any(-1).all() and len(set(lengths)) > 2
-        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
-        np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
-    # Segments of every batch size, the one-sentence loop and the whole-batch search:
-    # under XLA one trace of the model's step per Decoder.
-    assert (traces == [1, 1]) if jit_compile else (min(traces) > 1), traces
+    return recording_step
 
 
 def test_drop_finished_argument():
