@@ -131,8 +131,18 @@ def plot(weights, queries, keys, title, path, font, query_label):
     for layer, row in enumerate(axes):
         for head, ax in enumerate(row):
             image = ax.imshow(weights[layer][head], vmin=0.0, vmax=1.0, cmap="viridis")
-            ax.set_xticks(range(len(keys)), keys, rotation=90, fontproperties=font, fontsize=7)
-            ax.set_yticks(range(len(queries)), queries, fontproperties=font, fontsize=7)
+            ax.set_xticks(range(len(keys)))
+            ax.set_yticks(range(len(queries)))
+            # Every panel has the same tokens: only the bottom row and the left column
+            # name them (drawing each label once per panel was most of the plotting time).
+            if layer == layers - 1:
+                ax.set_xticklabels(keys, rotation=90, fontproperties=font, fontsize=7)
+            else:
+                ax.tick_params(labelbottom=False)
+            if head == 0:
+                ax.set_yticklabels(queries, fontproperties=font, fontsize=7)
+            else:
+                ax.tick_params(labelleft=False)
             ax.set_title(f"layer {layer}, head {head}", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     fig.supxlabel("key", fontsize=9)
