@@ -98,12 +98,12 @@ def main(argv=None):
     from tfblocks.models.hparams import parse_overrides
     from tfblocks.run import RunFolder
 
-    folder = RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-"))
-    timer = pipeline.Timer()
     override_text = (
         pipeline.DEMO_OVERRIDES if args.hparams_override is None else args.hparams_override
     )
-    overrides = parse_overrides(override_text)
+    overrides = parse_overrides(override_text)  # a bad override: refused before any write
+    folder = RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-"))
+    timer = pipeline.Timer()
 
     with timer("data"):
         splits = text.load_splits(args.corpus_dir, args.tsv, seed=args.seed)
