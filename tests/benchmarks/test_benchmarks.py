@@ -5,12 +5,13 @@ tests only keep the scripts working as the package changes.
 
 Each script runs in its own Python. Their cost is start-up and tracing / XLA compilation,
 which keep one core busy, so the `outputs` fixture runs the scripts of the selected tests
-two at a time (longest first) as soon as the first of them starts; each test waits for
-its own script.
+one after the other in the background (longest first) as soon as the first of them
+starts; each test waits for its own script. One at a time: `make test` already runs two
+test processes on the 2-core machine, and a second script beside them only made every
+process slower (the benchmark scripts took 440 CPU-s two at a time, 385 one at a time).
 """
 
 import importlib.util
-import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 
@@ -50,7 +51,7 @@ def outputs(request):
     names = [n for n in SCRIPTS if any(t.startswith(f"test_{n}_") for t in selected)]
     if importlib.util.find_spec("ctranslate2") is None and "serve" in names:
         names.remove("serve")  # its test skips
-    pool = ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1))
+    pool = ThreadPoolExecutor(max_workers=1)
     try:
         yield {n: pool.submit(run_script, *SCRIPTS[n], timeout=600) for n in names}
     finally:
