@@ -35,7 +35,9 @@ def _reset_keras_state():
 # process was still running them long after the other had finished. The files that used
 # the most CPU time (`--cpu-times`, 2026-12-01) go first here, heaviest first, and the many
 # cheap tests fill in at the end; a file not listed keeps its place after these. The order
-# changes only the wall time, never what runs.
+# changes only the wall time, never what runs; a run without pytest-xdist keeps pytest's own
+# order (a failure in a quick test still shows first). This also sets xdist's
+# --loadscope-reorder (most tests first) off, whatever the command line said.
 HEAVY_FIRST = (
     "tests/benchmarks/test_benchmarks.py",
     "tests/test_decoding.py",
@@ -63,7 +65,9 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):  # not a pytest-xdist worker
+        return
     rank = {name: index for index, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 

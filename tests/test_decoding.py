@@ -93,10 +93,8 @@ def test_cached_greedy_equals_uncached_argmax(overrides, jit_compile):
 def test_beam_of_one_without_length_penalty_is_greedy(reverser):
     # Holds whenever greedy reaches EOS: t2t beam search prefers a finished hypothesis
     # to an unfinished one, so when greedy runs out of max_length they may differ.
-    # The searches' arithmetic over the whole batch (dropping finished sentences, tested
-    # below, would trace a segment per batch size of these 32 sentences).
     source = _sources(np.random.default_rng(5), 32)
-    decoder = Decoder(reverser, max_length=10, jit_compile=False, drop_finished=False)
+    decoder = Decoder(reverser, max_length=10, jit_compile=False)
     greedy_ids, greedy_scores = decoder.greedy(source)
     assert np.all((greedy_ids.numpy() == tfblocks.EOS_ID).any(-1))
     beam_ids, beam_scores = decoder.beam_search(source, beam_size=1, alpha=0.0)
@@ -414,17 +412,23 @@ def test_growing_caches_give_the_same_translations(reverser):
     traces = _count_model_step_traces(grown[True], single[True], grown[False], single[False])
     for search in ("sample", "beam_search", "greedy"):  # sampling drops no sentence
         kwargs = {"beam_size": 3} if search == "beam_search" else {}
+        reference = {False: getattr(single[False], search)(source, **kwargs)}
+        reference[True] = (
+            getattr(single[True], search)(source, **kwargs)
+            if search == "sample"
+            else reference[False]
+        )
         for jit in (True, False):
-            reference = single[jit if search == "sample" else False]
             ids, scores = getattr(grown[jit], search)(source, **kwargs)
-            want_ids, want_scores = getattr(reference, search)(source, **kwargs)
+            want_ids, want_scores = reference[jit]
             assert (ids.numpy() == tfblocks.EOS_ID).any(-1).all()  # every output ended
             assert (ids.numpy() > 0).sum(-1).max() > 4  # and some crossed two boundaries
             np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
             np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
-    # Three searches, four loops each (one per cache length), beam and greedy rows, the
-    # first search one that drops no sentence: under XLA the model's step was traced
-    # once per Decoder; without, into each loop.
+    # Under XLA the growing Decoder's three searches (four loops each, one per cache
+    # length; beam and greedy rows; the first search one that drops no sentence) traced
+    # the model's step once, as did the single cache's sampling; without XLA the step is
+    # traced into each loop, so more than once.
     assert traces[:2] == [1, 1] and min(traces[2:]) > 1, traces
 
 
@@ -582,22 +586,28 @@ def test_dropping_finished_sentences_gives_the_same_translations(reverser, monke
     # Sources of 2–6 ids: outputs end at different steps, so the batch shrinks (beam
     # search and greedy) — with no floor on the batch size: MIN_ROWS = 16 rows is 8
     # sentences of beam 3 and 16 of greedy, more than these 7, and would keep the whole
-    # batch to the end. Dropping with and without XLA against the whole batch to the end
-    # without XLA (compiling is the slow part).
+    # batch to the end. Dropping with and without XLA, and the whole batch to the end
+    # with XLA, against the whole batch to the end without XLA.
     monkeypatch.setattr(decoding, "MIN_ROWS", 1)
     source = _sources(np.random.default_rng(9), 7)
-    whole = Decoder(reverser, max_length=10, jit_compile=False, drop_finished=False)
+    whole, whole_xla = (
+        Decoder(reverser, max_length=10, jit_compile=jit, drop_finished=False)
+        for jit in (False, True)
+    )
     fewest_rows = tf.Variable(10**6)  # the smallest batch a step ran on (XLA included)
     dropping = {}
     for jit in (True, False):
         dropping[jit] = Decoder(reverser, max_length=10, jit_compile=jit)
         assert dropping[jit].drop_finished  # the default
         monkeypatch.setattr(dropping[jit], "step", _recording_rows(dropping[jit], fewest_rows))
-    traces = _count_model_step_traces(dropping[True], dropping[False], whole)
+    traces = _count_model_step_traces(dropping[True], whole_xla, dropping[False], whole)
     for search, kwargs in (("beam_search", {"beam_size": 3}), ("greedy", {})):
         want_ids, want_scores = getattr(whole, search)(source, **kwargs)
         lengths = (want_ids.numpy() > 0).sum(-1)
         assert (want_ids.numpy() == tfblocks.EOS_ID).any(-1).all() and len(set(lengths)) > 2
+        ids, scores = getattr(whole_xla, search)(source, **kwargs)
+        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
+        np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
         for jit, decoder in dropping.items():
             one = getattr(decoder, search)(source[:1], **kwargs)[0]  # the one-loop branch
             none = getattr(decoder, search)(source[:0], **kwargs)[0]
@@ -610,9 +620,9 @@ def test_dropping_finished_sentences_gives_the_same_translations(reverser, monke
             np.testing.assert_array_equal(one.numpy()[0], ids.numpy()[0], err_msg=search)
             np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
             np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
-    # Segments of every batch size and the one-sentence loop: under XLA one trace of the
-    # model's step per Decoder; without, one per loop.
-    assert traces[0] == 1 and min(traces[1:]) > 1, traces
+    # Segments of every batch size, the one-sentence loop and the whole-batch search: under
+    # XLA one trace of the model's step per Decoder; without, a trace per loop (> 1).
+    assert traces[:2] == [1, 1] and min(traces[2:]) > 1, traces
 
 
 def _recording_rows(decoder, fewest_rows):

@@ -114,7 +114,7 @@ def test_mixed_precision_trains_in_bfloat16_and_returns_a_float32_model(job, tmp
     runs = {}
     for policy in ("float32", "mixed_bfloat16"):  # the float32 run: the losses' reference
         folder = RunFolder(tmp_path / policy)
-        opts = options(1, dtype_policy=policy, dev_sentences=4 if policy != "float32" else 0)
+        opts = options(1, dtype_policy=policy, dev_sentences=0 if policy == "float32" else 4)
         runs[policy] = (folder, *train_run(folder, *job, opts, log=lambda _: None))
     (_, _, single), (folder, model, mixed) = runs["float32"], runs["mixed_bfloat16"]
     assert (single["dtype_policy"], mixed["dtype_policy"]) == ("float32", "mixed_bfloat16")

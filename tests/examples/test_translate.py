@@ -121,9 +121,13 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
     assert (tuned / "init.npz").exists() and (tuned / "export" / "1" / "saved_model.pb").exists()
 
 
-def test_bad_override_is_a_clear_error(tmp_path, monkeypatch, capsys):
-    status, _, err = in_process(train_cli, monkeypatch, capsys, "--hparams-override",
-                                "hiden_size=3", "--output", tmp_path)  # fmt: skip
-    assert status != 0
-    assert "hiden_size" in err and "hidden_size" in err
-    assert not any(tmp_path.iterdir())  # refused before anything was written
+def test_bad_hparams_are_a_clear_error_before_any_write(tmp_path, monkeypatch, capsys):
+    for args, names in [
+        (("--hparams-override", "hiden_size=3"), ("hiden_size", "hidden_size")),
+        (("--hparams-override", "hidden_size=100,num_heads=3"), ("num_heads",)),
+        (("--hparams", "transformer_huge"), ("transformer_huge", "transformer_tiny")),
+    ]:
+        status, _, err = in_process(train_cli, monkeypatch, capsys, *args, "--output", tmp_path)
+        assert status == 2 and err.startswith("tfblocks-train: error:"), err
+        assert all(name in err for name in names), err
+        assert not any(tmp_path.iterdir())  # refused before anything was written

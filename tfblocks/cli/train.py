@@ -101,7 +101,9 @@ def main(argv=None):
     override_text = (
         pipeline.DEMO_OVERRIDES if args.hparams_override is None else args.hparams_override
     )
-    overrides = parse_overrides(override_text)  # a bad override: refused before any write
+    # A bad preset, override field or value is refused before anything is written.
+    overrides = parse_overrides(override_text)
+    tfblocks.hparams(args.hparams, **overrides)
     folder = RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-"))
     timer = pipeline.Timer()
 
