@@ -50,7 +50,7 @@ def parse_args(argv=None):
 def load(args):
     """`(model, tokenizer, sources)`."""
     import tfblocks
-    from tfblocks.text import load_phrasebook, train_tokenizer
+    from tfblocks.text import load_phrasebook, read_sentences, train_tokenizer
 
     if args.quick:
         book = load_phrasebook()
@@ -61,8 +61,8 @@ def load(args):
     path = os.path.join(args.data, "test.ja")
     if not os.path.isfile(path):
         sys.exit(f"beam_steps.py: {path} not found (--data, or --quick)")
-    with open(path, encoding="utf-8") as f:
-        sources = [line.strip() for line in f][: args.sentences]
+    # Joined as training joined the corpus (test.ja is pre-tokenized Japanese).
+    sources = [s for s in read_sentences(path) if s][: args.sentences]
     model, tokenizer, _ = tfblocks.load_preset(args.preset)
     return model, tokenizer, sources
 

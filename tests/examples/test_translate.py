@@ -131,3 +131,48 @@ def test_bad_hparams_are_a_clear_error_before_any_write(tmp_path, monkeypatch, c
         assert status == 2 and err.startswith("tfblocks-train: error:"), err
         assert all(name in err for name in names), err
         assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, monkeypatch, capsys):
+    # The model is replaced by one that returns its input, so what the commands read shows.
+    from tfblocks.cli import _engines
+
+    seen = []
+
+    def identity(batch):
+        seen.extend(batch)
+        return list(batch)
+
+    monkeypatch.setattr(_engines, "load_translate", lambda *args: (identity, "an identity"))
+    spaced = "今日 の ランチ は カレー だ 。\n\n私 は Windows 10 を 使 う 。\n"
+    joined = ["今日のランチはカレーだ。", "", "私はWindows 10を使う。"]
+    (tmp_path / "test.ja").write_text(spaced, encoding="utf-8")
+    (tmp_path / "spaced.txt").write_text(spaced, encoding="utf-8")
+    (tmp_path / "ref.en").write_text("\n".join(joined) + "\n", encoding="utf-8")
+    model = ("--model", tmp_path)
+    for args, want in [
+        (("--input", tmp_path / "test.ja"), joined),  # *.ja: joined, as tfblocks-train reads
+        (("--input", tmp_path / "spaced.txt"), spaced.splitlines()),  # other files as they are
+        (("--input", tmp_path / "test.ja", "--japanese-spaces", "keep"), spaced.splitlines()),
+        (("--input", tmp_path / "spaced.txt", "--japanese-spaces", "remove"), joined),
+    ]:
+        status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, *args)
+        assert status == 0, err
+        assert out.split("\n")[:-1] == want, args
+    status, out, _ = in_process(translate_cli, monkeypatch, capsys, *model,
+                                "--japanese-spaces", "remove", stdin=spaced)  # fmt: skip
+    assert status == 0 and out.split("\n")[:-1] == joined
+
+    # tfblocks-evaluate scores the joined sentences, like the test BLEU of tfblocks-train.
+    evaluate = (*model, "--src", tmp_path / "test.ja", "--ref", tmp_path / "ref.en")
+    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, *evaluate)
+    assert status == 0, err
+    assert json.loads(out)["exact_match"] == 1.0
+    seen.clear()
+    status, out, _ = in_process(evaluate_cli, monkeypatch, capsys, *evaluate,
+                                "--japanese-spaces", "keep")  # fmt: skip
+    assert status == 0 and json.loads(out)["exact_match"] == 1 / 3  # only the empty line
+    assert spaced.splitlines()[0] in seen
+    status, _, err = in_process(evaluate_cli, monkeypatch, capsys, *evaluate,
+                                "--japanese-spaces", "maybe")  # fmt: skip
+    assert status == 2 and "--japanese-spaces" in err and "'maybe'" in err

@@ -39,6 +39,21 @@ def test_read_parallel_keeps_spaces_when_asked(tmp_path):
     assert swapped.pairs == [("i am  a student .", "私は学生です。")]
 
 
+def test_read_sentences_joins_as_read_parallel_does(tmp_path):
+    ja = _write(tmp_path / "test.ja", "\ufeff私 は 学生 で す 。\r\n\n彼 は CD を 買 っ た 。\n")
+    en = _write(tmp_path / "test.en", "i am  a student .\n\nhe bought a cd .\n")
+    joined = corpus.read_sentences(ja)
+    assert joined == ["私は学生です。", "", "彼はCDを買った。"]  # empty lines kept, in order
+    assert corpus.read_parallel(ja, en).pairs == list(
+        zip([s for s in joined if s], corpus.read_sentences(en)[::2], strict=True)
+    )
+    assert corpus.read_sentences(ja, remove_spaces=False)[0] == "私 は 学生 で す 。"
+    assert corpus.read_sentences(en, remove_spaces=True)[0] == "i ama student."  # forced
+    assert corpus.read_sentences(en)[0] == "i am  a student ."  # not *.ja: as it is
+    with pytest.raises(TypeError, match=r"remove_spaces=.yes."):
+        corpus.read_sentences(ja, remove_spaces="yes")
+
+
 def test_remove_japanese_spaces_keeps_latin_words():
     assert (
         corpus.remove_japanese_spaces(" 私 は Windows 10 を 使 う 。 ") == "私はWindows 10を使う。"

@@ -4,6 +4,10 @@ Translates `--src` (one sentence per line) with the model and scores the transla
 against `--ref` (the same number of lines) with sacrebleu: corpus BLEU (13a, cased),
 chrF, and the share of exact matches. Prints one JSON object to standard output.
 
+Both files are read as `tfblocks-train` reads a corpus: the spaces between the tokens of
+pre-tokenized Japanese in a file named *.ja (small_parallel_enja's test.ja) are removed
+(`--japanese-spaces`), so the scores are those training reported for the same split.
+
 Example:
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en
 """
@@ -11,6 +15,8 @@ Example:
 import argparse
 import json
 import sys
+
+from tfblocks.cli.translate import add_japanese_spaces_argument
 
 
 def parse_args(argv=None):
@@ -28,6 +34,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-length", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
+    add_japanese_spaces_argument(parser)
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     return parser.parse_args(argv)
 
@@ -37,12 +44,10 @@ def main(argv=None):
     from tfblocks import evaluation
     from tfblocks.batching import translate_in_batches
     from tfblocks.cli import _engines
-    from tfblocks.cli.translate import read_lines
+    from tfblocks.cli.translate import read_input
 
-    with open(args.src, encoding="utf-8") as f:
-        sources = read_lines(f)
-    with open(args.ref, encoding="utf-8") as f:
-        references = read_lines(f)
+    sources = read_input(args.src, args.japanese_spaces)
+    references = read_input(args.ref, args.japanese_spaces)
     if len(sources) != len(references):
         raise ValueError(
             f"--src and --ref must have the same number of lines, got {len(sources)} "

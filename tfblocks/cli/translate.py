@@ -4,6 +4,10 @@ Reads one sentence per line from standard input (or `--input FILE`) and writes o
 translation per line, in the same order, to standard output (or `--output FILE`); an
 empty line gives an empty line. Progress goes to standard error.
 
+Pre-tokenized Japanese is joined as `tfblocks-train` joins a corpus: the spaces between
+the tokens of a file named *.ja (small_parallel_enja's test.ja) are removed
+(`--japanese-spaces`).
+
 Examples:
   echo 今日のランチはカレーだ。 | tfblocks-translate --model runs/enja
   tfblocks-translate --model runs/enja/export/1 --input test.ja --output test.hyp
@@ -30,6 +34,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-length", type=int, default=None, help="subwords per sentence")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
+    add_japanese_spaces_argument(parser)
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     args = parser.parse_args(argv)
     if args.batch_size <= 0:
@@ -39,9 +44,30 @@ def parse_args(argv=None):
     return args
 
 
-def read_lines(stream):
-    """Lines without their line ending (other whitespace is kept)."""
-    return [line.rstrip("\r\n") for line in stream]
+# --japanese-spaces value -> `remove_spaces` of `tfblocks.text.read_sentences`.
+JAPANESE_SPACES = {"auto": None, "remove": True, "keep": False}
+
+
+def add_japanese_spaces_argument(parser):
+    parser.add_argument(
+        "--japanese-spaces",
+        default="auto",
+        choices=list(JAPANESE_SPACES),
+        help="spaces between pre-tokenized Japanese tokens: auto (default) removes them in "
+        "files named *.ja, as tfblocks-train reads a corpus; remove / keep: in every input, "
+        "standard input included",
+    )
+
+
+def read_input(path, japanese_spaces):
+    """The sentences of `path` (standard input for None), read as `tfblocks-train` reads."""
+    from tfblocks.text import read_sentences, remove_japanese_spaces
+
+    remove_spaces = JAPANESE_SPACES[japanese_spaces]
+    if path is not None:
+        return read_sentences(path, remove_spaces=remove_spaces)
+    lines = [line.rstrip("\r\n") for line in sys.stdin]  # other whitespace is kept
+    return [remove_japanese_spaces(line) for line in lines] if remove_spaces else lines
 
 
 def main(argv=None):
@@ -49,11 +75,7 @@ def main(argv=None):
     from tfblocks.batching import translate_in_batches
     from tfblocks.cli import _engines
 
-    if args.input:
-        with open(args.input, encoding="utf-8") as f:
-            lines = read_lines(f)
-    else:
-        lines = read_lines(sys.stdin)
+    lines = read_input(args.input, args.japanese_spaces)
     translate, what = _engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine
     )

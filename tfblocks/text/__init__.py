@@ -4,6 +4,7 @@ from tfblocks.text.corpus import (
     Corpus,
     load_splits,
     read_parallel,
+    read_sentences,
     read_tsv,
     remove_japanese_spaces,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "load_splits",
     "make_dataset",
     "read_parallel",
+    "read_sentences",
     "read_tsv",
     "remove_japanese_spaces",
     "train_tokenizer",
