@@ -163,16 +163,27 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
                                 "--japanese-spaces", "remove", stdin=spaced)  # fmt: skip
     assert status == 0 and out.split("\n")[:-1] == joined
 
-    # tfblocks-evaluate scores the joined sentences, like the test BLEU of tfblocks-train.
-    evaluate = (*model, "--src", tmp_path / "test.ja", "--ref", tmp_path / "ref.en")
-    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, *evaluate)
-    assert status == 0, err
-    assert json.loads(out)["exact_match"] == 1.0
-    seen.clear()
-    status, out, _ = in_process(evaluate_cli, monkeypatch, capsys, *evaluate,
-                                "--japanese-spaces", "keep")  # fmt: skip
-    assert status == 0 and json.loads(out)["exact_match"] == 1 / 3  # only the empty line
-    assert spaced.splitlines()[0] in seen
-    status, _, err = in_process(evaluate_cli, monkeypatch, capsys, *evaluate,
+    status, out, _ = in_process(translate_cli, monkeypatch, capsys, *model, stdin=spaced)
+    assert status == 0 and out.split("\n")[:-1] == spaced.splitlines()  # stdin: as it is
+
+    # tfblocks-evaluate scores the joined sentences, like the test BLEU of tfblocks-train;
+    # --japanese-spaces is for --src only, --ref follows the *.ja rule.
+    (tmp_path / "ref.ja").write_text(spaced, encoding="utf-8")
+    (tmp_path / "spaced_ref.en").write_text(spaced, encoding="utf-8")
+    as_is = spaced.splitlines()
+    for args, source, exact in [
+        (("--src", tmp_path / "test.ja", "--ref", tmp_path / "ref.en"), joined, 1.0),
+        (("--src", tmp_path / "test.ja", "--ref", tmp_path / "ref.ja"), joined, 1.0),
+        (("--src", tmp_path / "test.ja", "--ref", tmp_path / "ref.en",
+          "--japanese-spaces", "keep"), as_is, 1 / 3),  # only the empty line matches
+        (("--src", tmp_path / "spaced.txt", "--ref", tmp_path / "spaced_ref.en",
+          "--japanese-spaces", "remove"), joined, 1 / 3),  # the reference kept its spaces
+    ]:  # fmt: skip
+        seen.clear()
+        status, out, err = in_process(evaluate_cli, monkeypatch, capsys, *model, *args)
+        assert status == 0, err
+        assert sorted(seen) == sorted(source), args  # what the model was given
+        assert json.loads(out)["exact_match"] == exact, args
+    status, _, err = in_process(evaluate_cli, monkeypatch, capsys, *model, *args[:4],
                                 "--japanese-spaces", "maybe")  # fmt: skip
     assert status == 2 and "--japanese-spaces" in err and "'maybe'" in err

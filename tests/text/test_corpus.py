@@ -48,7 +48,7 @@ def test_read_sentences_joins_as_read_parallel_does(tmp_path):
         zip([s for s in joined if s], corpus.read_sentences(en)[::2], strict=True)
     )
     assert corpus.read_sentences(ja, remove_spaces=False)[0] == "私 は 学生 で す 。"
-    assert corpus.read_sentences(en, remove_spaces=True)[0] == "i ama student."  # forced
+    assert corpus.read_sentences(en, remove_spaces=True)[0] == "i am a student."  # forced
     assert corpus.read_sentences(en)[0] == "i am  a student ."  # not *.ja: as it is
     with pytest.raises(TypeError, match=r"remove_spaces=.yes."):
         corpus.read_sentences(ja, remove_spaces="yes")
@@ -59,6 +59,7 @@ def test_remove_japanese_spaces_keeps_latin_words():
         corpus.remove_japanese_spaces(" 私 は Windows 10 を 使 う 。 ") == "私はWindows 10を使う。"
     )
     assert corpus.remove_japanese_spaces("ＩＴ 企業 で 働 く") == "ＩＴ企業で働く"
+    assert corpus.remove_japanese_spaces("Windows  10\tを 使 う") == "Windows 10を使う"
 
 
 def test_different_line_counts_name_both_files(tmp_path):

@@ -5,8 +5,9 @@ against `--ref` (the same number of lines) with sacrebleu: corpus BLEU (13a, cas
 chrF, and the share of exact matches. Prints one JSON object to standard output.
 
 Both files are read as `tfblocks-train` reads a corpus: the spaces between the tokens of
-pre-tokenized Japanese in a file named *.ja (small_parallel_enja's test.ja) are removed
-(`--japanese-spaces`), so the scores are those training reported for the same split.
+pre-tokenized Japanese in a file named *.ja (small_parallel_enja's test.ja) are removed,
+so the scores are those training reported for the same split (`--japanese-spaces`
+changes this for --src only).
 
 Example:
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en
@@ -34,7 +35,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-length", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
-    add_japanese_spaces_argument(parser)
+    add_japanese_spaces_argument(parser, "--src (--ref: auto)")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     return parser.parse_args(argv)
 
@@ -47,7 +48,7 @@ def main(argv=None):
     from tfblocks.cli.translate import read_input
 
     sources = read_input(args.src, args.japanese_spaces)
-    references = read_input(args.ref, args.japanese_spaces)
+    references = read_input(args.ref, "auto")  # joined as training joined its targets
     if len(sources) != len(references):
         raise ValueError(
             f"--src and --ref must have the same number of lines, got {len(sources)} "

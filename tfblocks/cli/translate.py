@@ -11,7 +11,7 @@ the tokens of a file named *.ja (small_parallel_enja's test.ja) are removed
 Examples:
   echo 今日のランチはカレーだ。 | tfblocks-translate --model runs/enja
   tfblocks-translate --model runs/enja/export/1 --input test.ja --output test.hyp
-  tfblocks-translate --model runs/enja --beam-size 1 < test.ja
+  tfblocks-translate --model runs/enja --beam-size 1 --japanese-spaces remove < test.ja
 """
 
 import argparse
@@ -34,7 +34,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-length", type=int, default=None, help="subwords per sentence")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
-    add_japanese_spaces_argument(parser)
+    add_japanese_spaces_argument(parser, "the input (a file or standard input)")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     args = parser.parse_args(argv)
     if args.batch_size <= 0:
@@ -48,14 +48,15 @@ def parse_args(argv=None):
 JAPANESE_SPACES = {"auto": None, "remove": True, "keep": False}
 
 
-def add_japanese_spaces_argument(parser):
+def add_japanese_spaces_argument(parser, what):
+    """Adds `--japanese-spaces` to `parser`; `what` names the input it applies to."""
     parser.add_argument(
         "--japanese-spaces",
         default="auto",
         choices=list(JAPANESE_SPACES),
-        help="spaces between pre-tokenized Japanese tokens: auto (default) removes them in "
-        "files named *.ja, as tfblocks-train reads a corpus; remove / keep: in every input, "
-        "standard input included",
+        help="spaces between the tokens of pre-tokenized Japanese: auto (default) removes "
+        f"them when {what} is a file named *.ja, as tfblocks-train reads a corpus; remove / "
+        f"keep: always / never for {what}",
     )
 
 
