@@ -159,12 +159,17 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
         status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, *args)
         assert status == 0, err
         assert out.split("\n")[:-1] == want, args
+        # auto left spaced Japanese as it is: said on stderr (a choice given: not said)
+        assert ("warning" in err) == (args == ("--input", tmp_path / "spaced.txt")), args
     status, out, _ = in_process(translate_cli, monkeypatch, capsys, *model,
                                 "--japanese-spaces", "remove", stdin=spaced)  # fmt: skip
     assert status == 0 and out.split("\n")[:-1] == joined
 
-    status, out, _ = in_process(translate_cli, monkeypatch, capsys, *model, stdin=spaced)
-    assert status == 0 and out.split("\n")[:-1] == spaced.splitlines()  # stdin: as it is
+    status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, stdin=spaced)
+    assert status == 0 and out.split("\n")[:-1] == spaced.splitlines()  # stdin: as it is,
+    assert "warning: 2 of the 3 lines of standard input look like pre-tokenized" in err  # said
+    status, _, err = in_process(translate_cli, monkeypatch, capsys, *model, stdin="\n".join(joined))
+    assert status == 0 and "warning" not in err
 
     # tfblocks-evaluate scores the joined sentences, like the test BLEU of tfblocks-train;
     # --japanese-spaces is for --src only, --ref follows the *.ja rule.
@@ -183,6 +188,7 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
         status, out, err = in_process(evaluate_cli, monkeypatch, capsys, *model, *args)
         assert status == 0, err
         assert sorted(seen) == sorted(source), args  # what the model was given
+        assert "warning" not in err, args  # --src joined or as asked; --ref never warns
         assert json.loads(out)["exact_match"] == exact, args
     status, _, err = in_process(evaluate_cli, monkeypatch, capsys, *model, *args[:4],
                                 "--japanese-spaces", "maybe")  # fmt: skip

@@ -48,7 +48,8 @@ def main(argv=None):
     from tfblocks.cli.translate import read_input
 
     sources = read_input(args.src, args.japanese_spaces)
-    references = read_input(args.ref, "auto")  # joined as training joined its targets
+    # Joined as training joined its targets; --japanese-spaces is not for --ref.
+    references = read_input(args.ref, "auto", advise=False)
     if len(sources) != len(references):
         raise ValueError(
             f"--src and --ref must have the same number of lines, got {len(sources)} "

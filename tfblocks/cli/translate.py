@@ -16,6 +16,7 @@ Examples:
 
 import argparse
 import os
+import re
 import sys
 
 
@@ -46,6 +47,8 @@ def parse_args(argv=None):
 
 # --japanese-spaces value -> `remove_spaces` of `tfblocks.text.read_sentences`.
 JAPANESE_SPACES = {"auto": None, "remove": True, "keep": False}
+# A space between two non-ASCII characters: what pre-tokenized Japanese looks like.
+_SPACED_NON_ASCII = re.compile(r"[^\x00-\x7f]\s+[^\x00-\x7f]")
 
 
 def add_japanese_spaces_argument(parser, what):
@@ -60,15 +63,30 @@ def add_japanese_spaces_argument(parser, what):
     )
 
 
-def read_input(path, japanese_spaces):
-    """The sentences of `path` (standard input for None), read as `tfblocks-train` reads."""
+def read_input(path, japanese_spaces, advise=True):
+    """The sentences of `path` (standard input for None), read as `tfblocks-train` reads.
+
+    With `advise`, warns on standard error when `auto` left most lines looking like
+    pre-tokenized Japanese (a file not named *.ja, or standard input).
+    """
     from tfblocks.text import read_sentences, remove_japanese_spaces
 
     remove_spaces = JAPANESE_SPACES[japanese_spaces]
     if path is not None:
-        return read_sentences(path, remove_spaces=remove_spaces)
-    lines = [line.rstrip("\r\n") for line in sys.stdin]  # other whitespace is kept
-    return [remove_japanese_spaces(line) for line in lines] if remove_spaces else lines
+        lines = read_sentences(path, remove_spaces=remove_spaces)
+    else:
+        lines = [line.rstrip("\r\n") for line in sys.stdin]  # other whitespace is kept
+        lines = [remove_japanese_spaces(s) for s in lines] if remove_spaces else lines
+    spaced = sum(1 for line in lines if _SPACED_NON_ASCII.search(line))
+    if advise and remove_spaces is None and spaced * 2 > sum(1 for line in lines if line):
+        name = "standard input" if path is None else path
+        print(
+            f"warning: {spaced} of the {len(lines)} lines of {name} look like pre-tokenized "
+            "Japanese (spaces between Japanese characters) and are read as they are; "
+            "--japanese-spaces remove joins them as tfblocks-train joins a *.ja corpus",
+            file=sys.stderr,
+        )
+    return lines
 
 
 def main(argv=None):
