@@ -162,7 +162,7 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
         # auto left spaced Japanese as it is: said on stderr (a choice given: not said)
         assert ("warning" in err) == (args == ("--input", tmp_path / "spaced.txt")), args
     status, out, _ = in_process(translate_cli, monkeypatch, capsys, *model,
-                                "--japanese-spaces", "remove", stdin=spaced)  # fmt: skip
+                                "--japanese-spaces", "remove", stdin="\ufeff" + spaced)  # fmt: skip
     assert status == 0 and out.split("\n")[:-1] == joined
 
     status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, stdin=spaced)

@@ -76,6 +76,8 @@ def read_input(path, japanese_spaces, advise=True):
         lines = read_sentences(path, remove_spaces=remove_spaces)
     else:
         lines = [line.rstrip("\r\n") for line in sys.stdin]  # other whitespace is kept
+        if lines and lines[0].startswith("\ufeff"):  # a byte-order mark is not a sentence's
+            lines[0] = lines[0][1:]
         lines = [remove_japanese_spaces(s) for s in lines] if remove_spaces else lines
     spaced = sum(1 for line in lines if _SPACED_NON_ASCII.search(line))
     if advise and remove_spaces is None and spaced * 2 > sum(1 for line in lines if line):
