@@ -70,14 +70,13 @@ def read_input(path, japanese_spaces, advise=True):
     pre-tokenized Japanese (a file not named *.ja, or standard input).
     """
     from tfblocks.text import read_sentences, remove_japanese_spaces
+    from tfblocks.text.corpus import split_lines
 
     remove_spaces = JAPANESE_SPACES[japanese_spaces]
     if path is not None:
         lines = read_sentences(path, remove_spaces=remove_spaces)
     else:
-        lines = [line.rstrip("\r\n") for line in sys.stdin]  # other whitespace is kept
-        if lines and lines[0].startswith("\ufeff"):  # a byte-order mark is not a sentence's
-            lines[0] = lines[0][1:]
+        lines = split_lines(sys.stdin.read())
         lines = [remove_japanese_spaces(s) for s in lines] if remove_spaces else lines
     spaced = sum(1 for line in lines if _SPACED_NON_ASCII.search(line))
     if advise and remove_spaces is None and spaced * 2 > sum(1 for line in lines if line):

@@ -92,6 +92,18 @@ def _read_lines(path):
             f"{os.fspath(path)}, line {line}: invalid UTF-8 ({error.reason}, "
             f"byte {data[error.start : error.start + 1]!r})."
         ) from None
+    return split_lines(text)
+
+
+def split_lines(text):
+    """The lines of a decoded text (a file's, standard input's), as the readers see them.
+
+    No line ends (`\\n` or `\\r\\n`), no byte-order mark, no empty line after a final
+    newline; other whitespace is kept.
+
+    >>> split_lines("\\ufeffa b\\r\\n\\nc\\n")
+    ['a b', '', 'c']
+    """
     if text.startswith("\ufeff"):  # a byte-order mark is not part of the first sentence
         text = text[1:]
     lines = text.split("\n")
