@@ -45,8 +45,9 @@ def in_process(module, monkeypatch, capsys, *args, stdin=None):
     """
     name = module.__name__.rsplit(".", 1)[1]
     monkeypatch.setattr(sys, "argv", [f"tfblocks-{name}", *map(str, args)])
-    if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    if stdin is not None:  # str (written as UTF-8) or bytes, read as the console reads them
+        data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
     capsys.readouterr()
     try:
         module.run()
@@ -170,6 +171,12 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
     assert "warning: 2 of the 3 lines of standard input look like pre-tokenized" in err  # said
     status, _, err = in_process(translate_cli, monkeypatch, capsys, *model, stdin="\n".join(joined))
     assert status == 0 and "warning" not in err
+    # Bytes that are not UTF-8: the line is named, nothing is translated.
+    seen.clear()
+    status, out, err = in_process(translate_cli, monkeypatch, capsys, *model,
+                                  stdin=b"ok\ncaf\xe9\n")  # fmt: skip
+    assert status == 2 and out == "" and not seen
+    assert "standard input, line 2: invalid UTF-8" in err and "b'\\xe9'" in err, err
 
     # tfblocks-evaluate scores the joined sentences, like the test BLEU of tfblocks-train;
     # --japanese-spaces is for --src only, --ref follows the *.ja rule.

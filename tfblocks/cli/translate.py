@@ -70,13 +70,13 @@ def read_input(path, japanese_spaces, advise=True):
     pre-tokenized Japanese (a file not named *.ja, or standard input).
     """
     from tfblocks.text import read_sentences, remove_japanese_spaces
-    from tfblocks.text.corpus import split_lines
+    from tfblocks.text.corpus import decode_lines
 
     remove_spaces = JAPANESE_SPACES[japanese_spaces]
     if path is not None:
         lines = read_sentences(path, remove_spaces=remove_spaces)
     else:
-        lines = split_lines(sys.stdin.read())
+        lines = decode_lines(sys.stdin.buffer.read(), "standard input")
         lines = [remove_japanese_spaces(s) for s in lines] if remove_spaces else lines
     spaced = sum(1 for line in lines if _SPACED_NON_ASCII.search(line))
     if advise and remove_spaces is None and spaced * 2 > sum(1 for line in lines if line):

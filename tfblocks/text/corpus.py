@@ -83,13 +83,22 @@ def remove_japanese_spaces(text):
 def _read_lines(path):
     """The decoded lines of a file (without line ends); errors name the file and line."""
     with open(path, "rb") as f:
-        data = f.read()
+        return decode_lines(f.read(), os.fspath(path))
+
+
+def decode_lines(data, name):
+    """The lines of UTF-8 bytes (a file's, standard input's) as `split_lines` gives them.
+
+    Raises:
+        ValueError: the bytes are not UTF-8; the message names `name`, the line and
+            the offending byte.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         raise ValueError(
-            f"{os.fspath(path)}, line {line}: invalid UTF-8 ({error.reason}, "
+            f"{name}, line {line}: invalid UTF-8 ({error.reason}, "
             f"byte {data[error.start : error.start + 1]!r})."
         ) from None
     return split_lines(text)
