@@ -1,4 +1,5 @@
-"""replace_directory writes a directory whole and never deletes what tfblocks did not write."""
+"""replace_directory writes a directory whole and never deletes what tfblocks did not write;
+replace_file writes a file whole."""
 
 import json
 import os
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from tfblocks._atomic import MARKER, replace_directory
+from tfblocks._atomic import MARKER, replace_directory, replace_file, write_json, write_text
 
 
 def _writer(content):
@@ -222,3 +223,25 @@ def test_an_export_stranded_between_the_renames_is_restored_first(tmp_path):
 def test_bad_path_type():
     with pytest.raises(ValueError, match=r"`path` must be a str or path-like, got path=3"):
         replace_directory(3, _writer("one"))
+
+
+def test_replace_file_writes_whole_files_and_a_failure_changes_nothing(tmp_path):
+    path = tmp_path / "out.txt"
+    assert write_text(path, "één\n") == path and path.read_text(encoding="utf-8") == "één\n"
+    write_json(tmp_path / "m.json", {"bleu": 1.5, "名": [1]})
+    assert json.loads((tmp_path / "m.json").read_text(encoding="utf-8")) == {"bleu": 1.5, "名": [1]}
+    seen = []
+
+    def half_then_fail(tmp):
+        seen.append(tmp)
+        with open(tmp, "w") as f:
+            f.write("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        replace_file(path, half_then_fail)
+    assert path.read_text(encoding="utf-8") == "één\n"  # the old file, untouched
+    assert _entries(tmp_path) == ["m.json", "out.txt"]  # the temporary file removed
+    assert os.path.dirname(seen[0]) == str(tmp_path)  # beside the target: an atomic rename
+    replace_file(tmp_path / "w", lambda tmp: seen.append(tmp) or open(tmp, "w").close(), ".npz")
+    assert seen[-1].endswith(".npz") and _entries(tmp_path) == ["m.json", "out.txt", "w"]

@@ -1,4 +1,11 @@
-"""Write a directory as a whole, replacing only what tfblocks itself wrote there.
+"""Write a file or a directory as a whole, never leaving half of one at the path.
+
+`replace_file(path, write_fn)` is the one place where tfblocks writes a file through a
+temporary name beside it (`NAME.tmp-<pid><suffix>`) renamed into place: readers see the
+old file or the new one, and a failed write removes its temporary file and leaves `path`
+as it was. Whether `path` may be replaced is the caller's decision.
+
+Directories: write a directory as a whole, replacing only what tfblocks itself wrote there.
 
 `replace_directory(path, write_fn)` is the one place where tfblocks puts a finished
 directory (a SavedModel export, a run folder's artifact) at a user-given path:
@@ -33,6 +40,44 @@ MARKER = "tfblocks_export.json"
 _FORMAT = 1
 # Left by tfblocks <= 0.1.0.dev0's `Translator.export` (tempfile.mkdtemp, no pid).
 _LEGACY_MAX_AGE_S = 3600.0
+
+
+def replace_file(path, write_fn, suffix=""):
+    """Writes the file `path` with `write_fn(tmp)` and renames `tmp` onto it.
+
+    Args:
+        path: the file to write (str or path-like).
+        write_fn: called with the temporary path (a str beside `path`) and writes the
+            whole file there.
+        suffix: ends the temporary name, for writers that need a file extension.
+
+    Returns:
+        `path`.
+    """
+    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}{suffix}"
+    try:
+        write_fn(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.remove(tmp)  # ours, written just now
+        raise
+    return path
+
+
+def write_text(path, text):
+    """Writes `text` (UTF-8) to the file `path` with `replace_file`; returns `path`."""
+
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    return replace_file(path, write)
+
+
+def write_json(path, data):
+    """Writes `data` as indented UTF-8 JSON to `path` with `replace_file`; returns `path`."""
+    return write_text(path, json.dumps(data, ensure_ascii=False, indent=2))
 
 
 def replace_directory(path, write_fn, kind="tfblocks-export", *, arg="path"):

@@ -23,7 +23,6 @@ sacrebleu (the `examples` extra) is imported only when BLEU is computed.
 
 import dataclasses
 import hashlib
-import json
 import os
 import time
 
@@ -31,6 +30,7 @@ import keras
 import tensorflow as tf
 
 from tfblocks import _checks
+from tfblocks._atomic import write_json
 from tfblocks.export import Translator
 from tfblocks.models.builders import build_transformer
 from tfblocks.run import average_weights, load_weights
@@ -306,9 +306,4 @@ def _final_weights(folder, model, translator, dev_pairs, progress, options):
 def write_metrics(output_dir, metrics):
     """Writes `metrics.json` into `output_dir` atomically; returns its path."""
     os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, "metrics.json")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(metrics, f, ensure_ascii=False, indent=2)
-    os.replace(tmp, path)
-    return path
+    return write_json(os.path.join(output_dir, "metrics.json"), metrics)

@@ -27,16 +27,11 @@ import re
 
 import numpy as np
 
+from tfblocks._atomic import replace_file, write_json
+
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
 _CHECKPOINT = re.compile(r"^epoch-(\d{4,})\.npz$")
-
-
-def _replace_json(path, data):
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, ensure_ascii=False, indent=2)
-    os.replace(tmp, path)
 
 
 class RunFolder:
@@ -69,7 +64,7 @@ class RunFolder:
         os.makedirs(self.join("state"), exist_ok=True)
         os.makedirs(self.join("checkpoints"), exist_ok=True)
         if not os.path.exists(self.join(RUN_FILE)):
-            _replace_json(self.join(RUN_FILE), {"format": 1, "settings": None})
+            write_json(self.join(RUN_FILE), {"format": 1, "settings": None})
 
     def join(self, *parts):
         return os.path.join(self.path, *parts)
@@ -89,7 +84,7 @@ class RunFolder:
         """
         saved = self.settings()
         if saved is None:
-            _replace_json(self.join(RUN_FILE), {"format": 1, "settings": settings})
+            write_json(self.join(RUN_FILE), {"format": 1, "settings": settings})
             return settings
         differ = [k for k in must_match if saved.get(k) != settings.get(k)]
         if differ:
@@ -121,7 +116,7 @@ class RunFolder:
             return json.load(f)
 
     def save_progress(self, progress):
-        _replace_json(self.join("state", "progress.json"), progress)
+        write_json(self.join("state", "progress.json"), progress)
 
     @property
     def state_weights(self):
@@ -129,17 +124,12 @@ class RunFolder:
 
     def save_state(self, model):
         """Model and optimizer variables, for continuing exactly where the run stopped."""
-        tmp = self.join("state", f".tmp-{os.getpid()}.weights.h5")
-        model.save_weights(tmp)
-        os.replace(tmp, self.state_weights)
+        replace_file(self.state_weights, model.save_weights, suffix=".weights.h5")
 
     def save_weights(self, model, name):
         """The model's weights (no optimizer) as `name` (an .npz under the folder)."""
-        path = self.join(name)
-        tmp = f"{path}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, **{v.path: np.asarray(v) for v in model.weights})
-        os.replace(tmp, path)
-        return path
+        weights = {v.path: np.asarray(v) for v in model.weights}
+        return replace_file(self.join(name), lambda tmp: np.savez(tmp, **weights), ".npz")
 
     def checkpoints(self):
         """Epoch checkpoints `[(epoch, path)]`, oldest first."""

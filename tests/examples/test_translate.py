@@ -177,6 +177,27 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
                                   stdin=b"ok\ncaf\xe9\n")  # fmt: skip
     assert status == 2 and out == "" and not seen
     assert "standard input, line 2: invalid UTF-8" in err and "b'\\xe9'" in err, err
+    # --output: an existing file is replaced only with --overwrite, the input never; each
+    # refusal comes before any translation.
+    mine = tmp_path / "mine.txt"
+    mine.write_text("a user's notes\n", encoding="utf-8")
+    source = ("--input", tmp_path / "test.ja")
+    for output, more, message in [
+        (mine, (), "exists; pass --overwrite to replace it"),
+        (tmp_path / "test.ja", (*source, "--overwrite"), "is the --input file"),
+        (tmp_path, (), "is a folder"),
+        (tmp_path / "no" / "hyp.txt", (), "does not exist"),
+    ]:
+        status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, *more,
+                                      "--output", output, stdin="x\n")  # fmt: skip
+        assert status == 2 and f"--output={str(output)!r}" in err and message in err, err
+        assert out == ""
+    assert not seen and mine.read_text(encoding="utf-8") == "a user's notes\n"
+    assert (tmp_path / "test.ja").read_text(encoding="utf-8") == spaced
+    status, _, err = in_process(translate_cli, monkeypatch, capsys, *model, "--output", mine,
+                                "--overwrite", stdin="x\n")  # fmt: skip
+    assert status == 0 and mine.read_text(encoding="utf-8") == "x\n", err
+    assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
 
     # tfblocks-evaluate scores the joined sentences, like the test BLEU of tfblocks-train;
     # --japanese-spaces is for --src only, --ref follows the *.ja rule.

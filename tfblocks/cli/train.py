@@ -95,6 +95,7 @@ def main(argv=None):
 
     import tfblocks
     from tfblocks import evaluation, pipeline, text
+    from tfblocks._atomic import replace_file
     from tfblocks.models.hparams import parse_overrides
     from tfblocks.run import RunFolder
 
@@ -134,9 +135,7 @@ def main(argv=None):
                 splits["train"], vocab_size=args.vocab_size, model_type=args.tokenizer_model
             )
         if not os.path.exists(tokenizer_path):
-            tmp = f"{tokenizer_path}.tmp-{os.getpid()}"
-            tokenizer.save(tmp)
-            os.replace(tmp, tokenizer_path)
+            replace_file(tokenizer_path, tokenizer.save)
     sizes = {k: len(v) for k, v in splits.items()}
     print(f"pairs {sizes}; shared vocabulary {tokenizer.vocabulary_size} ({args.tokenizer_model})")
 

@@ -1,8 +1,9 @@
 """`tfblocks-translate`: translate lines of text with a trained model.
 
 Reads one sentence per line from standard input (or `--input FILE`) and writes one
-translation per line, in the same order, to standard output (or `--output FILE`); an
-empty line gives an empty line. Progress goes to standard error.
+translation per line, in the same order, to standard output (or `--output FILE`; an
+existing file is replaced only with `--overwrite`, never the input); an empty line gives
+an empty line. Progress goes to standard error.
 
 Pre-tokenized Japanese is joined as `tfblocks-train` joins a corpus: the spaces between
 the tokens of a file named *.ja (small_parallel_enja's test.ja) are removed
@@ -30,6 +31,9 @@ def parse_args(argv=None):
     parser.add_argument("--model", required=True, help="run folder, preset or SavedModel")
     parser.add_argument("--input", help="file to translate (default: standard input)")
     parser.add_argument("--output", help="file to write (default: standard output)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --output file"
+    )
     parser.add_argument("--beam-size", type=int, default=None, help="default 4 (1 = greedy)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length-penalty exponent")
     parser.add_argument("--max-length", type=int, default=None, help="subwords per sentence")
@@ -90,11 +94,33 @@ def read_input(path, japanese_spaces, advise=True):
     return lines
 
 
+def check_output(output, input_path, overwrite):
+    """Refuses, before any work, an `--output` that cannot be written or would replace a
+    file the user has: an existing file without `--overwrite`, the `--input` file (even
+    with it), a folder, a path whose folder does not exist."""
+    if output is None:
+        return
+    if os.path.isdir(output):
+        raise ValueError(f"--output={output!r} is a folder; give a file name")
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--output={output!r}: the folder {folder!r} does not exist")
+    if not os.path.lexists(output):
+        return
+    if input_path is not None and os.path.exists(output) and os.path.samefile(output, input_path):
+        raise ValueError(
+            f"--output={output!r} is the --input file; write the translations elsewhere"
+        )
+    if not overwrite:
+        raise ValueError(f"--output={output!r} exists; pass --overwrite to replace it")
+
+
 def main(argv=None):
     args = parse_args(argv)
     from tfblocks.batching import translate_in_batches
     from tfblocks.cli import _engines
 
+    check_output(args.output, args.input, args.overwrite)
     lines = read_input(args.input, args.japanese_spaces)
     translate, what = _engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine
@@ -107,10 +133,9 @@ def main(argv=None):
     out = translate_in_batches(translate, lines, args.batch_size, progress)
     text = "".join(line.replace("\n", " ") + "\n" for line in out)
     if args.output:
-        tmp = f"{args.output}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, args.output)
+        from tfblocks._atomic import write_text
+
+        write_text(args.output, text)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
