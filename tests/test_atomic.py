@@ -245,3 +245,27 @@ def test_replace_file_writes_whole_files_and_a_failure_changes_nothing(tmp_path)
     assert os.path.dirname(seen[0]) == str(tmp_path)  # beside the target: an atomic rename
     replace_file(tmp_path / "w", lambda tmp: seen.append(tmp) or open(tmp, "w").close(), ".npz")
     assert seen[-1].endswith(".npz") and _entries(tmp_path) == ["m.json", "out.txt", "w"]
+
+
+def test_replace_file_never_touches_a_file_at_a_temporary_name(tmp_path, monkeypatch):
+    import tfblocks._atomic as atomic
+
+    names = iter(["aaaa", "aaaa", "bbbb"])
+    monkeypatch.setattr(atomic.secrets, "token_hex", lambda n: next(names))
+    other = tmp_path / f"out.txt.tmp-{os.getpid()}-aaaa"
+    other.write_text("someone else's", encoding="utf-8")
+    link = tmp_path / f"m.json.tmp-{os.getpid()}-aaaa"
+    os.symlink(other, link)  # a link at the name: not written through
+
+    def fail(tmp):
+        assert os.path.basename(tmp) == f"out.txt.tmp-{os.getpid()}-bbbb"
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        replace_file(tmp_path / "out.txt", fail)
+    assert other.read_text(encoding="utf-8") == "someone else's"  # not removed
+    names = iter(["aaaa", "cccc"])
+    write_json(tmp_path / "m.json", [1])
+    assert other.read_text(encoding="utf-8") == "someone else's" and link.is_symlink()
+    assert json.loads((tmp_path / "m.json").read_text()) == [1]
+    assert not (tmp_path / "m.json").is_symlink()

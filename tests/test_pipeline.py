@@ -73,4 +73,4 @@ def test_write_metrics_is_complete_json(tmp_path):
     path = pipeline.write_metrics(tmp_path / "out", {"bleu": 12.5, "text": "今日"})
     written = json.loads((tmp_path / "out" / "metrics.json").read_text(encoding="utf-8"))
     assert str(path).endswith("metrics.json") and written == {"bleu": 12.5, "text": "今日"}
-    assert not (tmp_path / "out" / "metrics.json.tmp").exists()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["metrics.json"]  # no tmp file

@@ -1,9 +1,10 @@
 """Write a file or a directory as a whole, never leaving half of one at the path.
 
 `replace_file(path, write_fn)` is the one place where tfblocks writes a file through a
-temporary name beside it (`NAME.tmp-<pid><suffix>`) renamed into place: readers see the
-old file or the new one, and a failed write removes its temporary file and leaves `path`
-as it was. Whether `path` may be replaced is the caller's decision.
+temporary name beside it (`NAME.tmp-<pid>-<random><suffix>`, created new, so no existing
+file or link is written through or removed) renamed into place: readers see the old file
+or the new one, and a failed write removes its temporary file and leaves `path` as it
+was. Whether `path` may be replaced is the caller's decision.
 
 Directories: write a directory as a whole, replacing only what tfblocks itself wrote there.
 
@@ -54,13 +55,19 @@ def replace_file(path, write_fn, suffix=""):
     Returns:
         `path`.
     """
-    tmp = f"{os.fspath(path)}.tmp-{os.getpid()}{suffix}"
+    while True:  # a name nothing else holds: O_EXCL fails on any existing file or link
+        tmp = f"{os.fspath(path)}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}"
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        except FileExistsError:
+            continue
+        break
     try:
-        write_fn(tmp)
+        write_fn(tmp)  # the writers truncate the empty file reserved here
         os.replace(tmp, path)
     except BaseException:
         if os.path.lexists(tmp):
-            os.remove(tmp)  # ours, written just now
+            os.remove(tmp)  # created above by this call
         raise
     return path
 

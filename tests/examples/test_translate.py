@@ -181,22 +181,39 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
     # refusal comes before any translation.
     mine = tmp_path / "mine.txt"
     mine.write_text("a user's notes\n", encoding="utf-8")
+    os.mkfifo(tmp_path / "pipe")
+    monkeypatch.chdir(tmp_path)
     source = ("--input", tmp_path / "test.ja")
     for output, more, message in [
         (mine, (), "exists; pass --overwrite to replace it"),
-        (tmp_path / "test.ja", (*source, "--overwrite"), "is the --input file"),
-        (tmp_path, (), "is a folder"),
+        ("./test.ja", (*source, "--overwrite"), "is the file the input comes from"),
+        (tmp_path, (), "exists and is not a regular file"),
+        (tmp_path / "pipe", ("--overwrite",), "exists and is not a regular file"),
+        ("", (), "must name a file"),
+        ("new/", (), "must name a file"),
         (tmp_path / "no" / "hyp.txt", (), "does not exist"),
     ]:
         status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, *more,
                                       "--output", output, stdin="x\n")  # fmt: skip
         assert status == 2 and f"--output={str(output)!r}" in err and message in err, err
         assert out == ""
+    for more, message in [(("--input", "missing.ja"), "--input='missing.ja' does not exist"),
+                          (("--input", tmp_path), "is a folder")]:  # fmt: skip
+        status, _, err = in_process(translate_cli, monkeypatch, capsys, *model, *more)
+        assert status == 2 and message in err, err
+    with open(mine, encoding="utf-8") as redirected:  # `< mine.txt --output mine.txt`
+        monkeypatch.setattr(sys, "stdin", redirected)
+        status, _, err = in_process(translate_cli, monkeypatch, capsys, *model, "--output",
+                                    "mine.txt", "--overwrite")  # fmt: skip
+    assert status == 2 and "is the file the input comes from" in err, err
     assert not seen and mine.read_text(encoding="utf-8") == "a user's notes\n"
     assert (tmp_path / "test.ja").read_text(encoding="utf-8") == spaced
     status, _, err = in_process(translate_cli, monkeypatch, capsys, *model, "--output", mine,
                                 "--overwrite", stdin="x\n")  # fmt: skip
     assert status == 0 and mine.read_text(encoding="utf-8") == "x\n", err
+    status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, "--output", "-",
+                                  stdin="y\n")  # fmt: skip
+    assert status == 0 and out == "y\n" and not os.path.exists("-"), err
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
 
     # tfblocks-evaluate scores the joined sentences, like the test BLEU of tfblocks-train;

@@ -3,7 +3,7 @@
 Reads one sentence per line from standard input (or `--input FILE`) and writes one
 translation per line, in the same order, to standard output (or `--output FILE`; an
 existing file is replaced only with `--overwrite`, never the input); an empty line gives
-an empty line. Progress goes to standard error.
+an empty line. Input and output are UTF-8. Progress goes to standard error.
 
 Pre-tokenized Japanese is joined as `tfblocks-train` joins a corpus: the spaces between
 the tokens of a file named *.ja (small_parallel_enja's test.ja) are removed
@@ -18,6 +18,7 @@ Examples:
 import argparse
 import os
 import re
+import stat
 import sys
 
 
@@ -30,7 +31,7 @@ def parse_args(argv=None):
     )
     parser.add_argument("--model", required=True, help="run folder, preset or SavedModel")
     parser.add_argument("--input", help="file to translate (default: standard input)")
-    parser.add_argument("--output", help="file to write (default: standard output)")
+    parser.add_argument("--output", help="file to write (default or -: standard output)")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing --output file"
     )
@@ -94,33 +95,55 @@ def read_input(path, japanese_spaces, advise=True):
     return lines
 
 
-def check_output(output, input_path, overwrite):
-    """Refuses, before any work, an `--output` that cannot be written or would replace a
-    file the user has: an existing file without `--overwrite`, the `--input` file (even
-    with it), a folder, a path whose folder does not exist."""
-    if output is None:
+def check_paths(input_path, output, overwrite):
+    """Refuses, before any work, an `--input` that cannot be read and an `--output` that
+    cannot be written or would replace what the user has.
+
+    Refused: an existing `--output` without `--overwrite`; the input (the `--input` file
+    or the file standard input reads from, even with it); anything but a regular file
+    (a folder, a device such as /dev/null, a pipe); `""`; a name ending in a path
+    separator; a path whose folder does not exist. `-` is standard output.
+    """
+    if input_path is not None and not os.path.exists(input_path):
+        raise ValueError(f"--input={input_path!r} does not exist")
+    if input_path is not None and os.path.isdir(input_path):
+        raise ValueError(f"--input={input_path!r} is a folder; give a file")
+    if output is None or output == "-":
         return
-    if os.path.isdir(output):
-        raise ValueError(f"--output={output!r} is a folder; give a file name")
+    if not output or output.endswith(("/", os.sep)):
+        raise ValueError(f"--output={output!r} must name a file")
     folder = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(folder):
         raise ValueError(f"--output={output!r}: the folder {folder!r} does not exist")
     if not os.path.lexists(output):
         return
-    if input_path is not None and os.path.exists(output) and os.path.samefile(output, input_path):
+    if not os.path.isfile(output):
+        raise ValueError(f"--output={output!r} exists and is not a regular file")
+    source = os.stat(input_path) if input_path is not None else _stdin_file()
+    if source is not None and os.path.samestat(source, os.stat(output)):
         raise ValueError(
-            f"--output={output!r} is the --input file; write the translations elsewhere"
+            f"--output={output!r} is the file the input comes from; write the "
+            "translations elsewhere"
         )
     if not overwrite:
         raise ValueError(f"--output={output!r} exists; pass --overwrite to replace it")
 
 
+def _stdin_file():
+    """The `os.stat_result` of the regular file standard input reads (`< FILE`), or None."""
+    try:
+        status = os.fstat(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):  # no file descriptor (e.g. replaced)
+        return None
+    return status if stat.S_ISREG(status.st_mode) else None
+
+
 def main(argv=None):
     args = parse_args(argv)
+    check_paths(args.input, args.output, args.overwrite)  # before TensorFlow loads
     from tfblocks.batching import translate_in_batches
     from tfblocks.cli import _engines
 
-    check_output(args.output, args.input, args.overwrite)
     lines = read_input(args.input, args.japanese_spaces)
     translate, what = _engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine
@@ -132,10 +155,14 @@ def main(argv=None):
 
     out = translate_in_batches(translate, lines, args.batch_size, progress)
     text = "".join(line.replace("\n", " ") + "\n" for line in out)
-    if args.output:
+    if args.output not in (None, "-"):
         from tfblocks._atomic import write_text
 
         write_text(args.output, text)
+    elif hasattr(sys.stdout, "buffer"):  # UTF-8, as the input is read, whatever the locale
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.flush()
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
