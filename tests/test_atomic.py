@@ -9,7 +9,14 @@ import time
 
 import pytest
 
-from tfblocks._atomic import MARKER, replace_directory, replace_file, write_json, write_text
+from tfblocks._atomic import (
+    MARKER,
+    clean_stale_files,
+    replace_directory,
+    replace_file,
+    write_json,
+    write_text,
+)
 
 
 def _writer(content):
@@ -269,3 +276,17 @@ def test_replace_file_never_touches_a_file_at_a_temporary_name(tmp_path, monkeyp
     assert other.read_text(encoding="utf-8") == "someone else's" and link.is_symlink()
     assert json.loads((tmp_path / "m.json").read_text()) == [1]
     assert not (tmp_path / "m.json").is_symlink()
+
+
+def test_clean_stale_files_removes_only_killed_writers_files(tmp_path):
+    dead = _dead_pid()
+    stale = [f"out.txt.tmp-{dead}-0a1b2c3d", f"w.npz.tmp-{dead}-0a1b2c3d.npz",
+             f"t.weights.h5.tmp-{dead}-0a1b2c3d.weights.h5"]  # fmt: skip
+    kept = [f"out.txt.tmp-{os.getpid()}-0a1b2c3d",  # this process: may be writing
+            f"out.txt.tmp-{dead}-0A1B2C3D", f"out.txt.tmp-{dead}", "out.txt",  # other names
+            f"dir.tmp-{dead}-0a1b2c3d"]  # fmt: skip
+    for name in stale + kept[:-1]:
+        (tmp_path / name).write_text("x")
+    os.mkdir(tmp_path / kept[-1])  # a folder of that pattern is replace_directory's business
+    assert clean_stale_files(tmp_path) == sorted(stale)
+    assert _entries(tmp_path) == sorted(kept)

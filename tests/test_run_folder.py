@@ -140,3 +140,18 @@ def test_run_folder_refuses_a_users_directory_and_other_settings(tmp_path):
         folder.check_settings({"vocab_size": 8000, "corpus": "abc"}, ["vocab_size", "corpus"])
     saved = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
     assert saved["vocab_size"] == 1000
+
+
+def test_reopening_a_run_folder_removes_what_a_killed_writer_left(tmp_path):
+    RunFolder(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a process id that no longer runs
+    left = [f"state/training.weights.h5.tmp-{dead.pid}-0a1b2c3d.weights.h5",
+            f"checkpoints/epoch-0002.npz.tmp-{dead.pid}-0a1b2c3d.npz",
+            f"best.npz.tmp-{dead.pid}-0a1b2c3d.npz"]  # fmt: skip
+    kept = [f"last.npz.tmp-{os.getpid()}-0a1b2c3d.npz",  # a writer still running
+            f"notes.tmp-{dead.pid}-mine.txt", "checkpoints/epoch-0001.npz"]  # fmt: skip
+    for name in left + kept:
+        (tmp_path / name).write_bytes(b"x")
+    RunFolder(tmp_path)
+    assert [name for name in left + kept if (tmp_path / name).exists()] == kept

@@ -4,7 +4,9 @@
 temporary name beside it (`NAME.tmp-<pid>-<random><suffix>`, created new, so no existing
 file or link is written through or removed) renamed into place: readers see the old file
 or the new one, and a failed write removes its temporary file and leaves `path` as it
-was. Whether `path` may be replaced is the caller's decision.
+was. Whether `path` may be replaced is the caller's decision. `clean_stale_files(folder)`
+removes the temporary files of writers that were killed (the same pattern, a process id
+that no longer runs on this machine).
 
 Directories: write a directory as a whole, replacing only what tfblocks itself wrote there.
 
@@ -70,6 +72,26 @@ def replace_file(path, write_fn, suffix=""):
             os.remove(tmp)  # created above by this call
         raise
     return path
+
+
+_TMP_FILE = re.compile(r".+\.tmp-(\d+)-[0-9a-f]{8}(\.[A-Za-z0-9]+)*")
+
+
+def clean_stale_files(folder):
+    """Removes what `replace_file` calls left in `folder` when their process was killed.
+
+    Only regular files named by `replace_file`'s pattern whose process id no longer runs
+    here; returns their names.
+    """
+    removed = []
+    for entry in sorted(os.listdir(folder)):
+        match = _TMP_FILE.fullmatch(entry)
+        full = os.path.join(folder, entry)
+        regular = os.path.isfile(full) and not os.path.islink(full)
+        if match and regular and not _alive(int(match.group(1))):
+            os.remove(full)
+            removed.append(entry)
+    return removed
 
 
 def write_text(path, text):

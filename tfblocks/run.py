@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from tfblocks._atomic import replace_file, write_json
+from tfblocks._atomic import clean_stale_files, replace_file, write_json
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
@@ -63,6 +63,8 @@ class RunFolder:
                 )
         os.makedirs(self.join("state"), exist_ok=True)
         os.makedirs(self.join("checkpoints"), exist_ok=True)
+        for folder in (self.path, self.join("state"), self.join("checkpoints")):
+            clean_stale_files(folder)  # a killed run's half-written weights (~70 MB each)
         if not os.path.exists(self.join(RUN_FILE)):
             write_json(self.join(RUN_FILE), {"format": 1, "settings": None})
 
