@@ -29,7 +29,8 @@ import os
 import tempfile
 
 # XLA reads its flags once, when TensorFlow loads it: set them before any import of it.
-os.environ["PROFILE_STEP_DUMP"] = os.path.join(tempfile.gettempdir(), f"profile_step_{os.getpid()}")
+# A new folder (mkdtemp), so that removing it at the end removes only what this run wrote.
+os.environ["PROFILE_STEP_DUMP"] = tempfile.mkdtemp(prefix="profile_step_")
 os.environ["XLA_FLAGS"] = " ".join(
     [
         os.environ.get("XLA_FLAGS", ""),

@@ -102,6 +102,10 @@ def test_bad_input(data, tmp_path):
     (tmp_path / "full" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match=r"`output_dir`.*full"):
         export_ctranslate2(model, tokenizer, tmp_path / "full")
+    assert os.listdir(tmp_path / "full") == ["notes.txt"]
+    assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
+    with pytest.raises(ValueError, match="output_dir=''"):
+        export_ctranslate2(model, tokenizer, "")
     small = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=50))
     with pytest.raises(ValueError, match="`tokenizer` has 300 pieces"):
         export_ctranslate2(small, tokenizer, tmp_path / "b")
@@ -117,3 +121,45 @@ def test_bad_input(data, tmp_path):
         CTranslate2Translator(path, beam_size=0)
     with pytest.raises(ValueError, match="single str"):
         CTranslate2Translator(path)("今日")
+
+
+def test_export_is_written_whole_and_replaces_only_its_own_output(data, tmp_path, monkeypatch):
+    """A failed export leaves nothing (or the earlier export, unchanged); a second export
+    replaces the first; a file added by the user makes the folder off-limits."""
+    _, tokenizer = data
+    model = tfblocks.build_transformer(
+        tfblocks.hparams("transformer_tiny", vocab_size=tokenizer.vocabulary_size)
+    )
+    target = tmp_path / "ct2"
+
+    def broken_save(path):
+        with open(path, "wb") as f:
+            f.write(b"half")
+        raise OSError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tokenizer, "save", broken_save)
+        with pytest.raises(OSError, match="disk full"):
+            export_ctranslate2(model, tokenizer, target)
+    assert os.listdir(tmp_path) == []  # no half-written folder, no staging folder
+
+    path = export_ctranslate2(model, tokenizer, target)
+    first = sorted(os.listdir(path))
+    assert {"model.bin", "config.json", "source.model", "target.model"} <= set(first)
+    with monkeypatch.context() as patch:
+        patch.setattr(tokenizer, "save", broken_save)
+        with pytest.raises(OSError, match="disk full"):
+            export_ctranslate2(model, tokenizer, target, quantization="int8")
+    assert os.listdir(tmp_path) == ["ct2"] and sorted(os.listdir(path)) == first
+    float32_size = os.path.getsize(os.path.join(path, "model.bin"))
+
+    assert export_ctranslate2(model, tokenizer, target, quantization="int8") == path
+    assert sorted(os.listdir(path)) == first and os.listdir(tmp_path) == ["ct2"]
+    assert os.path.getsize(os.path.join(path, "model.bin")) < float32_size / 2  # replaced
+    assert len(CTranslate2Translator(path, beam_size=1, max_length=4)(["今日", "x"])) == 2
+
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"output_dir=.*notes\.txt|notes\.txt.*output_dir="):
+        export_ctranslate2(model, tokenizer, target)
+    assert (target / "notes.txt").read_text() == "mine"
+    assert os.path.isfile(os.path.join(path, "model.bin"))

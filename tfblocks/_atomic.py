@@ -153,6 +153,15 @@ def replace_directory(path, write_fn, kind="tfblocks-export", *, arg="path"):
     return path
 
 
+def check_directory(path, kind="tfblocks-export", *, arg="path"):
+    """Raises the `ValueError` that `replace_directory(path, ..., kind, arg=arg)` would.
+
+    For writers with slow work to do before `replace_directory` runs: a refused path
+    is reported first. Returns `path` as an absolute path (str).
+    """
+    return _check_path(path, kind, arg)
+
+
 def _make_staging(parent, name, pid):
     """A new empty `.NAME.tmp-<pid>-<random>`, with the umask's permissions (not 0o700)."""
     while True:

@@ -31,11 +31,12 @@ import os
 
 import numpy as np
 
-from tfblocks import _checks
+from tfblocks import _atomic, _checks
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.layers.embedding import timing_signal
 from tfblocks.models.transformer import LAYER_NORM_EPSILON
 
+KIND = "tfblocks-ctranslate2"  # the marker's kind: an earlier export here may be replaced
 SPECIAL_PIECES = {PAD_ID: "<pad>", EOS_ID: "</s>", UNK_ID: "<unk>", BOS_ID: "<s>"}
 QUANTIZATIONS = (
     None,
@@ -209,8 +210,11 @@ def export_ctranslate2(
         tokenizer: the source `tfblocks.text.SubwordTokenizer` (also the target's
             unless `target_tokenizer` is given).
         output_dir: the directory to write (`model.bin`, `config.json`, the
-            vocabularies and the tokenizers' `source.model` / `target.model`); it must
-            not exist yet or be empty.
+            vocabularies, the tokenizers' `source.model` / `target.model` and the
+            marker `tfblocks_export.json`): new, empty, or an earlier
+            `export_ctranslate2` output with nothing added, which is replaced. It is
+            written in a staging folder beside it and renamed into place, so a failed
+            export leaves nothing at `output_dir` (or the earlier export, unchanged).
         quantization: `None` (float32 weights) or one of CTranslate2's weight types:
             `"int8"`, `"int8_float32"`, `"int8_float16"`, `"int8_bfloat16"`, `"int16"`,
             `"float16"`, `"bfloat16"`, `"float32"`.
@@ -220,6 +224,12 @@ def export_ctranslate2(
 
     Returns:
         `output_dir`, absolute.
+
+    Raises:
+        ValueError: before anything is written, for a bad `quantization`, a model the
+            converter does not support, or an `output_dir` that is `""`, `.`, the
+            current directory or a parent of it, a regular file, or a directory holding
+            anything `export_ctranslate2` did not write there.
 
     Example (training elided):
 
@@ -238,19 +248,17 @@ def export_ctranslate2(
         raise ValueError(
             f"`quantization` must be one of {QUANTIZATIONS}, got quantization={quantization!r}."
         )
-    output_dir = os.path.abspath(os.fspath(output_dir))
-    if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)):
-        raise ValueError(
-            f"`output_dir` must be a new or empty directory, got output_dir={output_dir!r}."
-        )
+    _atomic.check_directory(output_dir, KIND, arg="output_dir")  # before the slow part
     spec = build_spec(model, tokenizer, target_tokenizer, max_positions=max_positions)
     spec.validate()
     spec.optimize(quantization=quantization)
-    os.makedirs(output_dir, exist_ok=True)
-    spec.save(output_dir)
-    tokenizer.save(os.path.join(output_dir, "source.model"))
-    (target_tokenizer or tokenizer).save(os.path.join(output_dir, "target.model"))
-    return output_dir
+
+    def write(staging):
+        spec.save(staging)
+        tokenizer.save(os.path.join(staging, "source.model"))
+        (target_tokenizer or tokenizer).save(os.path.join(staging, "target.model"))
+
+    return _atomic.replace_directory(output_dir, write, kind=KIND, arg="output_dir")
 
 
 class CTranslate2Translator:
