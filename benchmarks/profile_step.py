@@ -239,10 +239,9 @@ def profile(args, dump_dir):
 
 
 def main(argv=None):
-    args = parse_args(argv)
     dump_dir = os.environ["PROFILE_STEP_DUMP"]
     try:
-        profile(args, dump_dir)
+        profile(parse_args(argv), dump_dir)
     finally:
         shutil.rmtree(dump_dir, ignore_errors=True)
 

@@ -11,6 +11,7 @@ import pytest
 
 from tfblocks._atomic import (
     MARKER,
+    check_directory,
     clean_stale_files,
     replace_directory,
     replace_file,
@@ -135,6 +136,22 @@ def test_refuses_a_regular_file_and_a_symlink_before_writing(tmp_path):
         replace_directory(link, called.append)
     assert called == []
     assert _entries(tmp_path) == ["export", "link"]
+
+
+def test_refuses_a_mount_point_before_writing(tmp_path, monkeypatch):
+    """An empty mount point (a Docker bind mount) cannot be replaced by a rename: refused
+    first, not after the whole export was written (EBUSY)."""
+    target = tmp_path / "out"
+    target.mkdir()
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda p: p == str(target) or real_ismount(p))
+    called = []
+    for refuse in (lambda: replace_directory(target, called.append, arg="output_dir"),
+                   lambda: check_directory(target, arg="output_dir")):  # fmt: skip
+        with pytest.raises(ValueError, match=r"`output_dir` is a mount point.*out/export"):
+            refuse()
+    assert called == [] and _entries(target) == [] and _entries(tmp_path) == ["out"]
+    assert check_directory(target / "export") == str(target / "export")  # inside it: fine
 
 
 def test_write_fn_raising_leaves_nothing_behind(tmp_path):

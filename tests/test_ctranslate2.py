@@ -12,6 +12,7 @@ from tfblocks.text import load_phrasebook, train_tokenizer
 
 pytest.importorskip("ctranslate2")
 
+from tfblocks import ctranslate2_export
 from tfblocks.ctranslate2_export import (
     CTranslate2Translator,
     build_spec,
@@ -146,20 +147,34 @@ def test_export_is_written_whole_and_replaces_only_its_own_output(data, tmp_path
     path = export_ctranslate2(model, tokenizer, target)
     first = sorted(os.listdir(path))
     assert {"model.bin", "config.json", "source.model", "target.model"} <= set(first)
+
+    def model_bin():
+        with open(os.path.join(path, "model.bin"), "rb") as f:
+            return f.read()
+
+    float32_bytes = model_bin()
     with monkeypatch.context() as patch:
         patch.setattr(tokenizer, "save", broken_save)
         with pytest.raises(OSError, match="disk full"):
             export_ctranslate2(model, tokenizer, target, quantization="int8")
     assert os.listdir(tmp_path) == ["ct2"] and sorted(os.listdir(path)) == first
-    float32_size = os.path.getsize(os.path.join(path, "model.bin"))
+    assert model_bin() == float32_bytes  # the earlier export, unchanged
 
     assert export_ctranslate2(model, tokenizer, target, quantization="int8") == path
     assert sorted(os.listdir(path)) == first and os.listdir(tmp_path) == ["ct2"]
-    assert os.path.getsize(os.path.join(path, "model.bin")) < float32_size / 2  # replaced
+    assert model_bin() != float32_bytes  # replaced
     assert len(CTranslate2Translator(path, beam_size=1, max_length=4)(["今日", "x"])) == 2
 
     (target / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match=r"output_dir=.*notes\.txt|notes\.txt.*output_dir="):
-        export_ctranslate2(model, tokenizer, target)
+    with monkeypatch.context() as patch:  # refused before the (slow) conversion starts
+        patch.setattr(ctranslate2_export, "build_spec", _not_called)
+        with pytest.raises(ValueError, match=r"notes\.txt.*output_dir="):
+            export_ctranslate2(model, tokenizer, target)
+        with pytest.raises(ValueError, match=r"output_dir='\.'"):
+            export_ctranslate2(model, tokenizer, ".")
     assert (target / "notes.txt").read_text() == "mine"
-    assert os.path.isfile(os.path.join(path, "model.bin"))
+    assert model_bin() != float32_bytes and os.listdir(tmp_path) == ["ct2"]
+
+
+def _not_called(*args, **kwargs):
+    raise AssertionError("the conversion ran before the path was checked")

@@ -15,8 +15,9 @@ directory (a SavedModel export, a run folder's artifact) at a user-given path:
 
 * It refuses, with a `ValueError` naming the argument and its value and before
   writing anything: `""`, `.`, the current working directory and any of its parents,
-  a symbolic link, a regular file, and an existing directory that tfblocks did not
-  write. A directory counts as written by tfblocks when it holds the marker file
+  a symbolic link, a mount point, a regular file, and an existing directory that
+  tfblocks did not write (`check_directory` makes the same checks, for writers with
+  slow work to do first). A directory counts as written by tfblocks when it holds the marker file
   `tfblocks_export.json` of the same `kind` and nothing that the marker does not list
   (a file a user added later is never deleted). An empty directory is replaced.
 * `write_fn(staging)` fills a fresh staging directory beside `path`
@@ -196,6 +197,12 @@ def _check_path(path, kind, arg):
             )
     if os.path.islink(absolute):
         raise ValueError(f"`{arg}` is a symbolic link, got {arg}={raw!r}; it is not replaced.")
+    if os.path.ismount(absolute):
+        raise ValueError(
+            f"`{arg}` is a mount point, got {arg}={raw!r}; a directory is put in place by a "
+            f"rename, which cannot replace it: write to a folder inside it such as "
+            f"{os.path.join(raw, 'export')!r}."
+        )
     if os.path.lexists(absolute) and not os.path.isdir(absolute):
         raise ValueError(f"`{arg}` is a file, not a directory, got {arg}={raw!r}.")
     if os.path.isdir(absolute):

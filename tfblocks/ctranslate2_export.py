@@ -226,10 +226,12 @@ def export_ctranslate2(
         `output_dir`, absolute.
 
     Raises:
-        ValueError: before anything is written, for a bad `quantization`, a model the
-            converter does not support, or an `output_dir` that is `""`, `.`, the
-            current directory or a parent of it, a regular file, or a directory holding
-            anything `export_ctranslate2` did not write there.
+        ValueError: before anything is written, for a bad `quantization`, a model or
+            tokenizer the converter does not support, or an `output_dir` that is `""`,
+            `.`, the current directory or a parent of it, a symbolic link, a mount point,
+            a regular file, or a directory holding anything but an earlier
+            `export_ctranslate2` output (one from before tfblocks wrote the marker
+            `tfblocks_export.json` included: delete it yourself to reuse the path).
 
     Example (training elided):
 
