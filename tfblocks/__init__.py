@@ -1,9 +1,9 @@
 """tfblocks: Keras 3 / TensorFlow Transformer layers with tensor2tensor semantics."""
 
-# First, before anything loads TensorFlow or runs an operation: TensorFlow's BFC CPU
-# allocator unless the user chose (1.3x faster training steps; see tfblocks/_allocator.py),
-# and programs that ask for it (the examples, the tfblocks-* commands) get TensorFlow
-# without its C++ log lines (tfblocks/_quiet.py).
+# First, before anything loads TensorFlow or runs an operation: TensorFlow's pooling
+# (BFC) CPU allocator where it would use malloc and the user did not choose
+# (tfblocks/_allocator.py), and programs that ask for it (the examples, the tfblocks-*
+# commands) get TensorFlow without its C++ log lines (tfblocks/_quiet.py).
 from tfblocks import _allocator  # noqa: F401  # isort: skip
 from tfblocks import _quiet  # noqa: F401  # isort: skip
 from tfblocks import decoding, text

@@ -17,12 +17,13 @@ Two things are needed, both before TensorFlow is imported:
   standard error (file descriptor 2) redirected to a temporary file, then writes
   back every line except C++ log lines below the chosen level.
 
-This module is imported first by `tfblocks/__init__.py` — the only code that runs
-before TensorFlow loads in a program that imports tfblocks — and acts only when the
-program asks for it: the environment variable `TFBLOCKS_QUIET=1` (the examples set
-it before importing tfblocks), or a program named `tfblocks-*` (the console scripts)
-unless `TFBLOCKS_QUIET=0`. `--verbose` on the command line, or `TF_CPP_MIN_LOG_LEVEL`
-set to 0, keeps every line. Importing tfblocks as a library changes nothing.
+This module is imported by `tfblocks/__init__.py` before anything else that can load
+TensorFlow (only `tfblocks/_allocator.py`, which sets environment variables and never
+imports TensorFlow, runs before it) and acts only when the program asks for it: the
+environment variable `TFBLOCKS_QUIET=1` (the examples set it before importing
+tfblocks), or a program named `tfblocks-*` (the console scripts) unless
+`TFBLOCKS_QUIET=0`. `--verbose` on the command line, or `TF_CPP_MIN_LOG_LEVEL` set to
+0, keeps every line. Importing tfblocks as a library changes no logging.
 
 It must not import TensorFlow at module level.
 """

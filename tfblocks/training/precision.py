@@ -11,18 +11,16 @@ choosing there is left to the user (`mixed_float16` / `mixed_bfloat16`), as the 
 not measured by this project.
 """
 
-import functools
-
 import tensorflow as tf
 
 from tfblocks import _checks
+from tfblocks._cpu import cpu_flags
 
 POLICIES = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 # /proc/cpuinfo flags of x86 CPUs whose bfloat16 matmul oneDNN runs natively.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-@functools.lru_cache(maxsize=1)
 def cpu_has_bf16():
     """True when /proc/cpuinfo lists `avx512_bf16` or `amx_bf16` (False elsewhere).
 
@@ -30,14 +28,7 @@ def cpu_has_bf16():
     >>> isinstance(cpu_has_bf16(), bool)
     True
     """
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return any(flag in line.split() for flag in BF16_CPU_FLAGS)
-    except OSError:
-        pass
-    return False
+    return any(flag in (cpu_flags() or ()) for flag in BF16_CPU_FLAGS)
 
 
 def resolve_dtype_policy(policy="auto", jit_compile=False):
