@@ -11,8 +11,10 @@ decoding, then runs the model's own forward pass (`model.encode` / `model.decode
 `return_attention_scores=True`, and checks the logits against the greedy translation,
 so the maps are those of the forward pass that produced the translation.
 
-Writes `--output-dir`/encoder_self_attention.png, decoder_self_attention.png and
-cross_attention.png: one heatmap per layer (rows) and head (columns), keys on the x axis,
+Writes the folder `--output-dir` as a whole (new, empty or an earlier output of this
+script, checked before training; anything else is refused, never overwritten):
+encoder_self_attention.png, decoder_self_attention.png and cross_attention.png, one
+heatmap per layer (rows) and head (columns), keys on the x axis,
 queries on the y axis. The decoder's queries are its inputs (<s>, then the translation);
 in the cross-attention map each query row is labelled with the token it predicts.
 Japanese labels need a CJK font: the script looks for one among the system fonts (e.g.
@@ -42,6 +44,9 @@ import matplotlib.pyplot as plt
 from matplotlib import font_manager, ft2font
 
 from tfblocks import text
+from tfblocks._atomic import check_directory, replace_directory
+
+KIND = "tfblocks-attention-maps"  # what the output folder's marker file names
 
 CJK_FONT = re.compile(r"cjk|ipa|takao|gothic|mincho|hiragino|meiryo|msgothic", re.IGNORECASE)
 
@@ -175,6 +180,10 @@ def main():
     keras_file = bool(args.model) and args.model.endswith(".keras")
     if keras_file != bool(args.tokenizer):
         parser.error("--tokenizer goes with a .keras --model (a run folder holds its tokenizer)")
+    try:  # a folder that would be refused is refused now, not after the training
+        check_directory(args.output_dir, KIND, arg="--output-dir")
+    except ValueError as error:
+        parser.error(str(error))
 
     if args.model and not keras_file:
         preset = os.path.join(args.model, "model")
@@ -199,15 +208,21 @@ def main():
     strings = [*src_tokens, *dec_tokens, *out_tokens, args.sentence, translation]
     font, show = label_font(strings, args.font)
     src, dec, out = ([show(t) for t in tokens] for tokens in (src_tokens, dec_tokens, out_tokens))
-    os.makedirs(args.output_dir, exist_ok=True)
-    for kind, queries, keys, query_label in (
+    plots = (
         ("encoder_self_attention", src, src, "query"),
         ("decoder_self_attention", dec, dec, "query (decoder input)"),
         ("cross_attention", out, src, "query, labelled with the token it predicts"),
-    ):
-        title = f"{kind.replace('_', ' ')}: {show(args.sentence)} → {show(translation)}"
+    )
+
+    def write(folder):
+        for kind, queries, keys, query_label in plots:
+            title = f"{kind.replace('_', ' ')}: {show(args.sentence)} → {show(translation)}"
+            path = os.path.join(folder, f"{kind}.png")
+            plot(maps[kind], queries, keys, title, path, font, query_label)
+
+    replace_directory(args.output_dir, write, KIND, arg="--output-dir")
+    for kind, *_ in plots:
         path = os.path.join(args.output_dir, f"{kind}.png")
-        plot(maps[kind], queries, keys, title, path, font, query_label)
         print(f"wrote {path}: {len(maps[kind])} layers × {maps[kind][0].shape[0]} heads")
     last = np.mean(maps["cross_attention"][-1], axis=0)  # [T, S], last layer, mean over heads
     print("cross-attention, last layer, mean over heads: predicted token ← source token")

@@ -10,8 +10,11 @@ ramp from 0 to the peak over `--warmup-steps`, then constant; "none" starts at t
 peak. The loss is t2t's label-smoothed cross-entropy (0 = perfect), accuracy is the
 teacher-forced token accuracy on the dev split.
 
-Writes `--output-dir`/pre_vs_post_ln.png (training loss every `--log-every` steps),
-pre_vs_post_ln.md and pre_vs_post_ln.csv (final train loss, dev loss, dev accuracy).
+Writes the folder `--output-dir` as a whole: pre_vs_post_ln.png (training loss every
+`--log-every` steps), pre_vs_post_ln.md and pre_vs_post_ln.csv (final train loss, dev
+loss, dev accuracy). The folder must be new, empty or an earlier output of this script
+(checked before training); it appears complete or not at all, and a folder holding
+anything else is refused, never overwritten.
 
 Run:  python examples/pre_vs_post_ln.py [--steps 300] [--learning-rate 3e-3]
       [--warmup-steps 100] [--layers 2] [--output-dir runs/pre_vs_post_ln]
@@ -34,6 +37,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from tfblocks import text
+from tfblocks._atomic import check_directory, replace_directory
+
+KIND = "tfblocks-pre-vs-post-ln"  # what the output folder's marker file names
 
 # (label, norm_first, with warm-up)
 RUNS = [
@@ -85,8 +91,14 @@ def train(args, vocab_size, train_data, dev_data, norm_first, warmup):
 
 
 def write_outputs(results, args):
-    """The loss-curve PNG and the Markdown / CSV tables."""
-    os.makedirs(args.output_dir, exist_ok=True)
+    """The loss-curve PNG and the Markdown / CSV tables, as the folder `--output-dir`."""
+    path = replace_directory(
+        args.output_dir, lambda staging: _write(results, args, staging), KIND, arg="--output-dir"
+    )
+    print(f"wrote {path}")
+
+
+def _write(results, args, folder):
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for name, (steps, losses, _) in results.items():
         style = "-" if name.startswith("Pre") else "--"
@@ -96,7 +108,7 @@ def write_outputs(results, args):
     ax.set_title(f"phrasebook ja→en, {args.hparams}, {layers}, peak lr {args.learning_rate:g}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(args.output_dir, "pre_vs_post_ln.png"), dpi=100)
+    fig.savefig(os.path.join(folder, "pre_vs_post_ln.png"), dpi=100)
     plt.close(fig)
     header = ["run", "final train loss", "dev loss", "dev accuracy"]
     rows = [
@@ -105,9 +117,9 @@ def write_outputs(results, args):
     ]
     lines = ["| " + " | ".join(header) + " |", "|---|---:|---:|---:|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    with open(os.path.join(args.output_dir, "pre_vs_post_ln.md"), "w") as f:
+    with open(os.path.join(folder, "pre_vs_post_ln.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    with open(os.path.join(args.output_dir, "pre_vs_post_ln.csv"), "w", newline="") as f:
+    with open(os.path.join(folder, "pre_vs_post_ln.csv"), "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows([header, *rows])
     print("\n".join(lines))
 
@@ -128,6 +140,10 @@ def main():
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--output-dir", default="runs/pre_vs_post_ln")
     args = parser.parse_args()
+    try:  # a folder that would be refused is refused now, not after the training
+        check_directory(args.output_dir, KIND, arg="--output-dir")
+    except ValueError as error:
+        parser.error(str(error))
 
     vocab_size, train_data, dev_data = datasets(args)
     results = {}

@@ -1,10 +1,13 @@
 """examples/attention_maps.py translates, checks its rebuilt forward pass and draws PNGs."""
 
 import importlib.util
+import json
 import re
 import struct
+import sys
 
 import numpy as np
+import pytest
 
 from tests.scripts import ROOT, run_script
 
@@ -39,6 +42,22 @@ def test_attention_maps_small_settings(tmp_path):
         assert f"wrote {tmp_path / kind}.png: 2 layers × 4 heads" in result.stdout, result.stdout
         width, height = png_size(tmp_path / f"{kind}.png")
         assert width > 300 and height > 150, (kind, width, height)
+    marker = json.loads((tmp_path / "tfblocks_export.json").read_text())
+    assert marker["kind"] == "tfblocks-attention-maps"
+    assert sorted(marker["files"]) == sorted(f"{kind}.png" for kind in KINDS)
+
+
+def test_a_folder_it_did_not_write_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    example = load_example()
+    monkeypatch.setattr(example, "train_model", lambda args: pytest.fail("trained first"))
+    (tmp_path / "cross_attention.png").write_bytes(b"a user's own figure")
+    monkeypatch.setattr(sys, "argv", ["attention_maps.py", "--output-dir", str(tmp_path)])
+    with pytest.raises(SystemExit) as exit_:
+        example.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--output-dir={str(tmp_path)!r}" in err and "did not write" in err, err
+    assert (tmp_path / "cross_attention.png").read_bytes() == b"a user's own figure"
 
 
 def test_label_font_escapes_what_no_font_draws():

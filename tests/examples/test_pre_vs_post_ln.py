@@ -1,9 +1,14 @@
 """examples/pre_vs_post_ln.py trains four ways and writes a loss-curve PNG and tables."""
 
 import csv
+import importlib.util
+import json
 import math
+import sys
 
-from tests.scripts import run_script
+import pytest
+
+from tests.scripts import ROOT, run_script
 
 
 def test_pre_vs_post_ln_small_settings(tmp_path):
@@ -30,3 +35,28 @@ def test_pre_vs_post_ln_small_settings(tmp_path):
         assert 0.0 < loss < 10.0, row  # label-smoothed cross-entropy over 300 ids: ln 300 ≈ 5.7
     markdown = (tmp_path / "pre_vs_post_ln.md").read_text().splitlines()
     assert len(markdown) == 2 + 4 and all(line in result.stdout for line in markdown)
+    # The folder was written as a whole, with the marker that lets a rerun replace it.
+    marker = json.loads((tmp_path / "tfblocks_export.json").read_text())
+    assert marker["kind"] == "tfblocks-pre-vs-post-ln"
+    assert sorted(marker["files"]) == ["pre_vs_post_ln.csv", "pre_vs_post_ln.md",
+                                       "pre_vs_post_ln.png"]  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*marker["files"], "tfblocks_export.json"]
+
+
+def test_a_folder_it_did_not_write_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "pre_vs_post_ln", ROOT / "examples" / "pre_vs_post_ln.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    monkeypatch.setattr(example, "datasets", lambda args: pytest.fail("trained first"))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a user's notes\n")
+    for folder in (tmp_path, notes):
+        monkeypatch.setattr(sys, "argv", ["pre_vs_post_ln.py", "--output-dir", str(folder)])
+        with pytest.raises(SystemExit) as exit_:
+            example.main()
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--output-dir={str(folder)!r}" in err, err
+    assert notes.read_text() == "a user's notes\n" and len(list(tmp_path.iterdir())) == 1
