@@ -3,15 +3,19 @@
 Speed is never asserted here (benchmarks/RESULTS.md holds the measured figures); these
 tests only keep the scripts working as the package changes.
 
-Each script runs in its own Python. Their cost is start-up and tracing / XLA compilation,
-which keep one core busy, so the `outputs` fixture runs the scripts of the selected tests
-one after the other in the background (longest first) as soon as the first of them
-starts; each test waits for its own script. One at a time: `make test` already runs two
-test processes on the 2-core machine, and a second script beside them only made every
-process slower (the benchmark scripts took 440 CPU-s two at a time, 385 one at a time).
+Their cost is start-up and tracing / XLA compilation, which keep one core busy, so the
+`outputs` fixture runs the scripts of the selected tests one after the other in the
+background as soon as the first of them starts; each test waits for its own script. One
+at a time: `make test` already runs two test processes on the 2-core machine, and a
+second script beside them only made every process slower (the benchmark scripts took
+440 CPU-s two at a time, 385 one at a time). The scripts in `ALONE` configure TensorFlow
+before it starts (XLA flags, threads) or start processes of their own, and each runs in
+its own Python, longest first; the others run one after another in one more Python
+(`run_together.py`: TensorFlow and keras-hub start once, not nine times).
 """
 
 import importlib.util
+import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,8 +23,7 @@ import pytest
 
 from tests.scripts import run_script
 
-# test-name prefix -> command line; the longest first (the tests below keep this order, so
-# that each waits for about its own script only).
+# test-name prefix -> command line; the tests below keep this order.
 SCRIPTS = {
     "scaling": ("benchmarks/scaling.py", "--quick"),
     "accelerator_check": (
@@ -44,22 +47,45 @@ SCRIPTS = {
 }  # fmt: skip
 
 
+# Each in a Python of its own: scaling starts its workers, profile_step sets XLA_FLAGS
+# and serve the thread counts before TensorFlow starts.
+ALONE = ("scaling", "profile_step", "serve")
+
+
+def _run_together(names):
+    """`{name: {"status", "stdout", "stderr"}}` of the scripts `names`, run one after
+    another in one Python."""
+    jobs = [[name, *map(str, SCRIPTS[name])] for name in names]
+    result = run_script("tests/benchmarks/run_together.py", json.dumps(jobs), timeout=900)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def outputs(request):
-    """`{name: Future of the script's stdout}` for the selected tests' scripts."""
+    """`{name: Future}` for the selected tests' scripts (see `_out`)."""
     selected = {item.name for item in request.session.items}
     names = [n for n in SCRIPTS if any(t.startswith(f"test_{n}_") for t in selected)]
     if importlib.util.find_spec("ctranslate2") is None and "serve" in names:
         names.remove("serve")  # its test skips
     pool = ThreadPoolExecutor(max_workers=1)
     try:
-        yield {n: pool.submit(run_script, *SCRIPTS[n], timeout=600) for n in names}
+        futures = {n: pool.submit(run_script, *SCRIPTS[n], timeout=600)
+                   for n in names if n in ALONE}  # fmt: skip
+        together = pool.submit(_run_together, [n for n in names if n not in ALONE])
+        futures.update({n: together for n in names if n not in ALONE})
+        yield futures
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _out(outputs, name):
-    return outputs[name].result().stdout
+    """The script's standard output; a script that failed fails the test with its stderr."""
+    if name in ALONE:
+        return outputs[name].result().stdout
+    run = outputs[name].result()[name]
+    script, status = SCRIPTS[name][0], run["status"]
+    assert status == 0, f"{script} exited {status}:\n{run['stderr'][-4000:]}"
+    return run["stdout"]
 
 
 def test_scaling_quick_prints_both_worker_counts_and_ratios(outputs):

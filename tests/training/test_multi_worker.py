@@ -55,7 +55,9 @@ def run_workers(tmp_path, extra_env=None):
             "TF_NUM_INTRAOP_THREADS": "1",
             "TF_NUM_INTEROP_THREADS": "1",
             # Proof that the per-replica step ran through XLA: its HLO is dumped here.
-            "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_module_re=.*train_gradients.*",
+            # (After the suite's own XLA flags: tests/conftest.py.)
+            "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump} "
+            "--xla_dump_hlo_module_re=.*train_gradients.*",
             "TF_CONFIG": json.dumps(
                 {"cluster": cluster, "task": {"type": "worker", "index": index}}
             ),
