@@ -44,6 +44,8 @@ import matplotlib.pyplot as plt
 from matplotlib import font_manager, ft2font
 
 from tfblocks import text
+
+# tfblocks' internal writer of whole folders (the exports use it too); not public API.
 from tfblocks._atomic import check_directory, replace_directory
 
 KIND = "tfblocks-attention-maps"  # what the output folder's marker file names

@@ -37,6 +37,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from tfblocks import text
+
+# tfblocks' internal writer of whole folders (the exports use it too); not public API.
 from tfblocks._atomic import check_directory, replace_directory
 
 KIND = "tfblocks-pre-vs-post-ln"  # what the output folder's marker file names

@@ -10,19 +10,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # What the suite's time goes to: tracing Python into graphs and compiling XLA programs for
 # tiny models, in this process and in the scripts it starts (they inherit the environment).
-# - XLA's LLVM back end at optimization level 0: the same HLO programs and the same
-#   results, with less time spent optimizing machine code that runs for milliseconds
-#   (test_decoding's two slowest tests: 152.8 -> 137.0 CPU-s, 2026-12-02). A level the
-#   caller put in XLA_FLAGS is kept.
-# - Under `make test` (pytest-xdist: one process per core), one TensorFlow thread per
-#   process: two test processes (and a script one of them waits for) with two-thread
-#   pools each oversubscribe the 2-core machine, and idle pool threads spin.
+# - XLA's LLVM back end at optimization level 0: the same HLO programs, with less time
+#   spent optimizing machine code that runs for milliseconds (test_decoding's two slowest
+#   tests: 152.8 -> 137.0 CPU-s, 2026-12-02). Results agree up to float rounding (no FMA
+#   contraction or vectorized reductions at level 0), which is what the tests' tolerances
+#   allow for anyway. A level the caller put in XLA_FLAGS is kept.
+# - Under pytest-xdist (`make test`), TensorFlow's thread pools share the cores among the
+#   processes: cores // processes threads each (one each on the 2-core CI machine). Two
+#   test processes with pools as large as the machine (and a script one of them waits
+#   for) oversubscribe it, and idle pool threads spin. A count the caller set is kept.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     flags = os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
-    os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    _share = (_cores or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(max(1, _share)))
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(max(1, _share)))
 
 import pytest
 

@@ -1,5 +1,7 @@
 """Runs the project's scripts (examples/, benchmarks/) in a fresh Python for the tests."""
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,3 +25,34 @@ def run_script(script, *args, timeout=300, expect_success=True):
     if expect_success:
         assert result.returncode == 0, result.stderr[-4000:]
     return result
+
+
+# What TensorFlow's C++ logging prints (tfblocks/_quiet.py keeps it off standard error).
+CPP_LOG = re.compile(r"^[IWEF]\d{4} |cuInit|oneDNN custom operations|absl::InitializeLog", re.M)
+
+
+def run_quietly(args, **env):
+    """`python args...` from the repository root, as a user runs it: TF_CPP_MIN_LOG_LEVEL
+    and TFBLOCKS_QUIET unset (`env` adds variables).
+
+    (An example imported in-process by an earlier test sets TFBLOCKS_QUIET=1 in this
+    process's environment; the child must not inherit it.)
+    """
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "TFBLOCKS_QUIET")
+    environ = {k: v for k, v in os.environ.items() if k not in unset}
+    environ.update(env)
+    result = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=environ, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def assert_no_log_lines(stderr):
+    """What an example prints on standard error holds none of TensorFlow's C++ log lines.
+
+    tests/examples/test_quickstart.py checks its run with this; tests/test_quiet.py
+    tests the filter itself.
+    """
+    assert not CPP_LOG.search(stderr), stderr[-3000:]

@@ -1,38 +1,15 @@
 """tfblocks' programs print no TensorFlow C++ log lines unless --verbose (tfblocks/_quiet.py)."""
 
-import os
-import re
-import subprocess
-import sys
 import textwrap
 
-from tests.scripts import ROOT
+from tests.scripts import CPP_LOG, ROOT, run_quietly
 from tfblocks._quiet import is_noise, wants_quiet
 
-CPP_LOG = re.compile(r"^[IWEF]\d{4} |cuInit|oneDNN custom operations|absl::InitializeLog", re.M)
 CUINIT = (
     "E0000 00:00:1796037716.241454    5047 cuda_platform.cc:52] failed call to cuInit: "
     "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)\n"
 )
 ONEDNN = "I0000 00:00:1796037712.885045    5047 port.cc:153] oneDNN custom operations are on.\n"
-
-
-def run_quietly(args, **env):
-    """`python args...` from the repository root, as a user runs it: TF_CPP_MIN_LOG_LEVEL
-    and TFBLOCKS_QUIET unset (`env` adds variables).
-
-    (An example imported in-process by an earlier test sets TFBLOCKS_QUIET=1 in this
-    process's environment; the child must not inherit it.)
-    """
-    unset = ("TF_CPP_MIN_LOG_LEVEL", "TFBLOCKS_QUIET")
-    environ = {k: v for k, v in os.environ.items() if k not in unset}
-    environ.update(env)
-    result = subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=environ, capture_output=True, text=True,
-        timeout=300, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
 
 
 def test_is_noise_follows_the_log_level():
@@ -77,15 +54,6 @@ def test_filter_drops_log_lines_and_keeps_everything_else(tmp_path):
     assert quiet == "a real problem\na Python warning\nafter\n"
     shown = run_quietly(["-c", textwrap.dedent(code)], TF_CPP_MIN_LOG_LEVEL="0").stderr
     assert shown == ONEDNN + CUINIT + "a real problem\na Python warning\nafter\n"
-
-
-def assert_no_log_lines(stderr):
-    """What an example prints on standard error holds none of TensorFlow's C++ log lines.
-
-    tests/examples/test_quickstart.py checks its run with this (a second quickstart run
-    here cost about 30 CPU-s).
-    """
-    assert not CPP_LOG.search(stderr), stderr[-3000:]
 
 
 def test_verbose_restores_the_lines():

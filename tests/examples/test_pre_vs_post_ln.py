@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.scripts import ROOT, run_script
+from tfblocks._atomic import replace_directory
 
 
 def test_pre_vs_post_ln_small_settings(tmp_path):
@@ -43,20 +44,42 @@ def test_pre_vs_post_ln_small_settings(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [*marker["files"], "tfblocks_export.json"]
 
 
-def test_a_folder_it_did_not_write_is_refused_before_training(tmp_path, monkeypatch, capsys):
+class TrainingReachedError(Exception):
+    """Raised in place of the training: the output folder's check let the run start."""
+
+
+def test_the_output_folder_is_checked_before_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TFBLOCKS_QUIET", "1")  # what importing the example sets
     spec = importlib.util.spec_from_file_location(
         "pre_vs_post_ln", ROOT / "examples" / "pre_vs_post_ln.py"
     )
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    monkeypatch.setattr(example, "datasets", lambda args: pytest.fail("trained first"))
+
+    def datasets(args):
+        raise TrainingReachedError
+
+    monkeypatch.setattr(example, "datasets", datasets)
+
+    def main(folder):
+        monkeypatch.setattr(sys, "argv", ["pre_vs_post_ln.py", "--output-dir", str(folder)])
+        example.main()
+
+    # Refused: a folder holding a user's file, a file, another tfblocks output.
     notes = tmp_path / "notes.txt"
     notes.write_text("a user's notes\n")
-    for folder in (tmp_path, notes):
-        monkeypatch.setattr(sys, "argv", ["pre_vs_post_ln.py", "--output-dir", str(folder)])
+    other = replace_directory(tmp_path / "maps", lambda staging: None, "tfblocks-attention-maps")
+    for folder, message in [(tmp_path, "did not write"), (notes, "is a file"),
+                            (other, "'tfblocks-attention-maps', not a")]:  # fmt: skip
         with pytest.raises(SystemExit) as exit_:
-            example.main()
+            main(folder)
         assert exit_.value.code == 2
         err = capsys.readouterr().err
-        assert f"--output-dir={str(folder)!r}" in err, err
-    assert notes.read_text() == "a user's notes\n" and len(list(tmp_path.iterdir())) == 1
+        assert f"--output-dir={str(folder)!r}" in err and message in err, err
+    assert notes.read_text() == "a user's notes\n"
+    # Accepted: a new folder (not created before the training), an earlier output.
+    earlier = replace_directory(tmp_path / "earlier", lambda staging: None, example.KIND)
+    for folder in (tmp_path / "new", earlier):
+        with pytest.raises(TrainingReachedError):
+            main(folder)
+    assert not (tmp_path / "new").exists()

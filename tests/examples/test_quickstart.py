@@ -1,8 +1,9 @@
-"""examples/quickstart.py runs end to end with small settings and learns its task."""
+"""examples/quickstart.py runs end to end with small settings, learns its task, and
+prints none of TensorFlow's C++ log lines (tfblocks/_quiet.py; tests/test_quiet.py)."""
 
 import re
 
-from tests.test_quiet import assert_no_log_lines, run_quietly
+from tests.scripts import assert_no_log_lines, run_quietly
 
 
 def test_quickstart_learns_running_maximum_and_prints_no_log_lines():

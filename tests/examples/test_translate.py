@@ -3,9 +3,9 @@
 `examples/translate.py` (= `tfblocks-train`, what `make demo` runs) trains into a run
 folder; `tfblocks-translate` and `tfblocks-evaluate` use that folder and its export;
 a rerun with another vocabulary is refused; `--init-from` fine-tunes from the folder.
-The training run and the first `tfblocks-translate` are real processes (the entry
-points); the other commands run their `run()` in this process, where TensorFlow is
-already loaded, with the same arguments.
+The training run and `tfblocks-translate` on the run folder are real processes (the entry
+points); the other commands (`tfblocks-evaluate` on the SavedModel among them) run their
+`run()` in this process, where TensorFlow is already loaded, with the same arguments.
 """
 
 import io
@@ -75,15 +75,16 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
     assert any((run / "logs").rglob("events.out.tfevents.*"))
     assert "test BLEU" in result.stdout and "tok:13a" in result.stdout
     # conftest sets TF_CPP_MIN_LOG_LEVEL=2, which keeps ERROR lines such as cuInit's on a
-    # CPU machine; tests/test_quiet.py checks the full quieting without it.
+    # CPU machine; tests/examples/test_quickstart.py checks the full quieting without it.
     assert "I0000" not in result.stderr
 
-    # tfblocks-translate on the run's SavedModel (its beam 2 is in the export): one line
-    # out per line in, in order, empty lines kept, in batches of 3. (--input / --output
-    # are tested below, on a stand-in model; --model RUN_FOLDER by tfblocks-evaluate.)
+    # tfblocks-translate on the run folder (its model in memory, beam 2): one line out per
+    # line in, in order, empty lines kept, in batches of 3, as the reloaded SavedModel
+    # translated them during training (metrics.json's samples). (--input / --output are
+    # tested below, on a stand-in model.)
     samples = list(metrics["samples"])
     lines = [samples[0], "", samples[1], samples[2]]
-    out = command("translate", "--model", run / "export" / "1", "--batch-size", "3",
+    out = command("translate", "--model", run, "--beam-size", "2", "--batch-size", "3",
                   stdin="\n".join(lines) + "\n")  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     want = [metrics["samples"][samples[0]], "", *(metrics["samples"][s] for s in samples[1:])]
@@ -92,11 +93,13 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
     source = tmp_path / "src.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    # tfblocks-evaluate on the run folder: JSON scores against references.
+    # tfblocks-evaluate on the SavedModel (its beam 2 is in the export): JSON scores
+    # against references.
     reference = tmp_path / "ref.txt"
     reference.write_text("\n".join(want) + "\n", encoding="utf-8")
-    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run, "--src",
-                                  source, "--ref", reference, "--beam-size", "2")  # fmt: skip
+    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model",
+                                  run / "export" / "1", "--src", source, "--ref",
+                                  reference)  # fmt: skip
     assert status == 0, err[-3000:]
     scores = json.loads(out)
     assert scores["exact_match"] == 1.0 and scores["sentences"] == 4
