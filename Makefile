@@ -4,9 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Pages of the API reference: the package (its __all__, tfblocks.text included) and the
-# public subpackages. tests/test_api_docs.py builds the same list with the same flags.
-API_MODULES := tfblocks tfblocks.layers tfblocks.models tfblocks.training
+# Pages of the API reference: the package and its public subpackages (pdoc follows them).
+API_MODULES := tfblocks
 PDOC_FLAGS := --docformat google
 
 .PHONY: install demo test lint format docs clean

@@ -7,7 +7,7 @@ from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 VERSION = re.search(
-    r'^__version__ = "([^"]+)"', (HERE / "tfblocks" / "__init__.py").read_text(), re.M
+    r'^__version__ = "([^"]+)"', (HERE / "tfblocks" / "_version.py").read_text(), re.M
 ).group(1)
 
 setup(
@@ -43,9 +43,9 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "tfblocks-train=tfblocks.cli.train:run",
-            "tfblocks-translate=tfblocks.cli.translate:run",
-            "tfblocks-evaluate=tfblocks.cli.evaluate:run",
+            "tfblocks-train=tfblocks.translation.train_command:run",
+            "tfblocks-translate=tfblocks.translation.translate_command:run",
+            "tfblocks-evaluate=tfblocks.translation.evaluate_command:run",
         ]
     },
     classifiers=[

@@ -1,7 +1,7 @@
 """Input shapes for training on real data: dynamic buckets vs max_length padding vs fixed buckets.
 
 Trains the translation job's model (`build_transformer` + `compile_transformer`, the
-`tfblocks.pipeline` hparams overrides) on the same pairs, from the same initial weights, once
+`tfblocks.translation.job` hparams overrides) on the same pairs, from the same initial weights, once
 per mode of `make_dataset(shapes=...)`:
 
 - `dynamic`: t2t's fine length buckets, each batch padded to its longest pair, no XLA (every new
@@ -43,12 +43,12 @@ import keras
 import numpy as np
 
 from tfblocks import Translator, build_transformer, compile_transformer, hparams
-from tfblocks.evaluation import score
 from tfblocks.models.hparams import parse_overrides
-from tfblocks.pipeline import DEMO_OVERRIDES, float32_twin
 from tfblocks.text import load_splits, make_dataset, train_tokenizers
 from tfblocks.text.dataset import fixed_bucket_lengths
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy
+from tfblocks.translation.evaluation import score
+from tfblocks.translation.job import DEMO_OVERRIDES, float32_twin
 
 # name -> (make_dataset shapes, XLA, bucket step of fixed_bucket_lengths)
 MODES = {

@@ -84,7 +84,7 @@ def measure(length, window, tokens, hidden, heads, filter_size, repeats, dump_di
     import tensorflow as tf
 
     from tfblocks import TransformerBlock
-    from tfblocks.cost import block_cost, total
+    from tfblocks.models.complexity import block_cost, total
 
     batch = max(tokens // length, 1)
     keras.utils.set_random_seed(0)
@@ -205,7 +205,7 @@ def print_table(rows, args):
     print(
         "ms: median per forward+backward; XLA temp: the step's preallocated scratch from "
         "XLA's buffer assignment; RSS peak: VmHWM − VmRSS over the timed calls (compile "
-        "excluded); GFLOP: 3 × forward matmul FLOPs (tfblocks.cost.block_cost) × batch."
+        "excluded); GFLOP: 3 × forward matmul FLOPs (complexity.block_cost) × batch."
     )
 
 

@@ -19,7 +19,7 @@ its SOURCE.md) with one trained model served by each engine:
 
 For beam 4 and greedy, at batch 1 and batch 32, it reports target tokens per second
 (tokens of each engine's own output, EOS excluded), the per-sentence latency p50 / p95
-(a sentence's latency is its batch's wall time), BLEU (`tfblocks.evaluation.score`)
+(a sentence's latency is its batch's wall time), BLEU (`tfblocks.translation.evaluation.score`)
 and the share of sentences whose translation equals the in-memory Translator's.
 Every engine runs with 2 threads (TF intra-op 2 / inter-op 1, CTranslate2
 `intra_threads=2` / `inter_threads=1`; `--threads`). Engines alternate within each of
@@ -286,7 +286,7 @@ def measure(args, engines, test_pairs, tokenizer):
 
 
 def report(args, configs, results, outputs, test_pairs):
-    from tfblocks.evaluation import score
+    from tfblocks.translation.evaluation import score
 
     references = [t for _, t in test_pairs]
     first = min(args.batch1_sentences, len(test_pairs))

@@ -40,7 +40,7 @@ batch × length per step (the batches have no padding). The load average before 
 after the run is printed: figures from a loaded machine are not quiet-machine figures.
 
 MFU (model FLOPs utilisation) = 3 × forward FLOPs of one step (matrix products only,
-`tfblocks.cost.model_cost` × batch, the same count for both models) / step time / the
+`tfblocks.models.complexity.model_cost` × batch, the same count for both models) / step time / the
 matmul rate measured in the same rounds (an `--matmul-size`² `tf.matmul` under XLA;
 the median of that shape's probes, so a load that changes between shapes does not skew
 one shape's MFU with another's probes).
@@ -69,7 +69,7 @@ from keras import ops
 from shapes import SHAPES
 
 from tfblocks import BOS_ID, PAD_ID, build_transformer, compile_transformer, hparams
-from tfblocks.cost import model_cost, total
+from tfblocks.models.complexity import model_cost, total
 from tfblocks.training import learning_rate_schedule
 
 RECIPES = ("layers", "t2t")
@@ -406,7 +406,7 @@ def main(argv=None):
         "ms/step, tokens/s: medians over rounds; spread: (max - min) / median; ratio: median "
         "over rounds of keras-hub's step time / tfblocks' in the same round (range: min–max); "
         "GFLOP/s: median matmul rate of the shape's rounds; MFU: 3 × forward matmul FLOPs "
-        "(tfblocks.cost) / step time / that rate."
+        "(tfblocks.models.complexity) / step time / that rate."
     )
     print(f"end {load()}")
 

@@ -46,7 +46,7 @@ from matplotlib import font_manager, ft2font
 from tfblocks import text
 
 # tfblocks' internal writer of whole folders (the exports use it too); not public API.
-from tfblocks._atomic import check_directory, replace_directory
+from tfblocks._files import check_directory, replace_directory
 
 KIND = "tfblocks-attention-maps"  # what the output folder's marker file names
 

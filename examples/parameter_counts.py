@@ -5,7 +5,8 @@ The notes' arithmetic: one Transformer block at d = 512, H = 8, filter 2048 hold
 connected layer from 512 tokens × 512 dims to the same would need (512·512)² = 512⁴
 weights; and "the FFN holds 3/4 of all parameters". This script builds the layers and
 the whole `transformer_base` / `transformer_big` models, reads `count_params()` of each
-part, asserts it equals the formula of `tfblocks.cost`, and prints the measured FFN share.
+part, asserts it equals the formula of `tfblocks.models.complexity`, and prints the
+measured FFN share.
 With f = 4d the FFN has 8d² weights against 4d² per attention, so it holds 2/3 of an
 encoder block and 1/2 of a decoder block (57 % of the blocks): 3/4 is not what it measures.
 
@@ -24,7 +25,7 @@ import tfblocks  # isort: skip  (first, so that TensorFlow loads quietly)
 import keras
 import numpy as np
 
-from tfblocks import cost
+from tfblocks.models import complexity
 
 
 def check(name, measured, formula):
@@ -46,7 +47,7 @@ def block_parts(block):
 
 
 def formula_parts(costs):
-    """Groups `cost.block_cost` entries like `block_parts`."""
+    """Groups `complexity.block_cost` entries like `block_parts`."""
     parts = {}
     for name, value in costs.items():  # e.g. "self_q_projection", "cross_attention_scores"
         key = name.split("_")[0] + "_attention" if name.startswith(("self_", "cross_")) else name
@@ -59,7 +60,7 @@ def one_block(d, heads, filter_size, decoder):
     block = tfblocks.TransformerBlock(heads, filter_size, causal=decoder, cross_attention=decoder)
     x = np.zeros((1, 4, d), "float32")
     block(x, context=x if decoder else None)
-    costs = cost.block_cost(
+    costs = complexity.block_cost(
         d, filter_size, heads, 4, context_length=4 if decoder else None, cross_attention=decoder
     )
     measured, formula = block_parts(block), formula_parts(costs)
@@ -68,7 +69,7 @@ def one_block(d, heads, filter_size, decoder):
     print("| part | formula | count_params() |\n|---|---:|---:|")
     for name in measured:
         print(check(name, measured[name], formula[name]))
-    print(check("block total", block.count_params(), cost.total(costs).params))
+    print(check("block total", block.count_params(), complexity.total(costs).params))
     share = measured["ffn"] / block.count_params()
     print(f"FFN share of the block: {share:.1%}")
     return block.count_params()
@@ -78,8 +79,9 @@ def fully_connected(d, block_params):
     """The notes' 512⁴ comparison, its formula checked on a small Dense layer."""
     small = keras.layers.Dense(8 * 8, use_bias=False)
     small.build((None, 8 * 8))  # 8 tokens × 8 dims, flattened
-    check("Dense(8·8 → 8·8)", small.count_params(), cost.dense_over_sequence_cost(8, 8).params)
-    params = cost.dense_over_sequence_cost(d, d).params
+    dense_params = complexity.dense_over_sequence_cost(8, 8).params
+    check("Dense(8·8 → 8·8)", small.count_params(), dense_params)
+    params = complexity.dense_over_sequence_cost(d, d).params
     print(f"\nFully connected layer from {d} tokens × {d} dims to the same: ({d}·{d})² = {d}⁴")
     print(f"= {params:,} weights = {params / 1e9:.3g} G (= {params / 2**30:g} Gi)")
     print(f"= {params / block_params:,.0f} × one encoder block ({block_params:,})")
@@ -99,7 +101,7 @@ def whole_model(preset, vocab_size):
         if hp.norm_first:
             totals["layer_norm"] += model.get_layer(f"{prefix}_norm").count_params()
     groups.update(totals)
-    formula = cost.total(cost.model_cost(hp, 4, 4)).params
+    formula = complexity.total(complexity.model_cost(hp, 4, 4)).params
     print(
         f"\n{preset} (vocab {vocab_size:,}): d={hp.hidden_size}, f={hp.filter_size}, "
         f"H={hp.num_heads}, {hp.num_encoder_layers}+{hp.num_decoder_layers} layers"

@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 from tfblocks import text
 
 # tfblocks' internal writer of whole folders (the exports use it too); not public API.
-from tfblocks._atomic import check_directory, replace_directory
+from tfblocks._files import check_directory, replace_directory
 
 KIND = "tfblocks-pre-vs-post-ln"  # what the output folder's marker file names
 

@@ -1,7 +1,7 @@
 """Train a Japanese→English Transformer, evaluate it, export it and reload the export.
 
 This is `tfblocks-train` (the console script installed with the package; see
-`tfblocks/cli/train.py` for every flag). With no arguments (what `make demo` runs) it
+`tfblocks-train --help` for every flag). With no arguments (what `make demo` runs) it
 trains `transformer_tiny` on the embedded phrasebook (no download), reports BLEU, chrF
 and exact match on the held-out test split, translates 今日のランチはカレーだ。,
 writes the model and the SavedModel into the run folder, reloads the SavedModel and
@@ -19,7 +19,7 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TFBLOCKS_QUIET", "1")  # no TensorFlow C++ log lines (--verbose)
 
-from tfblocks.cli.train import run  # isort: skip  (first, so that TensorFlow loads quietly)
+from tfblocks.translation.train_command import run  # isort: skip  (first, so that TensorFlow loads quietly)
 
 if __name__ == "__main__":
     run()

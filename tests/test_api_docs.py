@@ -28,7 +28,14 @@ import pytest
 import tfblocks
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC_SUBPACKAGES = ("tfblocks.text", "tfblocks.models", "tfblocks.training", "tfblocks.layers")
+PUBLIC_SUBPACKAGES = (
+    "tfblocks.layers",
+    "tfblocks.models",
+    "tfblocks.training",
+    "tfblocks.text",
+    "tfblocks.decoding",
+    "tfblocks.serving",
+)
 CONSTANT_TYPES = (bool, int, float, str, bytes)
 EXEMPT_CONSTANTS = {"__version__"}
 

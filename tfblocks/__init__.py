@@ -6,10 +6,9 @@
 # commands) get TensorFlow without its C++ log lines (tfblocks/_quiet.py).
 from tfblocks import _allocator  # noqa: F401  # isort: skip
 from tfblocks import _quiet  # noqa: F401  # isort: skip
-from tfblocks import decoding, text
-from tfblocks.ctranslate2_export import CTranslate2Translator, export_ctranslate2
-from tfblocks.decoder import Decoder
-from tfblocks.export import Generator, Translator
+from tfblocks import decoding, layers, models, serving, text, training
+from tfblocks._version import __version__
+from tfblocks.decoding import Decoder
 from tfblocks.layers import (
     DenseReluDense,
     HashDropout,
@@ -32,6 +31,7 @@ from tfblocks.models import (
     load_preset,
     save_preset,
 )
+from tfblocks.serving import CTranslate2Translator, Generator, Translator, export_ctranslate2
 from tfblocks.training import (
     FusedAdam,
     MaskedAccuracy,
@@ -43,8 +43,6 @@ from tfblocks.training import (
     get_strategy,
     static_batches,
 )
-
-__version__ = "0.1.0.dev0"
 
 __all__ = [
     "BOS_ID",
@@ -77,9 +75,13 @@ __all__ = [
     "export_ctranslate2",
     "get_strategy",
     "hparams",
+    "layers",
     "load_preset",
+    "models",
     "save_preset",
+    "serving",
     "static_batches",
     "text",
     "timing_signal",
+    "training",
 ]

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.scripts import ROOT, run_script
-from tfblocks._atomic import replace_directory
+from tfblocks._files import replace_directory
 
 
 def test_pre_vs_post_ln_small_settings(tmp_path):

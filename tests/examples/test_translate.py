@@ -15,9 +15,9 @@ import subprocess
 import sys
 
 from tests.scripts import ROOT, run_script
-from tfblocks.cli import evaluate as evaluate_cli
-from tfblocks.cli import train as train_cli
-from tfblocks.cli import translate as translate_cli
+from tfblocks.translation import evaluate_command as evaluate_cli
+from tfblocks.translation import train_command as train_cli
+from tfblocks.translation import translate_command as translate_cli
 
 TINY = (
     "hidden_size=32,filter_size=64,num_heads=2,num_encoder_layers=1,num_decoder_layers=1,"
@@ -137,7 +137,7 @@ def test_bad_hparams_are_a_clear_error_before_any_write(tmp_path, monkeypatch, c
 
 def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, monkeypatch, capsys):
     # The model is replaced by one that returns its input, so what the commands read shows.
-    from tfblocks.cli import _engines
+    from tfblocks.translation import engines
 
     seen = []
 
@@ -145,7 +145,7 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
         seen.extend(batch)
         return list(batch)
 
-    monkeypatch.setattr(_engines, "load_translate", lambda *args: (identity, "an identity"))
+    monkeypatch.setattr(engines, "load_translate", lambda *args: (identity, "an identity"))
     spaced = "今日 の ランチ は カレー だ 。\n\n私 は Windows 10 を 使 う 。\n"
     joined = ["今日のランチはカレーだ。", "", "私はWindows 10を使う。"]
     (tmp_path / "test.ja").write_text(spaced, encoding="utf-8")

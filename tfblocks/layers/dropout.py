@@ -1,57 +1,29 @@
-"""Dropout whose random bits come from a counter hash when XLA compiles the step.
+"""Dropout whose random bits come from a counter hash of (seed, flat position).
 
-`keras.layers.Dropout` draws its mask with `tf.random.stateless_uniform`, which XLA lowers
-to a Philox bit generator. On CPUs that generator costs about 13 ns per element, more
-than the matmul the dropout follows: in `benchmarks/profile_step.py` it took a quarter of
-a training step. Dropout needs independent-looking bits, not a cryptographic stream, so
-under XLA `HashDropout` computes each element's bits as a pure function of (seed, flat
-position) with two rounds of a 32-bit integer finalizer (xor-shift / multiply, the
-MurmurHash3 `fmix32` constants). These are element-wise integer ops that XLA fuses into
-the multiply: about 15× cheaper than Keras' Dropout under XLA (`benchmarks/dropout.py`).
+`keras.layers.Dropout` draws its mask from a Philox generator, which is costly on CPUs,
+more so under XLA. Dropout needs independent-looking bits, not a cryptographic stream:
+`HashDropout` computes each element's bits with two rounds of a 32-bit integer finalizer
+(MurmurHash3's `fmix32`), element-wise ops that XLA fuses into the multiply.
 
-Without XLA each of those ops would run as its own kernel over the whole tensor, so
-outside an XLA-compiled function (eager, or a `tf.function` without `jit_compile`, the
-translation job's default training step) the layer calls a small XLA-compiled function
-that draws the same hash mask and applies it (one fused loop, compiled once per input
-shape and dtype); its gradient is that function applied to the incoming gradient with the
-same seed (dropout is linear in its input), so no mask is stored for the backward pass.
-The compiled call costs a ninth of TensorFlow's fused dropout kernel on a [4160, 1024]
-float32 tensor on this project's 2-core CPU (1.62 vs 14.61 ms, `benchmarks/dropout.py
---shape 4160 1024`), whose random-number kernel took ≈ 13 % of a transformer_small training step
-without XLA (benchmarks/RESULTS.md, "The training job's default step"). Tensors of
-fewer than `COMPILE_MIN_ELEMENTS` elements (2¹⁷) take the same hash op by op instead: for
-them a compilation pays back only after more than a hundred calls of the shape (a training
-step calls each dropout twice, forward and gradient), and a short run (a first epoch, a
-fine-tuning run, a test) meets most of its batch shapes only once. Both paths give the
-same mask for the same seed. The test of whether the graph is being built inside
-an XLA context is TensorFlow's own (what `tf.function(jit_compile=True)` and TPU
-replication set).
+Outside an XLA-compiled function, where each of those ops would be its own kernel, a
+tensor of at least `COMPILE_MIN_ELEMENTS` elements goes through one small XLA-compiled
+function instead (smaller ones take the ops one by one: a compilation would not pay
+back). Both paths give the same mask for the same seed; the gradient is the same
+dropout applied to the incoming gradient, so no mask is stored for the backward pass.
 
-Size: the element count and the flat position are int64 (the position split into two
-32-bit words for the hash), so any tensor below 2⁶³ elements gets distinct positions; a
-tensor of ≥ 2³¹ elements, e.g. attention weights at batch 64 × 8 heads × 2048², is an
-ordinary GPU shape. Below 2³² elements the high word is 0 and the bits are those of the
-earlier int32 version. Under XLA the int64 positions cost no measurable time (they fuse
-with the hash).
-
-The seed changes on every call (a Keras `SeedGenerator`, exactly as Keras' own Dropout),
-so every training step sees a fresh mask. Keep probability is quantized to 2⁻²⁴ on the
-hash path.
+Positions are int64 (split into two 32-bit words for the hash), so tensors of 2³¹
+elements and more get distinct positions. The seed changes on every call (a Keras
+`SeedGenerator`, as in Keras' Dropout). The keep probability is quantized to 2⁻²⁴.
+Speed figures: `benchmarks/dropout.py` and `benchmarks/compile_threshold.py`.
 """
-
-import math
 
 import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from tfblocks._xla import compiled_if_large, flat_size, in_xla_context
 from tfblocks.layers import _utils
-
-try:  # TensorFlow's test for "inside an XLA-compiled function" (not public API).
-    from tensorflow.python.ops import control_flow_util as _control_flow_util
-except ImportError:  # pragma: no cover - another TensorFlow layout: always hash
-    _control_flow_util = None
 
 # MurmurHash3's 32-bit finalizer constants (odd multipliers with good avalanche).
 _MUL_1 = 0x85EBCA6B
@@ -71,43 +43,6 @@ def _fmix32(h):
     h = ops.bitwise_xor(h, ops.right_shift(h, _u32(13)))
     h = ops.multiply(h, _u32(_MUL_2))
     return ops.bitwise_xor(h, ops.right_shift(h, _u32(16)))
-
-
-def in_xla_context():
-    """True while tracing inside an XLA-compiled function (`jit_compile=True`, TPU).
-
-    Example:
-    >>> in_xla_context()
-    False
-    >>> bool(tf.function(lambda: tf.constant(in_xla_context()), jit_compile=True)())
-    True
-    """
-    if _control_flow_util is None:
-        return True  # cannot tell: the hash is correct everywhere, only slower
-    if tf.executing_eagerly():
-        return False
-    graph = tf.compat.v1.get_default_graph()
-    return bool(_control_flow_util.GraphOrParentsInXlaContext(graph))
-
-
-def flat_size(shape):
-    """The element count of `shape`: a Python int when static, else an int64 scalar.
-
-    `shape` is a tuple of ints and / or scalar tensors (`keras.ops.shape`) or a 1-D
-    shape tensor (`tf.shape`).
-
-    Never int32, so counts of 2³¹ and more neither overflow nor wrap.
-
-    Example:
-    >>> flat_size((64, 8, 2048, 2048))
-    2147483648
-    """
-    if tf.is_tensor(shape):  # a shape tensor, e.g. tf.shape(x)
-        return ops.prod(ops.cast(shape, "int64"))
-    if all(isinstance(d, (int, np.integer)) for d in shape):
-        return math.prod(int(d) for d in shape)
-    dims = [ops.cast(d, "int64") for d in shape]  # some dims are int32 scalar tensors
-    return math.prod(dims[1:], start=dims[0])
 
 
 def position_bits(lo, hi, seed):
@@ -197,30 +132,8 @@ _compiled_hash_dropout = tf.function(
     apply_hash_dropout, jit_compile=True, reduce_retracing=True, autograph=False
 )
 
-# Outside XLA, tensors smaller than this take the hash op by op instead of the compiled
-# call: below it a compilation (0.1–0.2 s, once per shape) pays back only after more than
-# a hundred calls of that shape (`benchmarks/compile_threshold.py` on the 2-core AVX2 CPU:
-# 98,304 elements 2.297 vs 0.816 ms a call, 205 ms to compile, 138 calls; 393,216
-# elements 4.416 vs 1.236 ms, 41 calls; RESULTS.md, "Small tensors without compilation").
-# The mask is the same.
+# Smaller tensors take the hash op by op outside XLA: a compilation would not pay back.
 COMPILE_MIN_ELEMENTS = 1 << 17
-
-
-def compiled_if_large(shape, min_elements, compiled, plain):
-    """`compiled()` if `shape` holds at least `min_elements` elements, else `plain()`.
-
-    For a static shape the choice is made here; otherwise (a step traced with relaxed
-    shapes) it is a `tf.cond` on the run-time size, so the compiled function is only
-    compiled for the shapes that run through it. Both must return the same structure.
-
-    Example:
-    >>> compiled_if_large((4, 8), 16, lambda: "compiled", lambda: "plain")
-    'compiled'
-    """
-    size = flat_size(shape)
-    if isinstance(size, int):
-        return compiled() if size >= min_elements else plain()
-    return tf.cond(size >= min_elements, compiled, plain)
 
 
 def _dropout_outside_xla(inputs, seed, rate):

@@ -9,7 +9,7 @@ loaders read:
     path/tokenizer.json           a `keras_hub.tokenizers.SentencePieceTokenizer` config
     path/assets/tokenizer/vocabulary.spm   the SentencePiece model
     path/hparams.json             the `HParams` of the training recipe (tfblocks' own)
-    path/tfblocks_export.json     tfblocks' marker (see `tfblocks/_atomic.py`)
+    path/tfblocks_export.json     tfblocks' marker (see `tfblocks/_files.py`)
 
 so `tfblocks.Transformer.from_preset(path)` and
 `TransformerTokenizer.from_preset(path)` (a KerasHub tokenizer layer) load it too, and
@@ -26,7 +26,7 @@ from typing import NamedTuple
 import keras
 import keras_hub
 
-from tfblocks._atomic import replace_directory
+from tfblocks._files import replace_directory
 from tfblocks.models.hparams import HParams
 from tfblocks.models.transformer import Transformer
 from tfblocks.text import SubwordTokenizer
@@ -68,7 +68,7 @@ def save_preset(model, tokenizer, path, hp=None):
         model: a `tfblocks.Transformer`.
         tokenizer: its `tfblocks.text.SubwordTokenizer` (shared vocabulary).
         path: the preset directory; refused if it exists and is not a preset written by
-            tfblocks (see `tfblocks/_atomic.py`).
+            tfblocks (see `tfblocks/_files.py`).
         hp: optional `HParams` of the training recipe, stored as `hparams.json`.
 
     Returns:

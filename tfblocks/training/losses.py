@@ -13,8 +13,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from tfblocks._xla import compiled_if_large, in_xla_context
 from tfblocks.ids import PAD_ID
-from tfblocks.layers.dropout import compiled_if_large, in_xla_context
 
 
 def _check_smoothing(label_smoothing):

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks.decoder import Decoder
+from tfblocks.decoding.decoder import Decoder
 from tfblocks.text import train_tokenizer
 
 SENTENCES = [

@@ -1,4 +1,4 @@
-"""tfblocks.pipeline: overrides, splits, evaluation metrics and the training time limit."""
+"""tfblocks.translation.job: overrides, splits, evaluation metrics and the training time limit."""
 
 import json
 
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfblocks import evaluation, pipeline
 from tfblocks.models.hparams import parse_overrides
 from tfblocks.text import load_splits
 from tfblocks.training.callbacks import TimeLimit
+from tfblocks.translation import evaluation, job
 
 
 def test_parse_overrides_types_and_errors():
@@ -70,7 +70,7 @@ def test_time_limit_stops_fit_early():
 
 
 def test_write_metrics_is_complete_json(tmp_path):
-    path = pipeline.write_metrics(tmp_path / "out", {"bleu": 12.5, "text": "今日"})
+    path = job.write_metrics(tmp_path / "out", {"bleu": 12.5, "text": "今日"})
     written = json.loads((tmp_path / "out" / "metrics.json").read_text(encoding="utf-8"))
     assert str(path).endswith("metrics.json") and written == {"bleu": 12.5, "text": "今日"}
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["metrics.json"]  # no tmp file

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks.export import Translator
+from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
 SENTENCES = ["今日のランチはカレーだ。", "健太は学校で本を読む。", "私"]

@@ -8,7 +8,7 @@ character n-gram F-score (n = 6, β = 2).
 
 import sacrebleu
 
-from tfblocks.batching import translate_in_batches
+from tfblocks.translation.in_batches import translate_in_batches
 
 
 def score(hypotheses, references):
@@ -45,7 +45,7 @@ def evaluate(translator, pairs, batch_size=256):
     Metrics as `score`: `bleu`, `chrf`, `exact_match` (share of translations equal
     to the reference after stripping spaces at the ends) and `sentences`. The
     sources are translated `batch_size` at a time in order of length
-    (`tfblocks.batching.translate_in_batches`); hypotheses come back in `pairs`' order.
+    (`translate_in_batches`); hypotheses come back in `pairs`' order.
     """
     sources = [s for s, _ in pairs]
     references = [t for _, t in pairs]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfblocks.batching import translate_in_batches
+from tfblocks.translation.in_batches import translate_in_batches
 
 LINES = ["a much longer line", "", "mid line", "x", "longest line of all here", "ab"]
 

@@ -33,7 +33,7 @@ def load_translate(path, beam_size=None, alpha=0.6, max_length=None, engine="ten
     if not os.path.isdir(path):
         raise ValueError(f"`--model` must be a directory, got --model={path!r}.")
     if engine == "ctranslate2":
-        from tfblocks import ctranslate2_export as ct2  # the optional extra
+        from tfblocks.serving import ctranslate2 as ct2  # the optional extra
 
         if max_length is not None:
             raise ValueError("--max-length is fixed in a CTranslate2 model; drop it.")

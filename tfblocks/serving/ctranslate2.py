@@ -31,7 +31,7 @@ import os
 
 import numpy as np
 
-from tfblocks import _atomic, _checks
+from tfblocks import _checks, _files
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.layers.embedding import timing_signal
 from tfblocks.models.transformer import LAYER_NORM_EPSILON
@@ -250,7 +250,7 @@ def export_ctranslate2(
         raise ValueError(
             f"`quantization` must be one of {QUANTIZATIONS}, got quantization={quantization!r}."
         )
-    _atomic.check_directory(output_dir, KIND, arg="output_dir")  # before the slow part
+    _files.check_directory(output_dir, KIND, arg="output_dir")  # before the slow part
     spec = build_spec(model, tokenizer, target_tokenizer, max_positions=max_positions)
     spec.validate()
     spec.optimize(quantization=quantization)
@@ -260,7 +260,7 @@ def export_ctranslate2(
         tokenizer.save(os.path.join(staging, "source.model"))
         (target_tokenizer or tokenizer).save(os.path.join(staging, "target.model"))
 
-    return _atomic.replace_directory(output_dir, write, kind=KIND, arg="output_dir")
+    return _files.replace_directory(output_dir, write, kind=KIND, arg="output_dir")
 
 
 class CTranslate2Translator:

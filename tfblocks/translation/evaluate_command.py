@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from tfblocks.cli.translate import add_japanese_spaces_argument
+from tfblocks.translation.translate_command import add_japanese_spaces_argument
 
 
 def parse_args(argv=None):
@@ -42,10 +42,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tfblocks import evaluation
-    from tfblocks.batching import translate_in_batches
-    from tfblocks.cli import _engines
-    from tfblocks.cli.translate import read_input
+    from tfblocks.translation import engines, evaluation
+    from tfblocks.translation.in_batches import translate_in_batches
+    from tfblocks.translation.translate_command import read_input
 
     sources = read_input(args.src, args.japanese_spaces)
     # Joined as training joined its targets; --japanese-spaces is not for --ref.
@@ -55,7 +54,7 @@ def main(argv=None):
             f"--src and --ref must have the same number of lines, got {len(sources)} "
             f"({args.src}) and {len(references)} ({args.ref})."
         )
-    translate, what = _engines.load_translate(
+    translate, what = engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine
     )
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tfblocks._atomic import (
+from tfblocks._files import (
     MARKER,
     check_directory,
     clean_stale_files,
@@ -272,7 +272,7 @@ def test_replace_file_writes_whole_files_and_a_failure_changes_nothing(tmp_path)
 
 
 def test_replace_file_never_touches_a_file_at_a_temporary_name(tmp_path, monkeypatch):
-    import tfblocks._atomic as atomic
+    import tfblocks._files as atomic
 
     names = iter(["aaaa", "aaaa", "bbbb"])
     monkeypatch.setattr(atomic.secrets, "token_hex", lambda n: next(names))

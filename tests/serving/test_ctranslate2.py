@@ -7,13 +7,13 @@ import keras
 import pytest
 
 import tfblocks
-from tfblocks.export import Translator
+from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
 pytest.importorskip("ctranslate2")
 
-from tfblocks import ctranslate2_export
-from tfblocks.ctranslate2_export import (
+from tfblocks.serving import ctranslate2 as ctranslate2_export
+from tfblocks.serving.ctranslate2 import (
     CTranslate2Translator,
     build_spec,
     export_ctranslate2,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.run_job import options, parts
-from tfblocks.pipeline import train_run
-from tfblocks.run import RunFolder, average_weights, load_weights
+from tfblocks.translation.job import train_run
+from tfblocks.translation.run_folder import RunFolder, average_weights, load_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

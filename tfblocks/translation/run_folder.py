@@ -27,7 +27,7 @@ import re
 
 import numpy as np
 
-from tfblocks._atomic import clean_stale_files, replace_file, write_json
+from tfblocks._files import clean_stale_files, replace_file, write_json
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"

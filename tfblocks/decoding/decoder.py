@@ -20,7 +20,8 @@ over. Beam search counts the prompt's positions in the length penalty.
 
 import tensorflow as tf
 
-from tfblocks import _checks, decoding
+from tfblocks import _checks
+from tfblocks.decoding import search as decoding
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.transformer import padding_mask
 

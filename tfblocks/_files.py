@@ -40,6 +40,8 @@ import secrets
 import shutil
 import time
 
+from tfblocks._version import __version__
+
 MARKER = "tfblocks_export.json"
 _FORMAT = 1
 # Left by tfblocks <= 0.1.0.dev0's `Translator.export` (tempfile.mkdtemp, no pid).
@@ -262,8 +264,6 @@ def _listing(root):
 
 
 def _write_marker(staging, kind):
-    from tfblocks import __version__  # here: tfblocks/__init__.py imports this module's users
-
     info = {
         "kind": kind,
         "format": _FORMAT,

@@ -47,8 +47,8 @@ XLA-compiled functions only with `--xla_cpu_compilation_enabled`; export with
 import tensorflow as tf
 
 from tfblocks import _checks
-from tfblocks._atomic import replace_directory
-from tfblocks.decoder import Decoder
+from tfblocks._files import replace_directory
+from tfblocks.decoding.decoder import Decoder
 from tfblocks.ids import EOS_ID, PAD_ID
 
 

@@ -1,8 +1,8 @@
 """The translation job: corpus → tokenizer → `fit`, epoch by epoch, in a durable run folder.
 
 `tfblocks-train` (and `examples/translate.py`, which calls it) is a thin command line
-over `train_run`. What the job keeps is described in `tfblocks.run`; here is what it
-does with it:
+over `train_run`. What the job keeps is described in `tfblocks.translation.run_folder`;
+here is what it does with it:
 
 - Each epoch is one `model.fit` call on a dataset shuffled with the seed and the epoch
   number, so epoch e sees the same batches whether the run went straight through or was
@@ -30,14 +30,14 @@ import keras
 import tensorflow as tf
 
 from tfblocks import _checks
-from tfblocks._atomic import write_json
-from tfblocks.export import Translator
+from tfblocks._files import write_json
 from tfblocks.models.builders import build_transformer
-from tfblocks.run import average_weights, load_weights
+from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import make_dataset
 from tfblocks.training import compile_transformer, get_strategy
 from tfblocks.training.callbacks import TimeLimit
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy
+from tfblocks.translation.run_folder import average_weights, load_weights
 
 # The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
 # which are tuned for hundreds of thousands of steps; peak rate ≈ 1.9e-3 at d=128.
@@ -123,7 +123,7 @@ class TrainingOptions:
 
 
 def _dev_scores(translator, pairs):
-    from tfblocks import evaluation  # sacrebleu: only where BLEU is computed
+    from tfblocks.translation import evaluation  # sacrebleu: only where BLEU is computed
 
     metrics, _ = evaluation.evaluate(translator, pairs)
     return {"dev_bleu": metrics["bleu"], "dev_chrf": metrics["chrf"]}

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import tfblocks
 from tfblocks import decoding
-from tfblocks.decoder import Decoder
+from tfblocks.decoding.decoder import Decoder
 
 VOCAB = 16
 RNG = np.random.default_rng(21)

@@ -141,11 +141,11 @@ def _stdin_file():
 def main(argv=None):
     args = parse_args(argv)
     check_paths(args.input, args.output, args.overwrite)  # before TensorFlow loads
-    from tfblocks.batching import translate_in_batches
-    from tfblocks.cli import _engines
+    from tfblocks.translation import engines
+    from tfblocks.translation.in_batches import translate_in_batches
 
     lines = read_input(args.input, args.japanese_spaces)
-    translate, what = _engines.load_translate(
+    translate, what = engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine
     )
     print(f"translating {len(lines)} lines with {what}", file=sys.stderr)
@@ -156,7 +156,7 @@ def main(argv=None):
     out = translate_in_batches(translate, lines, args.batch_size, progress)
     text = "".join(line.replace("\n", " ") + "\n" for line in out)
     if args.output not in (None, "-"):
-        from tfblocks._atomic import write_text
+        from tfblocks._files import write_text
 
         write_text(args.output, text)
     elif hasattr(sys.stdout, "buffer"):  # UTF-8, as the input is read, whatever the locale

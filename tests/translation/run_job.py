@@ -1,4 +1,4 @@
-"""A tiny translation run through `tfblocks.pipeline.train_run`, shared by the tests.
+"""A tiny translation run through `tfblocks.translation.job.train_run`, shared by the tests.
 
 `python tests/run_job.py FOLDER EPOCHS [KILL_EPOCH]` trains in FOLDER; with KILL_EPOCH
 (1-based) the process SIGKILLs itself in the middle of that epoch, after the epochs
@@ -29,7 +29,7 @@ def parts():
 
 
 def options(epochs, **overrides):
-    from tfblocks.pipeline import TrainingOptions
+    from tfblocks.translation.job import TrainingOptions
 
     settings = {"batch_tokens": 256, "dev_sentences": 0, "strategy": "default", "verbose": 0}
     return TrainingOptions(epochs=epochs, **{**settings, **overrides})
@@ -38,8 +38,8 @@ def options(epochs, **overrides):
 def main(folder, epochs, kill_epoch=None):
     import keras
 
-    from tfblocks.pipeline import train_run
-    from tfblocks.run import RunFolder
+    from tfblocks.translation.job import train_run
+    from tfblocks.translation.run_folder import RunFolder
 
     class Kill(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):

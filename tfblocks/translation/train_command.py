@@ -6,10 +6,10 @@ BLEU, chrF and exact match on the held-out test split, translates a few sentence
 including 今日のランチはカレーだ。, writes the model (KerasHub preset) and the SavedModel
 (`export/1`), reloads the SavedModel and translates again.
 
-`--output DIR` is a durable run folder (layout: `tfblocks.run`). Rerunning the same
-command continues after the last finished epoch (after a crash, a `--max-train-minutes`
-stop, or with a larger `--epochs`); `--init-from OTHER_RUN` starts from another run's
-model and tokenizer (fine-tuning on new data). A folder made with another corpus,
+`--output DIR` is a durable run folder (layout: `tfblocks.translation.run_folder`).
+Rerunning the same command continues after the last finished epoch (after a crash, a
+`--max-train-minutes` stop, or with a larger `--epochs`); `--init-from OTHER_RUN` starts
+from another run's model and tokenizer (fine-tuning on new data). A folder made with another corpus,
 vocabulary or architecture is an error, never silently reused.
 
 Examples:
@@ -94,19 +94,18 @@ def main(argv=None):
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
     import tfblocks
-    from tfblocks import evaluation, pipeline, text
-    from tfblocks._atomic import replace_file
+    from tfblocks import text
+    from tfblocks._files import replace_file
     from tfblocks.models.hparams import parse_overrides
-    from tfblocks.run import RunFolder
+    from tfblocks.translation import evaluation, job
+    from tfblocks.translation.run_folder import RunFolder
 
-    override_text = (
-        pipeline.DEMO_OVERRIDES if args.hparams_override is None else args.hparams_override
-    )
+    override_text = job.DEMO_OVERRIDES if args.hparams_override is None else args.hparams_override
     # A bad preset, override field or value is refused before anything is written.
     overrides = parse_overrides(override_text)
     tfblocks.hparams(args.hparams, **overrides)
     folder = RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-"))
-    timer = pipeline.Timer()
+    timer = job.Timer()
 
     with timer("data"):
         splits = text.load_splits(args.corpus_dir, args.tsv, seed=args.seed)
@@ -116,7 +115,7 @@ def main(argv=None):
         if args.init_from:
             init = tfblocks.load_preset(os.path.join(args.init_from, "model"))
         settings = {
-            "corpus": pipeline.corpus_fingerprint(splits["train"]),
+            "corpus": job.corpus_fingerprint(splits["train"]),
             "vocab_size": args.vocab_size,
             "tokenizer_model": args.tokenizer_model,
             "hparams": args.hparams,
@@ -145,7 +144,7 @@ def main(argv=None):
         if init.model.get_config()["vocab_size"] != hp.vocab_size:
             raise ValueError("the --init-from model's vocabulary does not match its tokenizer")
         init_weights = folder.save_weights(init.model, "init.npz")
-    options = pipeline.TrainingOptions(
+    options = job.TrainingOptions(
         epochs=args.epochs,
         batch_tokens=args.batch_tokens,
         seed=args.seed,
@@ -158,7 +157,7 @@ def main(argv=None):
         average_last=args.average_last,
     )
     with timer("train"):
-        model, report = pipeline.train_run(folder, splits, tokenizer, hp, options, init_weights)
+        model, report = job.train_run(folder, splits, tokenizer, hp, options, init_weights)
     print(f"{args.hparams}: {model.count_params():,} parameters; {report['epochs']} epochs, "
           f"{report['train_seconds']} s of training in all; final weights: "
           f"{report['final_weights']}")  # fmt: skip
@@ -208,7 +207,7 @@ def main(argv=None):
         if key in report:
             metrics[key] = report[key]
     print(f"wall time per phase (s; train = all runs of this folder): {metrics['seconds']}")
-    print(f"metrics written to {pipeline.write_metrics(folder.path, metrics)}")
+    print(f"metrics written to {job.write_metrics(folder.path, metrics)}")
     return metrics
 
 

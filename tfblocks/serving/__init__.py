@@ -1,0 +1,7 @@
+"""Serving: raw strings in, translations out, as SavedModels (`Translator`, `Generator`)
+or through CTranslate2 (`export_ctranslate2`, `CTranslate2Translator`)."""
+
+from tfblocks.serving.ctranslate2 import CTranslate2Translator, export_ctranslate2
+from tfblocks.serving.savedmodel import Generator, Translator
+
+__all__ = ["CTranslate2Translator", "Generator", "Translator", "export_ctranslate2"]
