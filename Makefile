@@ -29,8 +29,9 @@ lint: $(STAMP)
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), one test file per process at a
 # time (module fixtures are built once): most of a test's time is single-threaded tracing and
-# XLA compilation, so 2 processes use both cores of the 2-core CI machine. `--cpu-times 20`
-# ends the report with the files and tests that used the most CPU time (tests/conftest.py).
+# XLA compilation, so 2 processes use both cores of the 2-core CI machine. Files marked
+# `heavy` go first (tests/conftest.py). `--cpu-times 20` ends the report with the files and
+# tests that used the most CPU time (tests/cpu_times.py).
 TEST_WORKERS ?= 2
 
 test: lint

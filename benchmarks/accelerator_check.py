@@ -41,6 +41,7 @@ import tensorflow as tf
 from shapes import SHAPES as TRAINING_SHAPES
 
 import tfblocks
+from tfblocks.decoding import BeamSearch, Greedy
 
 SHAPES = {  # name -> (preset, overrides, batch per replica, length)
     "a": TRAINING_SHAPES["a"],
@@ -195,8 +196,8 @@ def decoding_speed(args, model, hp, shape, report):
     source = source["inputs"]
     rows = []
     searches = {
-        "greedy": lambda d: d.greedy(source),
-        "beam 4": lambda d: d.beam_search(source, beam_size=4),
+        "greedy": lambda d: d.decode(Greedy(), source),
+        "beam 4": lambda d: d.decode(BeamSearch(beam_size=4), source),
     }
     for name, search in searches.items():
         try:

@@ -14,7 +14,7 @@ of a `benchmarks/enja.sh` run) three ways:
   the floor that no batching can beat with t2t's stopping rule.
 
 All three give the same translations; the counts come from a counter wrapped around
-the search's step (`tfblocks.decoding._Beam.step`, called once per loop iteration), so
+the search's step (`tfblocks.decoding.search._Beam.step`, called once per loop iteration), so
 they run without XLA (the count does not depend on it). `--quick` is a smoke test: an
 untrained tiny model on 8 phrasebook sentences.
 
@@ -71,7 +71,7 @@ def count_steps():
     """Wraps the beam step with a counter; returns the list it appends batch sizes to."""
     import tensorflow as tf
 
-    from tfblocks import decoding
+    from tfblocks.decoding import search as decoding
 
     sizes = []
     step = decoding._Beam.step
@@ -106,7 +106,8 @@ def main(argv=None):
     rows = {}
     for name, drop, batch in modes:
         translator = tfblocks.Translator(
-            model, tokenizer, tokenizer, max_length=args.max_length, beam_size=args.beam_size,
+            model, tokenizer, tokenizer, max_length=args.max_length,
+            strategy=tfblocks.decoding.beam_or_greedy(args.beam_size),
             jit_compile=False, drop_finished=drop,
         )  # fmt: skip
         sizes.clear()

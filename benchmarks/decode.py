@@ -3,7 +3,7 @@
 Measures generated tokens per second of greedy decoding, `--max-length` (64) tokens
 for each of `--batch` (8) random source sentences of `--source-length` (32) ids, for
 
-- A = tfblocks cached: `Decoder(model, max_length).greedy(source)` — the encoder runs
+- A = tfblocks cached: `Decoder(model, max_length).decode(Greedy(), source)` — the encoder runs
   once, each decoder layer's cross-attention k/v are computed once, and each step runs
   the decoder on one new position against a preallocated k/v cache; the whole loop is
   one `tf.while_loop` compiled with XLA.
@@ -11,7 +11,7 @@ for each of `--batch` (8) random source sentences of `--source-length` (32) ids,
   appends each new token to a growing `TensorArray`, re-runs the *whole* model
   (encoder included, as the tutorial's `Translator` does) on the source and the
   prefix so far, and takes the argmax of the last position. Same model and weights as
-  A, same PAD/BOS masking as `Decoder` and `tests/test_decoding.py`. Not XLA-compiled:
+  A, same PAD/BOS masking as `Decoder` and `tests/decoding/test_search.py`. Not XLA-compiled:
   the prefix grows every step, so its shapes are dynamic (the tutorial does not use
   XLA either).
 - C = keras-hub: `keras_hub.samplers.GreedySampler` driving a decoder of the same
@@ -55,6 +55,7 @@ Run:  python benchmarks/decode.py                       # transformer_small, voc
 """
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -69,6 +70,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfblocks import BOS_ID, EOS_ID, PAD_ID, Decoder, build_transformer, hparams
+from tfblocks.decoding import Greedy
 
 NEG_INF = -1e9
 
@@ -230,7 +232,7 @@ def check_full_length(label, ids, max_length):
 
 
 def ids_of(output):
-    """The ids of a decoder's output (`Decoder.greedy` also returns scores), as NumPy."""
+    """The ids of a decoder's output (`Decoder.decode` also returns scores), as NumPy."""
     return np.asarray(output[0] if isinstance(output, tuple) else output)
 
 
@@ -339,7 +341,7 @@ def main(argv=None):
     print(f"params: tfblocks {model.count_params():,}, keras-hub {peer.count_params():,}")
     source = make_source(args.batch, args.source_length, hp.vocab_size, args.seed)
     decoders = {
-        "A tfblocks cached (XLA)": Decoder(model, length).greedy,
+        "A tfblocks cached (XLA)": functools.partial(Decoder(model, length).decode, Greedy()),
         "B uncached (tutorial)": make_uncached_greedy(model, length),
         "C keras-hub GreedySampler (XLA)": peer.generate,
     }

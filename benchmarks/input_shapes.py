@@ -43,6 +43,7 @@ import keras
 import numpy as np
 
 from tfblocks import Translator, build_transformer, compile_transformer, hparams
+from tfblocks.decoding import Greedy
 from tfblocks.models.hparams import parse_overrides
 from tfblocks.text import load_splits, make_dataset, train_tokenizers
 from tfblocks.text.dataset import fixed_bucket_lengths
@@ -153,7 +154,7 @@ def padding_stats(dataset):
 def dev_bleu(model, tokenizer, hp, pairs):
     if model.compute_dtype != "float32":  # translate in float32, as the translation job
         model = float32_twin(hp, model)
-    translator = Translator(model, tokenizer, tokenizer, hp.max_length, beam_size=1)
+    translator = Translator(model, tokenizer, tokenizer, hp.max_length, strategy=Greedy())
     hypotheses = [h.decode("utf-8") for h in translator([s for s, _ in pairs]).numpy()]
     return score(hypotheses, [t for _, t in pairs])["bleu"]
 

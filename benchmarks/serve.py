@@ -190,7 +190,9 @@ def build_engines(args, model, tokenizer, workdir):
         engines[name] = {}
         for beam in sorted({beam for _, beam, _ in args.configs}):
             if name == "Translator" or name in saved:
-                options = {"max_length": args.max_length, "beam_size": beam, **saved.get(name, {})}
+                strategy = tfblocks.decoding.beam_or_greedy(beam)
+                options = {"max_length": args.max_length, "strategy": strategy}
+                options.update(saved.get(name, {}))
                 translator = tfblocks.Translator(model, tokenizer, tokenizer, **options)
                 if name == "Translator":
                     engines[name][beam] = _strings(translator)

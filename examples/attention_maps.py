@@ -63,7 +63,7 @@ def train_model(args):
         tokenizer,
         batch_tokens=args.batch_tokens,
         max_length=16,
-        static_shapes=True,
+        shapes="max_length",
         seed=args.seed,
     )
     keras.utils.set_random_seed(args.seed)
@@ -196,7 +196,9 @@ def main():
     else:
         model, tokenizer = train_model(args)
     source = tokenizer.tokenize([args.sentence]).to_tensor().numpy()  # [1, S], ends with EOS
-    ids, _ = tfblocks.Decoder(model, max_length=32, jit_compile=False).greedy(source)
+    ids, _ = tfblocks.Decoder(model, max_length=32, jit_compile=False).decode(
+        tfblocks.decoding.Greedy(), source
+    )
     ids = ids.numpy()
     target = ids[:, : int(np.sum(ids[0] != 0))]  # [1, T]: up to and including EOS
     translation = tokenizer.detokenize(target).numpy()[0].decode()

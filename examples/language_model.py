@@ -75,7 +75,10 @@ def main(argv=None):
     prompts = [" ".join(s.split()[:2]) for s in sentences]
     greedy = tfblocks.Generator(model, tokenizer, max_length=args.max_length)
     nucleus = tfblocks.Generator(
-        model, tokenizer, max_length=args.max_length, search="sample", top_p=0.9, seed=args.seed
+        model,
+        tokenizer,
+        max_length=args.max_length,
+        strategy=tfblocks.decoding.Sampling(top_p=0.9, seed=args.seed),
     )
     continued = [t.decode() for t in greedy(prompts).numpy()]
     sampled = [t.decode() for t in nucleus(prompts).numpy()]

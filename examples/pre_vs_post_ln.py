@@ -56,7 +56,7 @@ def datasets(args):
     """Shared BPE tokenizer, then static-shape train (repeated) and dev datasets."""
     splits = text.load_phrasebook(seed=args.seed, size=args.phrasebook_size)
     tokenizer, _ = text.train_tokenizers(splits["train"], args.vocab_size, model_type="bpe")
-    kwargs = {"batch_tokens": args.batch_tokens, "max_length": 16, "static_shapes": True}
+    kwargs = {"batch_tokens": args.batch_tokens, "max_length": 16, "shapes": "max_length"}
     train = text.make_dataset(splits["train"], tokenizer, tokenizer, seed=args.seed, **kwargs)
     dev = text.make_dataset(splits["dev"], tokenizer, tokenizer, shuffle=False, **kwargs)
     if not len(dev):

@@ -40,7 +40,6 @@ SCRIPTS = {
     "train_throughput": ("benchmarks/train_throughput.py", "--quick", "--recipes", "layers"),
     "fused_projection": ("benchmarks/fused_projection.py", "--quick"),
     "dropout": ("benchmarks/dropout.py", "--quick"),
-    "attention_fused": ("benchmarks/attention_fused.py", "--quick"),
     "beam_steps": ("benchmarks/beam_steps.py", "--quick"),
     "compile_threshold": ("benchmarks/compile_threshold.py", "--quick"),
     "matmul_rate": ("benchmarks/matmul_rate.py", "--quick"),
@@ -183,14 +182,6 @@ def test_dropout_quick_prints_both_modes(outputs):
     out = _out(outputs, "dropout")
     for label in ("XLA", "no XLA"):
         assert re.search(rf"^{label}\s+\d+\.\d+ ms .*\d+\.\d+×$", out, re.M), out
-
-
-def test_attention_fused_quick_prints_both_modes(outputs):
-    out = _out(outputs, "attention_fused")
-    for label in ("XLA", "no XLA"):
-        assert re.search(rf"^\S+\s+{label}\s+\d+\.\d+ ms\s+\d+\.\d+ ms\s+\d+\.\d+×$", out, re.M), (
-            out
-        )
 
 
 def test_beam_steps_quick_counts_every_mode(outputs):

@@ -6,8 +6,9 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks import decoding
-from tfblocks.decoding.decoder import Decoder
+from tfblocks.decoding import BeamSearch, Decoder, Greedy, Sampling, beam_or_greedy
+from tfblocks.decoding import dropping as dropping_module
+from tfblocks.decoding import search as search_module
 
 VOCAB = 16
 RNG = np.random.default_rng(21)
@@ -85,7 +86,7 @@ def test_cached_greedy_equals_uncached_argmax(overrides, jit_compile):
     model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB,
                                                         **overrides))  # fmt: skip
     source = _sources(RNG, 4)
-    ids, scores = Decoder(model, max_length=9, jit_compile=jit_compile).greedy(source)
+    ids, scores = Decoder(model, max_length=9, jit_compile=jit_compile).decode(Greedy(), source)
     np.testing.assert_array_equal(ids.numpy(), uncached_greedy(model, source, 9))
     assert np.all(np.isfinite(scores.numpy())) and np.all(scores.numpy() < 0)
 
@@ -95,9 +96,9 @@ def test_beam_of_one_without_length_penalty_is_greedy(reverser):
     # to an unfinished one, so when greedy runs out of max_length they may differ.
     source = _sources(np.random.default_rng(5), 32)
     decoder = Decoder(reverser, max_length=10, jit_compile=False)
-    greedy_ids, greedy_scores = decoder.greedy(source)
+    greedy_ids, greedy_scores = decoder.decode(Greedy(), source)
     assert np.all((greedy_ids.numpy() == tfblocks.EOS_ID).any(-1))
-    beam_ids, beam_scores = decoder.beam_search(source, beam_size=1, alpha=0.0)
+    beam_ids, beam_scores = decoder.decode(BeamSearch(beam_size=1, alpha=0.0), source)
     np.testing.assert_array_equal(beam_ids.numpy(), greedy_ids.numpy())
     np.testing.assert_allclose(beam_scores.numpy(), greedy_scores.numpy(), rtol=1e-5)
 
@@ -107,13 +108,13 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy():
     model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
     source = _sources(RNG, 3)
     decoder = Decoder(model, max_length=8, jit_compile=False)
-    a, _ = decoder.sample(source, temperature=2.0, seed=1)
-    b, _ = decoder.sample(source, temperature=2.0, seed=1)
-    c, _ = decoder.sample(source, temperature=2.0, seed=2)
+    a, _ = decoder.decode(Sampling(temperature=2.0, seed=1), source)
+    b, _ = decoder.decode(Sampling(temperature=2.0, seed=1), source)
+    c, _ = decoder.decode(Sampling(temperature=2.0, seed=2), source)
     np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert not np.array_equal(a.numpy(), c.numpy())
-    one, _ = decoder.sample(source, top_k=1, seed=9)
-    np.testing.assert_array_equal(one.numpy(), decoder.greedy(source)[0].numpy())
+    one, _ = decoder.decode(Sampling(top_k=1, seed=9), source)
+    np.testing.assert_array_equal(one.numpy(), decoder.decode(Greedy(), source)[0].numpy())
     assert not np.isin(a.numpy(), [tfblocks.BOS_ID]).any()
 
 
@@ -123,20 +124,20 @@ def test_bad_arguments():
         Decoder(model, max_length=0)
     decoder = Decoder(model, max_length=4)
     with pytest.raises(ValueError, match="beam_size=0"):
-        decoder.beam_search(_sources(RNG, 1), beam_size=0)
+        decoder.decode(BeamSearch(beam_size=0), _sources(RNG, 1))
     with pytest.raises(ValueError, match="temperature=0"):
-        decoder.sample(_sources(RNG, 1), temperature=0)
+        decoder.decode(Sampling(temperature=0), _sources(RNG, 1))
     with pytest.raises(ValueError, match="top_k=-1"):
-        decoder.sample(_sources(RNG, 1), top_k=-1)
+        decoder.decode(Sampling(top_k=-1), _sources(RNG, 1))
     with pytest.raises(ValueError, match="alpha=-1"):
-        decoder.beam_search(_sources(RNG, 1), alpha=-1)
+        decoder.decode(BeamSearch(alpha=-1), _sources(RNG, 1))
 
 
 def test_mixed_precision_decoding_is_finite():
     keras.config.set_dtype_policy("mixed_bfloat16")
     model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
-    ids, scores = Decoder(model, max_length=6, jit_compile=False).beam_search(
-        _sources(RNG, 2), beam_size=3
+    ids, scores = Decoder(model, max_length=6, jit_compile=False).decode(
+        BeamSearch(beam_size=3), _sources(RNG, 2)
     )
     assert ids.shape == (2, 6) and np.all(np.isfinite(scores.numpy()))
 
@@ -149,8 +150,8 @@ def _penalized(scores, ids, alpha):
 def test_trained_model_beam_never_worse_than_greedy(reverser):
     source = _sources(np.random.default_rng(99), 64)
     decoder = Decoder(reverser, max_length=10, jit_compile=False)
-    greedy_ids, greedy_scores = decoder.greedy(source)
-    beam_ids, beam_scores = decoder.beam_search(source, beam_size=4, alpha=0.6)
+    greedy_ids, greedy_scores = decoder.decode(Greedy(), source)
+    beam_ids, beam_scores = decoder.decode(BeamSearch(beam_size=4, alpha=0.6), source)
     greedy_ids, beam_ids = greedy_ids.numpy(), beam_ids.numpy()
     # The model really learned: most greedy outputs are the exact reversal.
     expected = [[*row[: np.argmax(row == 1)][::-1], 1] for row in source]
@@ -177,16 +178,18 @@ def sequence_log_prob(model, source, ids):
 def test_translation_does_not_depend_on_batch_mates(reverser):
     source = _sources(np.random.default_rng(7), 6)
     decoder = Decoder(reverser, max_length=10, jit_compile=False)
-    beam_together = decoder.beam_search(source, beam_size=3)[0].numpy()
-    greedy_together = decoder.greedy(source)[0].numpy()
+    beam_together = decoder.decode(BeamSearch(beam_size=3), source)[0].numpy()
+    greedy_together = decoder.decode(Greedy(), source)[0].numpy()
     # Alone in the batch (same padded width), and alone without any padding.
     alone_rows = [source[row : row + 1] for row in range(3)]
     alone_rows.append(source[:1, : int(np.argmax(source[0] == tfblocks.EOS_ID)) + 1])
     for row, alone in zip([0, 1, 2, 0], alone_rows, strict=True):
         np.testing.assert_array_equal(
-            decoder.beam_search(alone, beam_size=3)[0].numpy()[0], beam_together[row]
+            decoder.decode(BeamSearch(beam_size=3), alone)[0].numpy()[0], beam_together[row]
         )
-        np.testing.assert_array_equal(decoder.greedy(alone)[0].numpy()[0], greedy_together[row])
+        np.testing.assert_array_equal(
+            decoder.decode(Greedy(), alone)[0].numpy()[0], greedy_together[row]
+        )
 
 
 # The searches over a step function, against a NumPy transcription of t2t --------------------
@@ -273,7 +276,9 @@ def test_beam_search_equals_t2t_transcription(seed, alpha, beam):
     start = np.full(batch, tfblocks.BOS_ID, "int32")
     state = np.zeros(batch, "int32")
     want_ids, want_scores = t2t_beam_search(numpy_logits, batch, beam, vocab, length, alpha, 1)
-    ids, scores = decoding.beam_search(step_fn, state, start, length, beam, alpha, eos_id=1)
+    ids, scores = BeamSearch(beam_size=beam, alpha=alpha).search(
+        step_fn, state, start, length, eos_id=1
+    )
     np.testing.assert_array_equal(ids.numpy(), want_ids)
     np.testing.assert_allclose(scores.numpy(), want_scores, rtol=1e-4)
 
@@ -286,7 +291,7 @@ def test_beam_search_without_finished_hypothesis_returns_raw_log_prob():
         logits = keras.ops.one_hot((ids[:, 0] + 1) % 4 + 2, vocab) * 5.0  # never EOS (1)
         return logits - 100.0 * keras.ops.one_hot(keras.ops.ones_like(ids[:, 0]), vocab), state
 
-    ids, scores = decoding.beam_search(step_fn, (), np.array([3]), 3, beam_size=2, alpha=1.0)
+    ids, scores = BeamSearch(beam_size=2, alpha=1.0).search(step_fn, (), np.array([3]), 3)
     step = np.log(np.exp(5.0) / (np.exp(5.0) + 4 + np.exp(-100.0)))
     np.testing.assert_allclose(scores.numpy(), [3 * step], rtol=1e-5)
     assert not np.isin(ids.numpy(), [1]).any()
@@ -297,7 +302,7 @@ def test_greedy_and_sampling_searches_on_a_fake_model():
     step_fn, numpy_logits = fake_model(vocab, 3)
     start = np.full(batch, tfblocks.BOS_ID, "int32")
     state = np.zeros(batch, "int32")
-    ids, scores = decoding.greedy_search(step_fn, state, start, length, eos_id=1, pad_id=0)
+    ids, scores = Greedy().search(step_fn, state, start, length, eos_id=1, pad_id=0)
     for row, score in zip(ids.numpy(), scores.numpy(), strict=True):
         prefix, total = [], 0.0
         for _ in range(length):
@@ -310,45 +315,45 @@ def test_greedy_and_sampling_searches_on_a_fake_model():
         np.testing.assert_array_equal(row, prefix + [0] * (length - len(prefix)))
         np.testing.assert_allclose(score, total, rtol=1e-5)
     # Nucleus sampling with a tiny top_p keeps only the best token: greedy.
-    nucleus, _ = decoding.sample_search(step_fn, state, start, length, 1, 0, top_p=1e-6, seed=4)
+    nucleus, _ = Sampling(top_p=1e-6, seed=4).search(step_fn, state, start, length, 1, 0)
     np.testing.assert_array_equal(nucleus.numpy(), ids.numpy())
-    a, _ = decoding.sample_search(step_fn, state, start, length, 1, 0, top_p=0.9, seed=4)
-    b, _ = decoding.sample_search(step_fn, state, start, length, 1, 0, top_p=0.9, seed=4)
+    a, _ = Sampling(top_p=0.9, seed=4).search(step_fn, state, start, length, 1, 0)
+    b, _ = Sampling(top_p=0.9, seed=4).search(step_fn, state, start, length, 1, 0)
     np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_top_p_keeps_the_smallest_set_reaching_p():
     logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], "float32"))
-    kept = decoding._filter_top_p(keras.ops.convert_to_tensor(logits), 0.7).numpy()
-    assert np.isfinite(kept[0, :2]).all() and (kept[0, 2:] <= decoding.NEG_INF).all()
-    kept = decoding._filter_top_p(keras.ops.convert_to_tensor(logits), 0.85).numpy()
-    assert (kept[0, :3] > decoding.NEG_INF).all() and kept[0, 3] <= decoding.NEG_INF
+    kept = search_module._filter_top_p(keras.ops.convert_to_tensor(logits), 0.7).numpy()
+    assert np.isfinite(kept[0, :2]).all() and (kept[0, 2:] <= search_module.NEG_INF).all()
+    kept = search_module._filter_top_p(keras.ops.convert_to_tensor(logits), 0.85).numpy()
+    assert (kept[0, :3] > search_module.NEG_INF).all() and kept[0, 3] <= search_module.NEG_INF
 
 
 def test_search_arguments_are_checked():
     step_fn, _ = fake_model(5, 0)
     start, state = np.array([3]), np.zeros(1, "int32")
     with pytest.raises(ValueError, match="top_p=0"):
-        decoding.sample_search(step_fn, state, start, 4, top_p=0)
+        Sampling(top_p=0).search(step_fn, state, start, 4)
     with pytest.raises(ValueError, match="max_length=0"):
-        decoding.greedy_search(step_fn, state, start, 0)
+        Greedy().search(step_fn, state, start, 0)
     with pytest.raises(ValueError, match="eos_id=-1"):
-        decoding.beam_search(step_fn, state, start, 4, eos_id=-1)
+        BeamSearch().search(step_fn, state, start, 4, eos_id=-1)
 
 
 @pytest.mark.parametrize("jit_compile", [True, False])
 def test_extra_length_bounds_the_decode_length(reverser, jit_compile):
     source = _sources(np.random.default_rng(5), 3)  # [3, 8]
     decoder = Decoder(reverser, max_length=30, jit_compile=jit_compile)
-    for search in (decoder.greedy, lambda s, **kw: decoder.beam_search(s, beam_size=2, **kw)):
-        full, _ = search(source)
-        short, _ = search(source, extra_length=2)  # min(30, 8 + 2)
+    for strategy in (Greedy(), BeamSearch(beam_size=2)):
+        full, _ = decoder.decode(strategy, source)
+        short, _ = decoder.decode(strategy, source, extra_length=2)  # min(30, 8 + 2)
         assert full.shape == (3, 30) and short.shape == (3, 10)
         # The reverser's outputs (at most 7 ids + EOS) fit in 10: the same ids.
         np.testing.assert_array_equal(short.numpy(), full.numpy()[:, :10])
         assert not full.numpy()[:, 10:].any()
     with pytest.raises(ValueError, match="extra_length=-1"):
-        decoder.greedy(source, extra_length=-1)
+        decoder.decode(Greedy(), source, extra_length=-1)
 
 
 # Growing caches (`cache_lengths`): the searches run one loop per cache length.
@@ -371,14 +376,14 @@ def test_searches_grow_the_state_between_loops():
 
     start = np.full(batch, tfblocks.BOS_ID, "int32")
     searches = {
-        "greedy": lambda state, **kw: decoding.greedy_search(
+        "greedy": lambda state, **kw: Greedy().search(
             recording_step, state, start, length, 1, 0, **kw
         ),
-        "sample": lambda state, **kw: decoding.sample_search(
-            recording_step, state, start, length, 1, 0, seed=3, **kw
+        "sample": lambda state, **kw: Sampling(seed=3).search(
+            recording_step, state, start, length, 1, 0, **kw
         ),
-        "beam": lambda state, **kw: decoding.beam_search(
-            recording_step, state, start, length, beam_size=2, eos_id=1, **kw
+        "beam": lambda state, **kw: BeamSearch(beam_size=2).search(
+            recording_step, state, start, length, eos_id=1, **kw
         ),
     }
     for name, search in searches.items():
@@ -410,20 +415,19 @@ def test_growing_caches_give_the_same_translations(reverser):
         for jit in (True, False)
     }
     traces = _count_model_step_traces(grown[True], single[True], grown[False], single[False])
-    for search in ("sample", "beam_search", "greedy"):  # sampling drops no sentence
-        kwargs = {"beam_size": 3} if search == "beam_search" else {}
-        reference = {False: getattr(single[False], search)(source, **kwargs)}
+    for search in (Sampling(), BeamSearch(beam_size=3), Greedy()):  # sampling drops no sentence
+        reference = {False: single[False].decode(search, source)}
         reference[True] = (
-            getattr(single[True], search)(source, **kwargs)
-            if search == "sample"
+            single[True].decode(search, source)
+            if isinstance(search, Sampling)
             else reference[False]
         )
         for jit in (True, False):
-            ids, scores = getattr(grown[jit], search)(source, **kwargs)
+            ids, scores = grown[jit].decode(search, source)
             want_ids, want_scores = reference[jit]
             assert (ids.numpy() == tfblocks.EOS_ID).any(-1).all()  # every output ended
             assert (ids.numpy() > 0).sum(-1).max() > 4  # and some crossed two boundaries
-            np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
+            np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=repr(search))
             np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
     # Under XLA the growing Decoder's three searches (four loops each, one per cache
     # length; beam and greedy rows; the first search one that drops no sentence) traced
@@ -461,11 +465,11 @@ def test_cache_lengths_argument():
     step_fn, _ = fake_model(5, 0)
     start, state = np.array([3]), np.zeros((1, 2), "int32")
     with pytest.raises(ValueError, match="at least max_length=8"):
-        decoding.greedy_search(step_fn, state, start, 8, cache_lengths=(2, 4), grow_state=abs)
+        Greedy().search(step_fn, state, start, 8, cache_lengths=(2, 4), grow_state=abs)
     with pytest.raises(ValueError, match="grow_state=None"):
-        decoding.beam_search(step_fn, state, start, 4, cache_lengths=(2, 4))
+        BeamSearch().search(step_fn, state, start, 4, cache_lengths=(2, 4))
     with pytest.raises(ValueError, match="cache_lengths="):
-        decoding.sample_search(step_fn, state, start, 4, cache_lengths=(4, 2), grow_state=abs)
+        Sampling().search(step_fn, state, start, 4, cache_lengths=(4, 2), grow_state=abs)
 
 
 # Dropping finished sentences (`drop_finished`): segments, the batch shrinking between.
@@ -475,7 +479,7 @@ def test_beam_search_drops_finished_sentences_between_segments(monkeypatch):
     # The fake model with a per-sentence `context` (an offset mixed into its hash): if
     # shrinking the batch mixed up sentences' states or contexts, results would change.
     # No floor on the batch size here (MIN_ROWS 1), so the batch shrinks down to 1.
-    monkeypatch.setattr(decoding, "MIN_ROWS", 1)
+    monkeypatch.setattr(dropping_module, "MIN_ROWS", 1)
     vocab, batch, length, beam = 9, 9, 12, 2
     step_fn, _ = fake_model(vocab, 6)
     rows_seen = set()
@@ -490,8 +494,9 @@ def test_beam_search_drops_finished_sentences_between_segments(monkeypatch):
 
     start = np.full(batch, tfblocks.BOS_ID, "int32")
     context = np.arange(batch, dtype="int32") * 101
-    kwargs = {"beam_size": beam, "alpha": 0.6, "eos_id": 1, "context": context}
-    want_ids, want_scores = decoding.beam_search(
+    beam_search = BeamSearch(beam_size=beam, alpha=0.6)
+    kwargs = {"eos_id": 1, "context": context}
+    want_ids, want_scores = beam_search.search(
         context_step, np.zeros((batch, length), "int32"), start, length, **kwargs
     )
     ended_at = (want_ids.numpy() > 0).sum(-1)
@@ -499,17 +504,11 @@ def test_beam_search_drops_finished_sentences_between_segments(monkeypatch):
     for jit_compile, growth in [(False, None), (True, (2, 4, 8, 12))]:
         rows_seen.clear()
         state = np.zeros((batch, length if growth is None else 2), "int32")
-        ids, scores = decoding.beam_search(
-            context_step,
-            state,
-            start,
-            length,
-            **kwargs,
-            cache_lengths=growth,
-            grow_state=None if growth is None else grow,
-            drop_finished=True,
+        ids, scores = beam_search.search(
+            context_step, state, start, length, **kwargs, cache_lengths=growth,
+            grow_state=None if growth is None else grow, drop_finished=True,
             jit_compile=jit_compile,
-        )
+        )  # fmt: skip
         np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
         np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-6)
         if not jit_compile:  # eager segments: the step saw the batch shrink, 9 -> 8 -> …
@@ -518,11 +517,11 @@ def test_beam_search_drops_finished_sentences_between_segments(monkeypatch):
     # batch ends at the size that holds the rows of the longest output, no padding copies.
     for pad_id in (0, 5):
         state = np.zeros((batch, length), "int32")
-        want_ids, want_scores = decoding.greedy_search(
+        want_ids, want_scores = Greedy().search(
             context_step, state, start, length, eos_id=1, pad_id=pad_id, context=context
         )
         rows_seen.clear()
-        ids, scores = decoding.greedy_search(
+        ids, scores = Greedy().search(
             context_step, state, start, length, eos_id=1, pad_id=pad_id, context=context,
             drop_finished=True,
         )  # fmt: skip
@@ -534,17 +533,17 @@ def test_beam_search_drops_finished_sentences_between_segments(monkeypatch):
             assert len(set(lengths)) > 3
             last = int((lengths == lengths.max()).sum())  # rows still going at the end
             assert {batch, 8}.issubset(rows_seen)  # 9 -> 8 -> …
-            assert min(rows_seen) == int(decoding._shrunk_size(last)), (rows_seen, lengths)
+            assert min(rows_seen) == int(dropping_module._shrunk_size(last)), (rows_seen, lengths)
         else:  # PAD after EOS, also for rows that left early
             ended = np.cumsum(ids.numpy() == 1, axis=1) - (ids.numpy() == 1) > 0
             assert (ids.numpy()[ended] == pad_id).all() and ended.any()
 
 
 def test_batch_sizes_of_a_shrinking_search():
-    sizes = [int(decoding._shrunk_size(n)) for n in range(1, 50)]
+    sizes = [int(dropping_module._shrunk_size(n)) for n in range(1, 50)]
     assert sorted(set(sizes)) == [1, 2, 4, 8, 16, 32, 64]  # few sizes: few XLA programs
     assert all(n <= size < 2 * n for n, size in zip(range(1, 50), sizes, strict=True))
-    assert [int(decoding._shrunk_size(n, floor=8)) for n in (1, 7, 8, 9)] == [8, 8, 8, 16]
+    assert [int(dropping_module._shrunk_size(n, floor=8)) for n in (1, 7, 8, 9)] == [8, 8, 8, 16]
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
@@ -565,11 +564,9 @@ def test_a_shrinking_batch_stops_at_min_rows(beam, monkeypatch):
         args = (step, np.zeros((batch, 1), "int32"), np.full(batch, 2, "int32"), length)
         kwargs = {"eos_id": 1, "context": np.arange(1, batch + 1, dtype="int32")}
         if beam == 1:
-            ids, _ = decoding.greedy_search(*args, drop_finished=drop_finished, **kwargs)
+            ids, _ = Greedy().search(*args, drop_finished=drop_finished, **kwargs)
         else:
-            ids, _ = decoding.beam_search(
-                *args, beam_size=beam, drop_finished=drop_finished, **kwargs
-            )
+            ids, _ = BeamSearch(beam_size=beam).search(*args, drop_finished=drop_finished, **kwargs)
         return ids.numpy()
 
     want = search(drop_finished=False)
@@ -577,7 +574,7 @@ def test_a_shrinking_batch_stops_at_min_rows(beam, monkeypatch):
     np.testing.assert_array_equal(search(drop_finished=True), want)
     floor = {1: 16, 2: 8, 4: 4}[beam]  # sentences
     assert min(rows_seen) == min(batch, floor) * beam, sorted(rows_seen)
-    monkeypatch.setattr(decoding, "MIN_ROWS", 1)
+    monkeypatch.setattr(dropping_module, "MIN_ROWS", 1)
     np.testing.assert_array_equal(search(drop_finished=True), want)
     assert min(rows_seen) == beam, sorted(rows_seen)  # down to the last sentence
 
@@ -588,7 +585,7 @@ def test_dropping_finished_sentences_gives_the_same_translations(reverser, monke
     # sentences of beam 3 and 16 of greedy, more than these 7, and would keep the whole
     # batch to the end. Dropping with and without XLA, and the whole batch to the end
     # with XLA, against the whole batch to the end without XLA.
-    monkeypatch.setattr(decoding, "MIN_ROWS", 1)
+    monkeypatch.setattr(dropping_module, "MIN_ROWS", 1)
     source = _sources(np.random.default_rng(9), 7)
     whole, whole_xla = (
         Decoder(reverser, max_length=10, jit_compile=jit, drop_finished=False)
@@ -601,24 +598,24 @@ def test_dropping_finished_sentences_gives_the_same_translations(reverser, monke
         assert dropping[jit].drop_finished  # the default
         monkeypatch.setattr(dropping[jit], "step", _recording_rows(dropping[jit], fewest_rows))
     traces = _count_model_step_traces(dropping[True], whole_xla, dropping[False], whole)
-    for search, kwargs in (("beam_search", {"beam_size": 3}), ("greedy", {})):
-        want_ids, want_scores = getattr(whole, search)(source, **kwargs)
+    for search in (BeamSearch(beam_size=3), Greedy()):
+        want_ids, want_scores = whole.decode(search, source)
         lengths = (want_ids.numpy() > 0).sum(-1)
         assert (want_ids.numpy() == tfblocks.EOS_ID).any(-1).all() and len(set(lengths)) > 2
-        ids, scores = getattr(whole_xla, search)(source, **kwargs)
-        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
+        ids, scores = whole_xla.decode(search, source)
+        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=repr(search))
         np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
         for jit, decoder in dropping.items():
-            one = getattr(decoder, search)(source[:1], **kwargs)[0]  # the one-loop branch
-            none = getattr(decoder, search)(source[:0], **kwargs)[0]
+            one = decoder.decode(search, source[:1])[0]  # the one-loop branch
+            none = decoder.decode(search, source[:0])[0]
             assert none.shape == (0, 10)
             fewest_rows.assign(10**6)
-            ids, scores = getattr(decoder, search)(source, **kwargs)
+            ids, scores = decoder.decode(search, source)
             # 7 sentences shrank as they ended, to 2 or fewer (the last ones end together).
-            fewest, rows = int(fewest_rows.numpy()), kwargs.get("beam_size", 1)
+            fewest, rows = int(fewest_rows.numpy()), search.rows_per_sentence
             assert fewest <= 2 * rows, (search, jit, fewest, rows)
-            np.testing.assert_array_equal(one.numpy()[0], ids.numpy()[0], err_msg=search)
-            np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=search)
+            np.testing.assert_array_equal(one.numpy()[0], ids.numpy()[0], err_msg=repr(search))
+            np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=repr(search))
             np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
     # Segments of every batch size, the one-sentence loop and the whole-batch search: under
     # XLA one trace of the model's step per Decoder; without, a trace per loop (> 1).
@@ -644,14 +641,39 @@ def test_drop_finished_argument():
             Decoder(model, max_length=8, drop_finished=bad)
     step_fn, _ = fake_model(5, 0)
     with pytest.raises(ValueError, match="context=None"):
-        decoding.beam_search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_finished=True)
+        BeamSearch().search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_finished=True)
     with pytest.raises(ValueError, match="context=None"):
-        decoding.greedy_search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_finished=True)
+        Greedy().search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, drop_finished=True)
     with pytest.raises(ValueError, match="jit_compile=None"):
-        decoding.beam_search(
+        BeamSearch().search(
             step_fn, np.zeros(1, "int32"), np.array([3]), 4, context=(), jit_compile=None
         )
     with pytest.raises(ValueError, match="drop_finished=1"):
-        decoding.greedy_search(
+        Greedy().search(
             step_fn, np.zeros(1, "int32"), np.array([3]), 4, context=(), drop_finished=1
         )
+
+
+def test_strategies_are_values_with_checked_options():
+    assert BeamSearch(3, 0.6) == BeamSearch(beam_size=3, alpha=0.6) != BeamSearch(3, 0.0)
+    assert repr(Sampling(top_k=5)) == "Sampling(temperature=1.0, top_k=5, top_p=1.0, seed=0)"
+    assert BeamSearch(4).rows_per_sentence == 4 and Greedy().rows_per_sentence == 1
+    # The seed is fed to a compiled search as a tensor: it is not part of the key.
+    assert Sampling(seed=1).key() == Sampling(seed=2).key() != Sampling(top_p=0.5).key()
+    assert Sampling(seed=1).replace(seed=7).seed == 7
+    assert beam_or_greedy(1) == Greedy() and beam_or_greedy(5, 1.0) == BeamSearch(5, 1.0)
+    for make, match in (
+        (lambda: Sampling(seed=1.5), "seed=1.5"),
+        (lambda: Sampling(top_p=1.5), "top_p=1.5"),
+        (lambda: BeamSearch(beam_size=True), "beam_size=True"),
+        (lambda: beam_or_greedy(0), "beam_size=0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            make()
+    step_fn, _ = fake_model(5, 0)
+    with pytest.raises(ValueError, match="Sampling cannot drop finished sentences"):
+        Sampling().search(step_fn, np.zeros(1, "int32"), np.array([3]), 4, context=(),
+                          drop_finished=True)  # fmt: skip
+    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
+    with pytest.raises(ValueError, match="strategy='beam'"):
+        Decoder(model, max_length=4).decode("beam", _sources(RNG, 1))

@@ -278,19 +278,3 @@ def test_bad_input_shapes_name_the_argument():
     cache = block.init_cache(2, 4, context=ctx)
     with pytest.raises(ValueError, match=r"`x` must have rank 3.*x\.shape=\(2, 16\)"):
         block(x[:, 0], cache=cache, cache_index=0)
-
-
-@pytest.mark.parametrize("window", [None, 2])
-def test_fused_attention_block_equals_reference_block(window):
-    x = RNG.normal(size=(B, T, D)).astype("float32")
-    ctx = RNG.normal(size=(B, S, D)).astype("float32")
-    mask = np.array([[True] * T, [True] * 3 + [False] * (T - 3)])
-    kwargs = {"causal": True, "cross_attention": True, "attention_window": window}
-    block = TransformerBlock(H, F, **kwargs)
-    fused = TransformerBlock(H, F, fused_attention=True, **kwargs)
-    want = _np(block(x, context=ctx, padding_mask=mask))
-    fused(x, context=ctx, padding_mask=mask)
-    fused.set_weights(block.get_weights())
-    assert fused.self_attention.fused and fused.cross_attention.fused
-    got = _np(fused(x, context=ctx, padding_mask=mask))
-    np.testing.assert_allclose(got[mask], want[mask], atol=1e-5)

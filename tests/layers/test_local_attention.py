@@ -6,7 +6,7 @@ import pytest
 
 from tests.layers import reference
 from tests.layers.harness import run_layer_test
-from tfblocks import MultiHeadAttention, TransformerBlock
+from tfblocks import TransformerBlock
 from tfblocks.layers import LocalMultiHeadAttention
 
 RNG = np.random.default_rng(17)
@@ -43,16 +43,11 @@ def test_t2t_window_is_what_t2t_code_computes(length, window):
 
 @pytest.mark.parametrize(("causal", "non_causal_window"), CASES)
 @pytest.mark.parametrize(("length", "window"), [(12, 4), (11, 4), (3, 5), (9, 1), (13, 3)])
-@pytest.mark.parametrize("fused", [False, True])
-def test_local_equals_full_attention_with_band_mask(
-    causal, non_causal_window, length, window, fused
-):
+def test_local_equals_full_attention_with_band_mask(causal, non_causal_window, length, window):
     x = RNG.normal(size=(2, length, 8)).astype("float32")
     value_mask = np.ones((2, length), bool)
     value_mask[1, length - 2 :] = False
-    local = LocalMultiHeadAttention(
-        num_heads=2, window=window, non_causal_window=non_causal_window, fused=fused
-    )
+    local = LocalMultiHeadAttention(num_heads=2, window=window, non_causal_window=non_causal_window)
     got = _np(local(x, x, value_mask=value_mask, query_mask=value_mask, use_causal_mask=causal))
     ws = [
         _np(d.kernel).astype("float64")
@@ -148,10 +143,6 @@ def test_local_attention_errors():
         LocalMultiHeadAttention(2, window=2)(x, x, attention_mask=np.ones((1, 4, 4), bool))
     with pytest.raises(ValueError, match="same length, got 4 and 6"):
         LocalMultiHeadAttention(2, window=2)(x, np.zeros((1, 6, 8), "float32"))
-    # The old constructor argument says where local attention went.
-    with pytest.raises(ValueError, match=r"LocalMultiHeadAttention.*attention_window=2"):
-        MultiHeadAttention(2, attention_window=2)
-    assert MultiHeadAttention.from_config({"num_heads": 2, "attention_window": None})
 
 
 def test_unknown_length_in_a_compiled_model():

@@ -7,6 +7,7 @@ import keras
 import pytest
 
 import tfblocks
+from tfblocks.decoding import Greedy
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
@@ -64,7 +65,7 @@ def test_greedy_translations_equal_translator(data, overrides, tmp_path):
     model = _trained(data, **overrides)
     texts = [s for s, _ in pairs[:48]] + ["今日のランチはカレーだ。", "", "私" * 40]
     translator = Translator(
-        model, tokenizer, tokenizer, max_length=MAX_LENGTH, beam_size=1, jit_compile=False
+        model, tokenizer, tokenizer, max_length=MAX_LENGTH, strategy=Greedy(), jit_compile=False
     )
     want = translator(texts)
     want = [t.decode() for t in want.numpy()]

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks.decoding.decoder import Decoder
+from tfblocks.decoding import BeamSearch, Decoder, Greedy
 from tfblocks.text import train_tokenizer
 
 SENTENCES = [
@@ -61,14 +61,14 @@ def test_language_model_memorizes_and_completes_prompts(memorized):
     got = [t.decode() for t in generator(prompts).numpy()]
     want = [s[len(p) :].strip() for s, p in zip(SENTENCES, prompts, strict=True)]
     assert [g.strip() for g in got] == want
-    beam = tfblocks.Generator(model, tokenizer, max_length=24, search="beam", beam_size=3)
+    beam = tfblocks.Generator(model, tokenizer, max_length=24, strategy=BeamSearch(3))
     assert [t.decode().strip() for t in beam(prompts).numpy()] == want
 
 
 def test_cached_generation_equals_uncached_argmax(memorized):
     model, _, _ = memorized
     prefix = np.array([[20, 21, 0], [30, 0, 0]], "int32")
-    ids, _ = Decoder(model, max_length=7).greedy(prefix=prefix)
+    ids, _ = Decoder(model, max_length=7).decode(Greedy(), prefix=prefix)
     for row, p in enumerate(prefix):
         seq = [int(t) for t in p if t]  # the prompt, then argmax of the full model
         while len(seq) < 7:
@@ -112,7 +112,7 @@ def test_generator_and_translator_check_their_model(memorized):
     model, tokenizer, _ = memorized
     with pytest.raises(ValueError, match="encoder–decoder"):
         tfblocks.Translator(model, tokenizer, tokenizer)
-    with pytest.raises(ValueError, match="search='top'"):
-        tfblocks.Generator(model, tokenizer, search="top")
+    with pytest.raises(ValueError, match="strategy='top'"):
+        tfblocks.Generator(model, tokenizer, strategy="top")
     with pytest.raises(ValueError, match="texts"):
         tfblocks.Generator(model, tokenizer)(tf.constant([[1, 2]]))

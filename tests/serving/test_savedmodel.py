@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
+from tfblocks.decoding import BeamSearch, Greedy, beam_or_greedy
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
@@ -36,7 +37,7 @@ def parts():
 def exported(parts, tmp_path_factory):
     """The one export of this module: XLA-compiled beam search, as `Translator` defaults to."""
     model, tokenizer = parts
-    translator = Translator(model, tokenizer, tokenizer, max_length=10, beam_size=3)
+    translator = Translator(model, tokenizer, tokenizer, max_length=10, strategy=BeamSearch(3))
     # Count the traces of the signature (each runs `encode_source` once).
     encode = translator.encode_source
 
@@ -169,7 +170,7 @@ def test_empty_and_blank_strings_translate_to_empty(exported):
 
 
 def test_long_input_is_truncated_to_max_length(translators):
-    translator = translators(max_length=10, beam_size=3)
+    translator = translators(max_length=10, strategy=BeamSearch(3))
     long = "".join(SENTENCES[:2]) * 20
     ids = translator.encode_source(tf.constant([long, SENTENCES[2]])).numpy()
     assert ids.shape[1] == translator.max_length
@@ -180,7 +181,7 @@ def test_long_input_is_truncated_to_max_length(translators):
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_translation_does_not_depend_on_batch_mates(translators, beam_size):
-    translator = translators(max_length=10, beam_size=beam_size)
+    translator = translators(max_length=10, strategy=beam_or_greedy(beam_size))
     together = translator.serve(tf.constant(SENTENCES))
     for row, text in enumerate(SENTENCES):
         alone = translator.serve(tf.constant([text]))
@@ -196,8 +197,7 @@ def test_bad_input(parts, exported):
         translator(tf.constant([1, 2]))
     for kwargs, words in [
         ({"max_length": 1}, "max_length=1"),
-        ({"beam_size": 0}, "beam_size=0"),
-        ({"alpha": -0.5}, "alpha=-0.5"),
+        ({"strategy": "beam"}, "strategy='beam'"),
     ]:
         with pytest.raises(ValueError, match=words):
             Translator(model, tokenizer, tokenizer, **kwargs)
@@ -205,7 +205,7 @@ def test_bad_input(parts, exported):
 
 def test_export_is_atomic(translators, tmp_path, monkeypatch):
     # Exporting leaves the translator as it was: a shared one will do.
-    translator = translators(max_length=10, beam_size=1)
+    translator = translators(max_length=10, strategy=Greedy())
     target = tmp_path / "export"
     translator.export(target)
     marker = target / "saved_model.pb"
@@ -251,7 +251,9 @@ def test_bucketed_sources_translate_as_padded_to_max_length(parts, translators, 
     texts = [*SENTENCES, "".join(SENTENCES) * 3, "", "猫"]
 
     def translate(buckets):
-        translator = translators(max_length=12, beam_size=beam_size, source_buckets=buckets)
+        translator = translators(
+            max_length=12, strategy=beam_or_greedy(beam_size), source_buckets=buckets
+        )
         return translator.serve(tf.constant(texts)), translator
 
     padded, _ = translate((12,))
@@ -274,7 +276,7 @@ def test_source_buckets_bad_input(parts):
 def test_default_length_limit_does_not_depend_on_batch_mates(translators):
     # Bucketed sources (the default): "私" pads to bucket 8 alone and to 48 beside a long
     # sentence; an untrained model runs to its length limit, which must not change.
-    translator = translators(max_length=48, beam_size=2)
+    translator = translators(max_length=48, strategy=BeamSearch(2))
     long = "昨日、子供たちは庭で天ぷらを温めた。" * 3
     assert translator.encode_source(tf.constant(["私", long])).shape[1] == 48
     assert translator.encode_source(tf.constant(["私"])).shape[1] == 8

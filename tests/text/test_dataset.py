@@ -77,11 +77,11 @@ def test_long_pairs_are_filtered_and_counted(pairs, tokenizer, caplog):
     assert max(map(len, sources + targets)) <= 10
 
 
-@pytest.mark.parametrize("kwargs", [{"shapes": "max_length"}, {"static_shapes": True}])
-def test_max_length_shapes_for_xla(pairs, tokenizer, kwargs):
+def test_max_length_shapes_for_xla(pairs, tokenizer):
     dataset = text_dataset.make_dataset(
-        pairs, tokenizer, tokenizer, batch_tokens=512, max_length=32, shuffle=False, **kwargs
-    )
+        pairs, tokenizer, tokenizer, batch_tokens=512, max_length=32, shuffle=False,
+        shapes="max_length",
+    )  # fmt: skip
     features_spec, labels_spec = dataset.element_spec
     assert features_spec["inputs"].shape == features_spec["targets"].shape == (16, 32)
     assert labels_spec.shape == (16, 32)
@@ -222,7 +222,7 @@ def test_distribute_datasets_from_function(pairs, tokenizer):
     distributed = strategy.distribute_datasets_from_function(
         lambda context: text_dataset.make_dataset(
             pairs[:64], tokenizer, tokenizer, batch_tokens=256, max_length=32,
-            static_shapes=True, input_context=context,
+            shapes="max_length", input_context=context,
         )
     )  # fmt: skip
     features, labels = next(iter(distributed))
@@ -237,11 +237,8 @@ def test_distribute_datasets_from_function(pairs, tokenizer):
         ({"max_length": 2.5}, "max_length=2.5"),
         ({"seed": "1"}, "seed='1'"),
         ({"shuffle": 1}, "shuffle=1"),
-        ({"static_shapes": "yes"}, "static_shapes='yes'"),
         ({"max_length": 1}, "No pair fits in max_length=1"),
         ({"shapes": "fixed"}, "shapes='fixed'"),
-        ({"shapes": "buckets", "static_shapes": True}, "static_shapes=True"),
-        ({"shapes": "max_length", "static_shapes": False}, "static_shapes=False"),
         ({"bucket_lengths": [8, 16]}, "only used with shapes='buckets'"),
         ({"shapes": "buckets", "bucket_lengths": [16, 8]}, r"bucket_lengths=\[16, 8\]"),
         ({"shapes": "buckets", "bucket_lengths": [8, 128]}, "max_length=64"),

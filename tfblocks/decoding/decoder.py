@@ -1,4 +1,4 @@
-"""`Decoder`: the step function of a `tfblocks.Transformer`, and one entry per search.
+"""`Decoder`: the step function of a `tfblocks.Transformer`, and `decode(strategy)`.
 
 Incremental decoding as t2t `fast_decode` does it: the encoder runs once, each
 decoder block's cross-attention k/v are computed once from its output, and every
@@ -9,8 +9,9 @@ shapes, so the search compiles with XLA, and a batch of short outputs never atte
 over, or reorders (beam search), caches sized for `max_length`. Beam search over
 source sentences drops each sentence from the batch once its search has ended
 (`drop_finished`; greedy search too), so a batch costs about what its sentences cost
-searched one by one. Only the model's public methods are used (`encode`, `init_cache`, `decode`,
-`logits`); the searches themselves live in `tfblocks.decoding` and know nothing of the model.
+searched one by one. Only the model's public methods are used (`encode`, `init_cache`,
+`decode`, `logits`); the search strategies live in `tfblocks.decoding.search` and know
+nothing of the model.
 
 A decoder-only language model decodes from a `prefix` (the prompt's ids): while
 `index < len(prefix)` the step function forces the prompt's token (its logit is 0,
@@ -21,13 +22,13 @@ over. Beam search counts the prompt's positions in the length penalty.
 import tensorflow as tf
 
 from tfblocks import _checks
-from tfblocks.decoding import search as decoding
+from tfblocks.decoding import search
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.transformer import padding_mask
 
 
 class Decoder:
-    """Greedy, sampling and beam-search decoding for a `tfblocks.Transformer`.
+    """Decoding of a `tfblocks.Transformer` with any search strategy.
 
     Args:
         model: a trained `Transformer` (from `build_transformer` /
@@ -43,21 +44,23 @@ class Decoder:
             a little less to compile, slower when outputs are much shorter than
             `max_length`). The results do not depend on it.
         drop_finished: in greedy and beam search over source sentences, a sentence
-            whose search has ended leaves the batch (`tfblocks.decoding.beam_search`):
+            whose search has ended leaves the batch (`tfblocks.decoding.dropping`):
             the search runs in segments (each its own XLA program with `jit_compile`),
-            and the batch shrinks between them; the loop around them is not compiled. False runs
-            one search over the whole batch. The results do not depend on it.
+            and the batch shrinks between them; the loop around them is not compiled.
+            False runs one search over the whole batch. The results do not depend on it.
 
     Example:
 
     >>> import numpy as np
     >>> import tfblocks
+    >>> from tfblocks.decoding import BeamSearch, Greedy
     >>> model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=30))
     >>> decoder = Decoder(model, max_length=6)
-    >>> ids, scores = decoder.greedy(np.array([[5, 6, 7, 1]], "int32"))
+    >>> source = np.array([[5, 6, 7, 1]], "int32")
+    >>> ids, scores = decoder.decode(Greedy(), source)
     >>> tuple(ids.shape), tuple(scores.shape)
     ((1, 6), (1,))
-    >>> ids, scores = decoder.beam_search(np.array([[5, 6, 7, 1]], "int32"), beam_size=2)
+    >>> ids, scores = decoder.decode(BeamSearch(beam_size=2), source)
     >>> tuple(ids.shape)
     (1, 6)
     """
@@ -88,7 +91,7 @@ class Decoder:
         return tf.minimum(self.max_length, tf.shape(source_ids)[1] + extra_length)
 
     def step_function(self, source_ids=None, prefix=None, repeat=1, max_length=None):
-        """`(step_fn, state)` for the searches of `tfblocks.decoding`.
+        """`(step_fn, state)` for a strategy's `search` (`tfblocks.decoding.search`).
 
         Args:
             source_ids: int `[B, S]` (encoder–decoder models).
@@ -149,7 +152,7 @@ class Decoder:
         logits, new_state = self._model_step(ids, index, state, context)
         vocab = tf.shape(logits)[-1]
         never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], vocab), axis=0) > 0  # [V]
-        logits = tf.where(never, decoding.NEG_INF, logits)
+        logits = tf.where(never, search.NEG_INF, logits)
         if forced is not None:
             logits = forced(logits, index)
         return logits, new_state
@@ -194,112 +197,54 @@ class Decoder:
         logits = self.model.logits(hidden)[:, 0]  # [N, V], float32
         return logits, [c["self"] for c in cache]
 
-    # One public entry per search -------------------------------------------------------------
+    # The one entry: any search strategy ----------------------------------------------------
 
-    def greedy(self, source_ids=None, prefix=None, extra_length=None):
-        """Greedy decoding. Returns `(ids [B, L], log-prob sums [B])`.
+    def decode(self, strategy, source_ids=None, prefix=None, extra_length=None):
+        """Decodes with `strategy` (a `tfblocks.decoding.SearchStrategy`).
 
-        L is `decode_length(source_ids, extra_length)` (`max_length` by default).
-        `ids` end with EOS (unless L ran out) and are PAD after it.
+        Args:
+            strategy: e.g. `Greedy()`, `Sampling(temperature=0.8, seed=1)`,
+                `BeamSearch(beam_size=4, alpha=0.6)`.
+            source_ids: int `[B, S]`, EOS-terminated and 0-padded (encoder–decoder).
+            prefix: int `[B, P]` prompt ids, 0-padded on the right (language model).
+            extra_length: None, or t2t's `extra_length` (see `decode_length`).
+
+        Returns:
+            `(ids [B, L], scores [B])`, L = `decode_length(source_ids, extra_length)`:
+            ids end with EOS (unless L ran out) and are PAD after it; the scores are
+            the strategy's.
         """
+        search.check_strategy(strategy)
+        if extra_length is not None:
+            _checks.check_non_negative_int("extra_length", extra_length)
+        traced = tuple(getattr(strategy, name) for name in strategy.traced_args)
 
-        def run(source_ids, prefix):
+        def run(source_ids, prefix, *traced):
+            chosen = strategy.replace(**dict(zip(strategy.traced_args, traced, strict=True)))
             length = self.decode_length(source_ids, extra_length)
-            step_fn, state = self.step_function(source_ids, prefix, max_length=self._cache(length))
-            start = _start_ids(source_ids, prefix)
-            return decoding.greedy_search(
-                step_fn, state, start, length, EOS_ID, PAD_ID, **self._growth()
+            step_fn, state = self.step_function(
+                source_ids,
+                prefix,
+                repeat=chosen.rows_per_sentence,
+                max_length=self._cache(length),
             )
+            start = _start_ids(source_ids, prefix)
+            return chosen.search(step_fn, state, start, length, EOS_ID, PAD_ID, **self._growth())
 
         def dropping(state, context, length, start):
-            return decoding.greedy_search(
+            return strategy.search(
                 self.step, state, start, length, EOS_ID, PAD_ID, **self._growth(),
                 context=context, drop_finished=True, jit_compile=self.jit_compile,
             )  # fmt: skip
 
-        key = ("greedy", extra_length)
-        if not (self.drop_finished and source_ids is not None):
-            return self._run(key, run, source_ids, prefix)
-        return self._dropping(key, run, dropping, source_ids, extra_length)
+        key = (strategy.key(), extra_length)
+        if self.drop_finished and source_ids is not None and strategy.can_drop_finished:
+            return self._dropping(key, run, dropping, source_ids, extra_length)
+        return self._run(key, run, source_ids, prefix, *traced)
 
-    def sample(self, source_ids=None, prefix=None, temperature=1.0, top_k=0, top_p=1.0, seed=0):
-        """Sampling (temperature, top-k, top-p; see `tfblocks.decoding.sample_search`).
-
-        Returns `(ids, log-prob sums under the model)`; the same seed gives the same ids.
-        """
-        if isinstance(temperature, bool) or not temperature > 0:
-            raise ValueError(f"`temperature` must be > 0, got temperature={temperature!r}.")
-        _checks.check_non_negative_int("top_k", top_k)
-        if isinstance(top_p, bool) or not 0 < top_p <= 1:
-            raise ValueError(f"`top_p` must be in (0, 1], got top_p={top_p!r}.")
-
-        def run(source_ids, prefix, seed):
-            step_fn, state = self.step_function(source_ids, prefix)
-            return decoding.sample_search(
-                step_fn,
-                state,
-                _start_ids(source_ids, prefix),
-                self.max_length,
-                EOS_ID,
-                PAD_ID,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                seed=seed,
-                **self._growth(),
-            )
-
-        key = ("sample", float(temperature), int(top_k), float(top_p))
-        return self._run(key, run, source_ids, prefix, tf.constant(seed, tf.int32))
-
-    def beam_search(self, source_ids=None, prefix=None, beam_size=4, alpha=0.6, extra_length=None):
-        """t2t beam search. Returns `(ids [B, L], scores [B])`: the best
-        finished hypothesis and its length-penalized score, or the best live one
-        and its raw log-probability when none finished.
-
-        L is `decode_length(source_ids, extra_length)` (`max_length` by default). It
-        also bounds t2t's stopping test (a live beam's best possible score is its
-        log-probability over the length penalty of L), so a smaller L ends the
-        search sooner."""
-        beam_size = _checks.check_positive_int("beam_size", beam_size)
-        if isinstance(alpha, bool) or not alpha >= 0:
-            raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
-
-        options = {
-            "beam_size": beam_size,
-            "alpha": float(alpha),
-            "eos_id": EOS_ID,
-            "pad_id": PAD_ID,
-        }
-
-        def run(source_ids, prefix):
-            length = self.decode_length(source_ids, extra_length)
-            step_fn, state = self.step_function(
-                source_ids, prefix, repeat=beam_size, max_length=self._cache(length)
-            )
-            return decoding.beam_search(
-                step_fn,
-                state,
-                _start_ids(source_ids, prefix),
-                length,
-                **options,
-                **self._growth(),
-            )
-
-        def dropping(state, context, length, start):
-            return decoding.beam_search(
-                self.step, state, start, length, **options, **self._growth(),
-                context=context, drop_finished=True, jit_compile=self.jit_compile,
-            )  # fmt: skip
-
-        key = ("beam", beam_size, float(alpha), extra_length)
-        if not (self.drop_finished and source_ids is not None):
-            return self._run(key, run, source_ids, prefix)
-        return self._dropping(key, run, dropping, source_ids, extra_length)
-
-    def _dropping(self, key, run, search, source_ids, extra_length):
+    def _dropping(self, key, run, searcher, source_ids, extra_length):
         """A search over `source_ids` whose finished sentences leave the batch:
-        `search(state, context, length, start_ids)` after the encoder and the initial
+        `searcher(state, context, length, start_ids)` after the encoder and the initial
         state (compiled apart: the search's own loop is not), or, for one sentence
         (nothing can leave early), the one compiled loop `run(source_ids, None)`."""
 
@@ -311,7 +256,7 @@ class Decoder:
             prepare = self._function(("initial", extra_length), initial, self.jit_compile)
             state, context = prepare(source_ids)
             length = self.decode_length(source_ids, extra_length)
-            return search(state, context, length, _start_ids(source_ids, None))
+            return searcher(state, context, length, _start_ids(source_ids, None))
 
         def one_or_many(source_ids):
             return tf.cond(
@@ -390,7 +335,7 @@ def _forcing(prefix, repeat):
 
     def force(logits, index):
         token = tf.gather(prefix, tf.minimum(index, last), axis=1)  # [N]
-        only = tf.where(tf.one_hot(token, tf.shape(logits)[-1]) > 0, 0.0, decoding.NEG_INF)
+        only = tf.where(tf.one_hot(token, tf.shape(logits)[-1]) > 0, 0.0, search.NEG_INF)
         return tf.where((index < lengths)[:, None], only, logits)
 
     return force

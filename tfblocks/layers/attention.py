@@ -48,15 +48,6 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_initializer: initializer of the projection biases.
         kernel_regularizer: optional regularizer of the projection kernels.
         bias_regularizer: optional regularizer of the projection biases.
-        fused: route calls that need no attention weights (no scores requested, no
-            active attention dropout) through `keras.ops.dot_product_attention`.
-            Equal to the default path within float tolerance, in every compute dtype
-            (Keras' TensorFlow implementation also computes the softmax in float32
-            and turns masked logits into a finite large negative, so a fully masked
-            row stays a uniform average). Off by default: on the TensorFlow backend
-            the op has no flash/cuDNN kernel (it is the same einsum-softmax-einsum),
-            and on CPU it measured 0.86×–1.09× the default path's speed, i.e. no
-            gain beyond noise (`benchmarks/attention_fused.py`, benchmarks/RESULTS.md).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -99,19 +90,8 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_initializer="zeros",
         kernel_regularizer=None,
         bias_regularizer=None,
-        fused=False,
         **kwargs,
     ):
-        # `attention_window` was a constructor argument until local attention became
-        # its own class; configs saved with `attention_window=None` still load.
-        window = kwargs.pop("attention_window", None)
-        if window is not None:
-            raise ValueError(
-                "`attention_window` is no longer a MultiHeadAttention argument; use "
-                f"tfblocks.LocalMultiHeadAttention(num_heads, window={window!r}) (or "
-                f"TransformerBlock(attention_window={window!r})), got "
-                f"attention_window={window!r}."
-            )
         super().__init__(**kwargs)
         self.num_heads = _utils.check_positive_int("num_heads", num_heads)
         self.key_dim = _utils.check_optional_positive_int("key_dim", key_dim)
@@ -123,7 +103,6 @@ class MultiHeadAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.fused = bool(_utils.check_choice("fused", fused, (False, True)))
         self.supports_masking = True
         self.dropout_layer = HashDropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
@@ -293,10 +272,6 @@ class MultiHeadAttention(keras.layers.Layer):
             use_causal_mask=causal,
         )
 
-    def _use_fused(self, training, return_scores):
-        dropout_active = self.dropout > 0 and not (training is None or training is False)
-        return self.fused and not return_scores and not dropout_active
-
     def _compute_attention(self, q, k, v, mask=None, training=None, return_scores=False):
         """Scaled dot-product attention on split heads: the one place q, k, v meet.
 
@@ -306,17 +281,13 @@ class MultiHeadAttention(keras.layers.Layer):
             v: `[B, S, H, dv]` values.
             mask: what `_attention_mask` returned (here boolean `[B|1, T, S]` or None).
             training: enables dropout on the weights.
-            return_scores: the caller needs the weights (rules out the fused op).
+            return_scores: whether the caller uses the weights.
 
         Returns:
-            `(output [B, T, H, dv], weights [B, H, T, S] float32, or None from the
-            fused op)`.
+            `(output [B, T, H, dv], weights [B, H, T, S] float32)`.
         """
         if mask is not None:
             mask = ops.expand_dims(mask, 1)  # [B|1, 1, T, S]
-        if self._use_fused(training, return_scores):
-            output = ops.dot_product_attention(q, k, v, mask=mask, scale=1.0)  # [B, T, H, dv]
-            return output, None
         logits = ops.einsum("bthd,bshd->bhts", q, k)  # [B, H, T, S]
         # Softmax in float32 even under mixed precision: float16 logits overflow.
         weights = _utils.masked_softmax(logits, mask)  # [B, H, T, S], float32
@@ -419,7 +390,6 @@ class MultiHeadAttention(keras.layers.Layer):
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
                 "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
-                "fused": self.fused,
             }
         )
         return config

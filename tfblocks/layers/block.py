@@ -43,8 +43,6 @@ class TransformerBlock(keras.layers.Layer):
             positions (a `LocalMultiHeadAttention`); cross-attention stays full.
         non_causal_window: the local window of a non-causal block, `"centered"` or
             `"t2t"` (see `LocalMultiHeadAttention`); unused without `attention_window`.
-        fused_attention: the attention sublayers' `fused` flag (inference calls through
-            `keras.ops.dot_product_attention`; see `MultiHeadAttention`).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -88,7 +86,6 @@ class TransformerBlock(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         attention_window=None,
         non_causal_window="centered",
-        fused_attention=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -112,9 +109,6 @@ class TransformerBlock(keras.layers.Layer):
         self.non_causal_window = _utils.check_choice(
             "non_causal_window", non_causal_window, NON_CAUSAL_WINDOWS
         )
-        self.fused_attention = bool(
-            _utils.check_choice("fused_attention", fused_attention, (False, True))
-        )
         self.supports_masking = True
 
         def attention(name, window=None):
@@ -124,7 +118,6 @@ class TransformerBlock(keras.layers.Layer):
                 "dropout": self.attention_dropout,
                 "use_bias": self.use_bias,
                 "kernel_initializer": _utils.clone_initializer(self.kernel_initializer),
-                "fused": self.fused_attention,
                 "dtype": self.dtype_policy,
                 "name": name,
             }
@@ -344,7 +337,6 @@ class TransformerBlock(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "attention_window": self.attention_window,
                 "non_causal_window": self.non_causal_window,
-                "fused_attention": self.fused_attention,
             }
         )
         return config

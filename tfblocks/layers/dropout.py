@@ -99,11 +99,9 @@ def _flat_bits(size, seed):
     return position_bits(lo, hi, seed)
 
 
-# The hash's forty-odd ops are traced once, here, instead of at every call site: a
-# training step calls it twice per dropout layer outside XLA (forward and gradient), and
-# tracing it inline took about a quarter of the time to trace a transformer_tiny step.
-# The call is inlined where it runs (Grappler outside XLA; XLA fuses the inlined hash into
-# its consumer as before), so the step computes the same thing.
+# The hash's forty-odd ops are traced once, here, not at every call site (twice per
+# dropout layer in a step outside XLA: forward and gradient). The call is inlined where it
+# runs (Grappler outside XLA; XLA fuses the hash into its consumer).
 _traced_flat_bits = tf.function(
     _flat_bits,
     input_signature=[tf.TensorSpec([], tf.int64), tf.TensorSpec([2], tf.int64)],

@@ -101,7 +101,7 @@ class LocalMultiHeadAttention(MultiHeadAttention):
         non_causal_window: `"centered"` (previous, own and next block) or `"t2t"`
             (two previous blocks and the own one, as t2t's code runs).
         **kwargs: the other `MultiHeadAttention` arguments (`key_dim`, `dropout`,
-            `fused`, ...) and base layer arguments.
+            `use_bias`, ...) and base layer arguments.
 
     Example:
 
@@ -165,25 +165,11 @@ class LocalMultiHeadAttention(MultiHeadAttention):
         kw, vw = _neighbours(kb, offsets), _neighbours(vb, offsets)  # [B, nb, W, H, d]
         batch = ops.shape(qb)[0]
         num_blocks = qb.shape[1] if qb.shape[1] is not None else ops.shape(qb)[1]
-        if self._use_fused(training, return_scores):
-            # Blocks become batch rows of the fused op: [B·nb, r | W, H, d].
-            full = ops.broadcast_to(mask.mask, (batch, num_blocks, r, len(offsets) * r))
-            out = ops.dot_product_attention(
-                ops.reshape(qb, (-1, r, *qb.shape[3:])),  # [B·nb, r, H, dk]
-                ops.reshape(kw, (-1, len(offsets) * r, *kw.shape[3:])),  # [B·nb, W, H, dk]
-                ops.reshape(vw, (-1, len(offsets) * r, *vw.shape[3:])),  # [B·nb, W, H, dv]
-                mask=ops.reshape(full, (-1, 1, r, len(offsets) * r)),  # [B·nb, 1, r, W]
-                scale=1.0,
-            )  # [B·nb, r, H, dv]
-            weights = None
-        else:
-            logits = ops.einsum("bnqhd,bnkhd->bhnqk", qb, kw)  # [B, H, nb, r, W]
-            # Softmax in float32 even under mixed precision.
-            weights = _utils.masked_softmax(
-                logits, ops.expand_dims(mask.mask, 1)
-            )  # [B, H, nb, r, W]
-            dropped = self.dropout_layer(ops.cast(weights, v.dtype), training=training)
-            out = ops.einsum("bhnqk,bnkhd->bnqhd", dropped, vw)  # [B, nb, r, H, dv]
+        logits = ops.einsum("bnqhd,bnkhd->bhnqk", qb, kw)  # [B, H, nb, r, W]
+        # Softmax in float32 even under mixed precision.
+        weights = _utils.masked_softmax(logits, ops.expand_dims(mask.mask, 1))  # [B, H, nb, r, W]
+        dropped = self.dropout_layer(ops.cast(weights, v.dtype), training=training)
+        out = ops.einsum("bhnqk,bnkhd->bnqhd", dropped, vw)  # [B, nb, r, H, dv]
         out = ops.reshape(out, (batch, num_blocks * r, *out.shape[-2:]))  # [B, nb·r, H, dv]
         return out[:, :length], weights  # [B, L, H, dv]
 

@@ -135,11 +135,10 @@ def _check_model(model):
             f"`build_transformer`), got {type(model).__name__} '{getattr(model, 'name', '')}'."
         )
     for block in [*model.encoder_blocks, *model.decoder_blocks]:
-        if block.activation != "relu" or block.attention_window is not None:
+        if block.activation != "relu":
             raise ValueError(
-                f"`model` block '{block.name}' has activation={block.activation!r}, "
-                f"attention_window={block.attention_window!r}; the CTranslate2 export "
-                "supports ReLU blocks with full attention."
+                f"`model` block '{block.name}' has activation={block.activation!r}; the "
+                "CTranslate2 export supports ReLU blocks."
             )
         if block.key_dim not in (None, model.hidden_size // model.num_heads):
             raise ValueError(

@@ -48,7 +48,8 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks._files import replace_directory
-from tfblocks.decoding.decoder import Decoder
+from tfblocks.decoding import BeamSearch, Decoder, Greedy
+from tfblocks.decoding.search import check_strategy
 from tfblocks.ids import EOS_ID, PAD_ID
 
 
@@ -62,13 +63,10 @@ def _check_text_batch(texts):
     return texts
 
 
-def _check_decoding(max_length, beam_size, alpha):
+def _check_max_length(max_length):
     _checks.check_positive_int("max_length", max_length)
-    _checks.check_positive_int("beam_size", beam_size)
     if max_length < 2:
         raise ValueError(f"`max_length` must be at least 2, got max_length={max_length}.")
-    if isinstance(alpha, bool) or not alpha >= 0:
-        raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
 
 
 def _source_buckets(source_buckets, max_length):
@@ -140,8 +138,8 @@ class Translator(_TextModule):
             shared vocabulary).
         max_length: the most subwords read from a source sentence and generated for
             a translation (EOS included).
-        beam_size: beam width; 1 means greedy decoding.
-        alpha: t2t length-penalty exponent for beam search.
+        strategy: a `tfblocks.decoding` search strategy; default
+            `BeamSearch(beam_size=4, alpha=0.6)` (t2t's), `Greedy()` for greedy.
         jit_compile: compile the decoding loop with XLA (a nested function of the
             signature); False traces it inline into the signature's own graph (for TF
             Serving without `--xla_cpu_compilation_enabled`).
@@ -185,8 +183,7 @@ class Translator(_TextModule):
         source_tokenizer,
         target_tokenizer,
         max_length=64,
-        beam_size=4,
-        alpha=0.6,
+        strategy=None,
         jit_compile=True,
         source_buckets="auto",
         extra_length=None,
@@ -195,7 +192,8 @@ class Translator(_TextModule):
         name=None,
     ):
         super().__init__(name=name)
-        _check_decoding(max_length, beam_size, alpha)
+        _check_max_length(max_length)
+        self.strategy = BeamSearch() if strategy is None else check_strategy(strategy)
         self.source_buckets = _source_buckets(source_buckets, max_length)
         self.extra_length = (
             None
@@ -213,8 +211,6 @@ class Translator(_TextModule):
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.max_length = max_length
-        self.beam_size = beam_size
-        self.alpha = float(alpha)
         self.jit_compile = bool(jit_compile)
         self._decoder = Decoder(
             model,
@@ -249,21 +245,13 @@ class Translator(_TextModule):
         source = self.encode_source(text)
         # With jit_compile the decoder runs its own nested XLA-compiled function;
         # without, the search is traced inline into this signature's graph.
-        if self.beam_size == 1:
-            ids, scores = self._decoder.greedy(source, extra_length=self.extra_length)
-        else:
-            ids, scores = self._decoder.beam_search(
-                source, beam_size=self.beam_size, alpha=self.alpha, extra_length=self.extra_length
-            )
+        ids, scores = self._decoder.decode(self.strategy, source, extra_length=self.extra_length)
         translation = self.target_tokenizer.detokenize(ids)
         blank = tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
         return {
             "translation": tf.where(blank, "", translation),
             "score": tf.where(blank, 0.0, scores),
         }
-
-
-SEARCHES = ("greedy", "sample", "beam")
 
 
 class Generator(_TextModule):
@@ -278,13 +266,8 @@ class Generator(_TextModule):
         tokenizer: its `tfblocks.text.SubwordTokenizer`.
         max_length: the most tokens of prompt + continuation (EOS included); a
             longer prompt is cut to its first `max_length - 1` tokens.
-        search: `"greedy"`, `"sample"` or `"beam"`.
-        beam_size: beam width for `"beam"`.
-        alpha: t2t length-penalty exponent for `"beam"`.
-        temperature: softmax temperature for `"sample"`.
-        top_k: sample among the `top_k` best tokens (0 = all).
-        top_p: nucleus sampling mass (1 = all).
-        seed: sampling seed (the same seed gives the same continuations).
+        strategy: a `tfblocks.decoding` search strategy: `Greedy()` (default),
+            `Sampling(temperature, top_k, top_p, seed)` or `BeamSearch(beam_size, alpha)`.
         jit_compile: compile the search with XLA.
         cache_lengths: the sizes the self-attention caches grow through (as
             `Translator`'s).
@@ -312,21 +295,14 @@ class Generator(_TextModule):
         model,
         tokenizer,
         max_length=64,
-        search="greedy",
-        beam_size=4,
-        alpha=0.6,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        seed=0,
+        strategy=None,
         jit_compile=True,
         cache_lengths="auto",
         name=None,
     ):
         super().__init__(name=name)
-        _check_decoding(max_length, beam_size, alpha)
-        if search not in SEARCHES:
-            raise ValueError(f"`search` must be one of {SEARCHES}, got search={search!r}.")
+        _check_max_length(max_length)
+        self.strategy = Greedy() if strategy is None else check_strategy(strategy)
         if getattr(model, "has_input", True):
             raise ValueError(
                 "`model` must be a decoder-only language model (from "
@@ -337,20 +313,11 @@ class Generator(_TextModule):
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length
-        self.search = search
-        self.beam_size = beam_size
-        self.alpha = float(alpha)
-        self.temperature = temperature
-        self.top_k = top_k
-        self.top_p = top_p
-        self.seed = seed
         self.jit_compile = bool(jit_compile)
         self._decoder = Decoder(
             model, max_length, jit_compile=self.jit_compile, cache_lengths=cache_lengths
         )
         self.cache_lengths = self._decoder.cache_lengths
-        if search == "sample":  # checks the sampling arguments now, not at the first call
-            _checks.check_non_negative_int("top_k", top_k)
 
     def encode_prompt(self, text):
         """Prompt ids `[B, P]` without EOS, 0-padded, at most `max_length - 1` long."""
@@ -362,20 +329,7 @@ class Generator(_TextModule):
     def serve(self, text):
         """The `serving_default` signature: `{"continuation", "score"}` for a batch."""
         prompt = self.encode_prompt(text)  # [B, P]
-        if self.search == "greedy":
-            ids, scores = self._decoder.greedy(prefix=prompt)
-        elif self.search == "sample":
-            ids, scores = self._decoder.sample(
-                prefix=prompt,
-                temperature=self.temperature,
-                top_k=self.top_k,
-                top_p=self.top_p,
-                seed=self.seed,
-            )
-        else:
-            ids, scores = self._decoder.beam_search(
-                prefix=prompt, beam_size=self.beam_size, alpha=self.alpha
-            )
+        ids, scores = self._decoder.decode(self.strategy, prefix=prompt)
         # The prompt's positions become padding, which detokenize drops.
         lengths = tf.reduce_sum(tf.cast(tf.not_equal(prompt, PAD_ID), tf.int32), axis=1)
         after = tf.range(tf.shape(ids)[1])[None, :] >= lengths[:, None]  # [B, L]

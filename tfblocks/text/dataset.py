@@ -190,31 +190,11 @@ SHAPES = ("dynamic", "buckets", "max_length")
 # are 32 MiB of ids.
 BATCH_SHUFFLE_BUFFER = 1024
 
-# tf.data's autotuning runs an optimisation thread per iterator, and destroying the
-# iterator waits for the pass in progress. Keras destroys the epoch's iterator when `fit`
-# returns; with a training step busy on every core that wait measured 0–53 s after an epoch
-# (small_parallel_enja, transformer_small, 2 cores; native stack: `~IteratorResource` →
-# `RootDataset::Iterator::~Iterator` → `LogicalThreadWrapper::~LogicalThreadWrapper`), time
-# counted as training: `benchmarks/enja.sh` run 3 spent 423 of its 2731 s of training outside
-# Keras' epochs. A shuffled epoch is prepared whole before its first batch (the batch shuffle)
-# anyway, so the fixed default parallelism (one call per core) costs nothing measurable.
+# Autotuning off: its thread makes destroying an iterator (Keras does, inside `fit`) wait
+# for its pass in progress, long when training keeps every core busy. The batch shuffle
+# prepares each epoch whole anyway, so fixed parallelism (one call per core) costs little.
 _FIXED_PARALLELISM = tf.data.Options()
 _FIXED_PARALLELISM.autotune.enabled = False
-
-
-def _check_shapes(shapes, static_shapes):
-    """Resolves `shapes` and its older spelling `static_shapes` into one of `SHAPES`."""
-    if shapes is None:
-        return "max_length" if static_shapes else "dynamic"
-    if shapes not in SHAPES:
-        raise ValueError(f"`shapes` must be one of {SHAPES}, got shapes={shapes!r}.")
-    if static_shapes is not None and static_shapes != (shapes == "max_length"):
-        raise ValueError(
-            f"`static_shapes` is the older spelling of shapes='max_length' (True) or "
-            f"shapes='dynamic' (False); got both shapes={shapes!r} and "
-            f"static_shapes={static_shapes!r}. Pass only `shapes`."
-        )
-    return shapes
 
 
 def make_dataset(
@@ -226,9 +206,8 @@ def make_dataset(
     max_length=64,
     shuffle=True,
     seed=None,
-    shapes=None,
+    shapes="dynamic",
     bucket_lengths=None,
-    static_shapes=None,
     input_context=None,
 ):
     """Builds `({"inputs": src, "targets": tgt}, tgt)` batches for `model.fit`.
@@ -264,19 +243,15 @@ def make_dataset(
             (buffer = the epoch's batches, at most `BATCH_SHUFFLE_BUFFER`), so the
             buckets' partial last batches do not all come at the end of the epoch.
         seed: optional int seed of the shuffle.
-        shapes: `"dynamic"`, `"buckets"` or `"max_length"`; None means `"max_length"` if
-            `static_shapes` else `"dynamic"`.
+        shapes: `"dynamic"`, `"buckets"` or `"max_length"`.
         bucket_lengths: the padded lengths of `shapes="buckets"`, increasing, at most
             `max_length` (which is appended if missing); default `fixed_bucket_lengths(max_length)`.
-        static_shapes: the older spelling, kept working: True = `shapes="max_length"`,
-            False = `shapes="dynamic"`; with `shapes` it must agree.
         input_context: optional `tf.distribute.InputContext` (from
             `strategy.distribute_datasets_from_function`); each input pipeline reads its shard.
 
     Returns:
         A prefetched `tf.data.Dataset` of `({"inputs": [B, S], "targets": [B, T]}, [B, T])`
-        int32 batches, padded with 0, with tf.data's autotuning off (its thread made every
-        `fit` call end with a wait of up to a minute; see `_FIXED_PARALLELISM`).
+        int32 batches, padded with 0, with tf.data's autotuning off (see `_FIXED_PARALLELISM`).
 
     Example:
 
@@ -301,10 +276,9 @@ def make_dataset(
             f"`batch_tokens` must be >= `max_length` so that a longest pair fits in a batch, "
             f"got batch_tokens={batch_tokens}, max_length={max_length}."
         )
-    for name, value in (("shuffle", shuffle), ("static_shapes", static_shapes)):
-        if not isinstance(value, bool) and not (name == "static_shapes" and value is None):
-            raise TypeError(f"`{name}` must be a bool, got {name}={value!r}.")
-    shapes = _check_shapes(shapes, static_shapes)
+    if not isinstance(shuffle, bool):
+        raise TypeError(f"`shuffle` must be a bool, got shuffle={shuffle!r}.")
+    _checks.check_choice("shapes", shapes, SHAPES)
     if shapes == "buckets":
         lengths = (
             fixed_bucket_lengths(max_length)
@@ -390,11 +364,9 @@ def make_dataset(
     counts = np.bincount(bucket, minlength=len(sizes))
     batches = int(sum(-(-count // size) for count, size in zip(counts, sizes, strict=True)))
     if shuffle:
-        # Each bucket's last, partial batch comes out when the pairs run out, so without
-        # this the epoch would end with a burst of tiny batches (on small_parallel_enja 8
-        # of the last 12 batches held 95–765 target tokens, the median batch 3661): full
-        # optimizer steps on a few sentences, right before validation and the epoch's
-        # checkpoint. Shuffling the batches spreads them over the epoch.
+        # Each bucket's last, partial batch comes out when the pairs run out: shuffled, these
+        # small batches spread over the epoch instead of ending it with a burst of full
+        # optimizer steps on a few sentences, right before validation and the checkpoint.
         dataset = dataset.shuffle(
             min(batches, BATCH_SHUFFLE_BUFFER), seed=seed, reshuffle_each_iteration=True
         )

@@ -4,10 +4,8 @@ A small lexicon (times, meals, foods, drinks, people, places, adjectives and ver
 conjugated forms) is combined by a dozen templates: actions with tense and negation, likes,
 "today's lunch is curry" copulas, adjective sentences, and yes/no, what/who/where questions. The
 grammar is regular and every English sentence is a function of its Japanese sentence, so a small
-Transformer can learn it exactly in a few CPU minutes (measured: `transformer_tiny` with a shared
-1,000-piece BPE vocabulary got 99.5 % of `test` exactly right, every token's argmax under
-teacher forcing as greedy decoding would emit it, after 5 epochs, about 4 minutes on 2 shared CPU
-cores); the sentences are short (at most 16 English words).
+Transformer can learn it almost exactly in minutes on a CPU; the sentences are short (at most 16
+English words).
 The running example 今日のランチはカレーだ。 → "Today's lunch is curry." is always in `train`.
 
 What "combination" means for the splits: every pair records its content words, each tagged with

@@ -131,8 +131,7 @@ def train_tokenizer(
         vocab_size: the largest vocabulary wanted, >= 8; a smaller one is returned when the text
             does not support that many pieces (SentencePiece's `hard_vocab_limit=False`).
         model_type: `"unigram"` (default), `"bpe"`, `"char"` or `"word"`. On the small, regular
-            phrasebook `"bpe"` finds word-like pieces (at vocab_size 1000 about 6.5 Japanese and
-            9.5 English ids per sentence, at most 14) where unigram splits some verbs into
+            phrasebook `"bpe"` finds word-like pieces where unigram splits some verbs into
             single characters.
         character_coverage: share of the training characters given their own piece; the
             rarest others become unknown (id 2). 1.0 (default) keeps every character seen,

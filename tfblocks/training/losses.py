@@ -64,8 +64,7 @@ def _cross_entropy(ids, logits, confidence, low):
 
     TensorFlow's fused kernel computes the gradient p − q in the same pass. Picking the
     target's logit with a gather instead would make its gradient a scatter into a
-    [B, T, V] tensor (`UnsortedSegmentSum`: ≈ 16 % of a transformer_small training step
-    on a CPU without XLA; benchmarks/RESULTS.md, "The training job's default step").
+    [B, T, V] tensor (`UnsortedSegmentSum`), costly on a CPU without XLA.
     """
     soft_target = tf.one_hot(
         ids, tf.shape(logits)[-1], on_value=confidence, off_value=low, dtype=tf.float32
@@ -73,17 +72,11 @@ def _cross_entropy(ids, logits, confidence, low):
     return tf.nn.softmax_cross_entropy_with_logits(soft_target, logits)
 
 
-# Outside an XLA-compiled step the [B, T, V] work runs as one small compiled function
-# (XLA fuses the one-hot, the softmax and the gradient's product; about half the time of
-# the same ops as separate kernels on an AVX-512 CPU), compiled once per logits shape —
-# for logits of at least COMPILE_MIN_LOGITS elements. Below that the compilation (0.3–0.4 s
-# for the loss and its gradient) pays back only after more than a hundred calls of a shape
-# (`benchmarks/compile_threshold.py` on the 2-core AVX2 CPU: [1024, 1000] logits 5.996 vs
-# 4.956 ms a call, 309 calls; [4096, 1000] 21.751 vs 18.504 ms, 120 calls; RESULTS.md,
-# "Small tensors without compilation"), and the same ops run as TensorFlow kernels (equal
-# up to rounding). Caveat: on that AVX2 CPU the compiled call is slower at transformer_small's
-# [4096, 8000] (358 vs 271 ms); large logits keep it for the AVX-512 measurement above
-# (70–74 vs 118 ms), and no size between 2²² and 2²⁵ was measured on AVX-512.
+# Outside an XLA-compiled step, logits of at least COMPILE_MIN_LOGITS elements go through
+# one small compiled function (XLA fuses the one-hot, the softmax and the gradient's
+# product), compiled once per shape; below that a compilation does not pay back and the
+# same ops run as TensorFlow kernels (equal up to rounding). Figures, AVX2 and AVX-512
+# CPUs: `benchmarks/compile_threshold.py`.
 COMPILE_MIN_LOGITS = 1 << 22
 _compiled_cross_entropy = tf.function(
     _cross_entropy, jit_compile=True, reduce_retracing=True, autograph=False

@@ -15,11 +15,10 @@ with t = `iterations + 1`, as Keras' Adam — and as t2t's `adam` (`LazyAdamOpti
 whose dense update is this kernel; t2t made its embedding gradients dense, so all its
 updates took it). One difference in rounding: the kernel computes 1 − β in the
 variable's dtype, Keras in Python floats (float32 1 − 0.999 is 0.00099998713, 1.3e-5
-from 0.001), so the moments differ by about 1e-5 relatively with β₂ = 0.999 (with
-β₁ = 0.8 and β₂ = 0.95 the variables agree to 1e-6 after four steps;
-`tests/training/test_optimizers.py`). A `tf.IndexedSlices` gradient (an embedding lookup)
-is summed into its dense form first, which gives dense Adam's update; Keras' Adam squares
-each slice before summing a repeated row's, which gives that row another second moment.
+from 0.001), so the moments differ by about 1e-5 relatively with β₂ = 0.999. A
+`tf.IndexedSlices` gradient (an embedding lookup) is summed into its dense form first,
+which gives dense Adam's update; Keras' Adam squares each slice before summing a repeated
+row's, which gives that row another second moment.
 XLA compiles the kernel too (`jit_compile=True` steps).
 
 Everything around the update — learning-rate schedules, `clipnorm`, loss scaling
@@ -28,8 +27,7 @@ own: only `update_step` changes. `amsgrad=True` and variables of other dtypes th
 float16 / float32 / float64 take Keras' update (bfloat16 among them: TensorFlow has no
 GPU kernel of `ResourceApplyAdam` for it; `mixed_bfloat16` keeps float32 variables).
 
-What it saves is tracing time, which every `fit` pays once; a step's run time did not
-change measurably (CHANGELOG, "Changed").
+What it saves is tracing time, which every `fit` pays once, not step time.
 """
 
 import keras

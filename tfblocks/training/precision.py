@@ -1,14 +1,12 @@
 """Which dtype policy the translation job trains with: `"auto"` picks the faster one.
 
 On a CPU with bfloat16 dot-product instructions (`avx512_bf16` or AMX), TensorFlow's
-oneDNN matmul kernels run bfloat16 at about twice the float32 rate (404.5 vs 210.1 GFLOP/s
-for a 2048² product on this project's 2-core AMD EPYC, `benchmarks/matmul_rate.py`), while
-XLA's CPU backend runs it slower than float32 (184.2 vs 208.2). So a step *without* XLA,
-the translation job's default on variable-length batches, trains fastest under
-`mixed_bfloat16` (float32 variables, bfloat16 compute, float32 logits and loss); with XLA,
-or on an older CPU, float32 stays the default. GPUs and TPUs keep float32 unless asked:
-choosing there is left to the user (`mixed_float16` / `mixed_bfloat16`), as the gain was
-not measured by this project.
+oneDNN matmul kernels run bfloat16 faster than float32, while XLA's CPU backend runs it
+slower (figures: `benchmarks/matmul_rate.py`). So a step *without* XLA, the translation
+job's default on variable-length batches, trains fastest under `mixed_bfloat16` (float32
+variables, bfloat16 compute, float32 logits and loss); with XLA, or on an older CPU,
+float32 stays the default. GPUs and TPUs keep float32 unless asked (`mixed_float16` /
+`mixed_bfloat16`): this project has no figures for them.
 """
 
 import tensorflow as tf

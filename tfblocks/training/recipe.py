@@ -98,10 +98,8 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
         **compile_kwargs,
     )
     if model.built and not model.optimizer.built:
-        # Adam's moments now, not inside the first trace of the train step: variables
-        # created while tracing make `tf.function` trace the whole step a second time
-        # (Keras defers them there when no strategy is set): about half of a small
-        # model's first `fit` step.
+        # Adam's moments now: variables created while tracing the train step (where Keras
+        # defers them without a strategy) make `tf.function` trace the whole step twice.
         with model.distribute_strategy.scope():
             model.optimizer.build(model.trainable_variables)
     if per_replica_xla:

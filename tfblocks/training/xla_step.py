@@ -6,8 +6,8 @@ in `tf.function(jit_compile=True)`. Under `MirroredStrategy` and
 is a `merge_call` inside the compiled function (keras-team/keras#20763), XLA cannot
 compile collective ops on CPU at all ("Collectives are not yet implemented for CPU
 devices when compiling with XLA"), and one XLA cluster cannot reach variables on
-several devices (keras-team/keras#19005). So Keras, and `compile_transformer` until
-now, turn XLA off for every multi-replica run.
+several devices (keras-team/keras#19005). So Keras turns XLA off for every
+multi-replica run.
 
 `install(model)` gives a model compiled with `SmoothedCrossEntropy` (what
 `compile_transformer` does) a step that splits at exactly those points. Per replica,

@@ -46,18 +46,20 @@ def load_translate(path, beam_size=None, alpha=0.6, max_length=None, engine="ten
 
     preset = _preset_dir(path)
     if preset is not None:
-        import tfblocks
+        from tfblocks.decoding import beam_or_greedy
+        from tfblocks.models import load_preset
+        from tfblocks.serving import Translator
 
-        model, tokenizer, hp = tfblocks.load_preset(preset)
+        model, tokenizer, hp = load_preset(preset)
         length = max_length or (hp.max_length if hp is not None else 256)
-        translator = tfblocks.Translator(
-            model, tokenizer, tokenizer, length, beam_size=beam_size or 4, alpha=alpha
-        )
+        beam = beam_size or 4
+        strategy = beam_or_greedy(beam, alpha)
+        translator = Translator(model, tokenizer, tokenizer, length, strategy=strategy)
 
         def translate(lines):
             return [t.decode("utf-8") for t in translator(lines).numpy()]
 
-        return translate, f"model {preset} (beam {translator.beam_size}, max_length {length})"
+        return translate, f"model {preset} (beam {beam}, max_length {length})"
     saved = _saved_model_dir(path)
     if saved is not None:
         if beam_size is not None or max_length is not None:

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks._files import write_json
+from tfblocks.decoding import Greedy
 from tfblocks.models.builders import build_transformer
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import make_dataset
@@ -40,7 +41,7 @@ from tfblocks.training.precision import POLICIES, resolve_dtype_policy
 from tfblocks.translation.run_folder import average_weights, load_weights
 
 # The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
-# which are tuned for hundreds of thousands of steps; peak rate ≈ 1.9e-3 at d=128.
+# which are tuned for hundreds of thousands of steps; peak rate ≈ 2.2e-3 at d=128.
 DEMO_OVERRIDES = "learning_rate_warmup_steps=200,learning_rate_constant=0.35,max_length=32"
 
 
@@ -176,12 +177,12 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
         return make_dataset(
             pairs, tokenizer, tokenizer, batch_tokens=options.batch_tokens * scale,
             max_length=hp.max_length, shuffle=shuffle, seed=seed,
-            static_shapes=options.static_shapes,
+            shapes="max_length" if options.static_shapes else "dynamic",
         )  # fmt: skip
 
     dev = dataset(splits["dev"], None, shuffle=False)
     dev_pairs = splits["dev"][: options.dev_sentences]
-    translator = Translator(serving, tokenizer, tokenizer, hp.max_length, beam_size=1)
+    translator = Translator(serving, tokenizer, tokenizer, hp.max_length, strategy=Greedy())
 
     def sync():  # the twin gets the weights training has now
         if serving is not model:

@@ -64,7 +64,7 @@ class RunFolder:
         os.makedirs(self.join("state"), exist_ok=True)
         os.makedirs(self.join("checkpoints"), exist_ok=True)
         for folder in (self.path, self.join("state"), self.join("checkpoints")):
-            clean_stale_files(folder)  # a killed run's half-written weights (~70 MB each)
+            clean_stale_files(folder)  # a killed run's half-written weights
         if not os.path.exists(self.join(RUN_FILE)):
             write_json(self.join(RUN_FILE), {"format": 1, "settings": None})
 

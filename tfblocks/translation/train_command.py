@@ -93,17 +93,19 @@ def main(argv=None):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
-    import tfblocks
     from tfblocks import text
     from tfblocks._files import replace_file
+    from tfblocks.decoding import beam_or_greedy
+    from tfblocks.models import hparams, load_preset, save_preset
     from tfblocks.models.hparams import parse_overrides
+    from tfblocks.serving import Translator
     from tfblocks.translation import evaluation, job
     from tfblocks.translation.run_folder import RunFolder
 
     override_text = job.DEMO_OVERRIDES if args.hparams_override is None else args.hparams_override
     # A bad preset, override field or value is refused before anything is written.
     overrides = parse_overrides(override_text)
-    tfblocks.hparams(args.hparams, **overrides)
+    hparams(args.hparams, **overrides)
     folder = RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-"))
     timer = job.Timer()
 
@@ -113,7 +115,7 @@ def main(argv=None):
         splits["test"] = splits["test"][: args.limit_test]
         init = None
         if args.init_from:
-            init = tfblocks.load_preset(os.path.join(args.init_from, "model"))
+            init = load_preset(os.path.join(args.init_from, "model"))
         settings = {
             "corpus": job.corpus_fingerprint(splits["train"]),
             "vocab_size": args.vocab_size,
@@ -138,7 +140,7 @@ def main(argv=None):
     sizes = {k: len(v) for k, v in splits.items()}
     print(f"pairs {sizes}; shared vocabulary {tokenizer.vocabulary_size} ({args.tokenizer_model})")
 
-    hp = tfblocks.hparams(args.hparams, vocab_size=tokenizer.vocabulary_size, **overrides)
+    hp = hparams(args.hparams, vocab_size=tokenizer.vocabulary_size, **overrides)
     init_weights = None
     if init is not None:
         if init.model.get_config()["vocab_size"] != hp.vocab_size:
@@ -162,9 +164,8 @@ def main(argv=None):
           f"{report['train_seconds']} s of training in all; final weights: "
           f"{report['final_weights']}")  # fmt: skip
 
-    translator = tfblocks.Translator(
-        model, tokenizer, tokenizer, hp.max_length, beam_size=args.beam_size, alpha=args.alpha
-    )
+    strategy = beam_or_greedy(args.beam_size, args.alpha)
+    translator = Translator(model, tokenizer, tokenizer, hp.max_length, strategy=strategy)
     with timer("evaluate"):
         metrics, hypotheses = evaluation.evaluate(translator, splits["test"])
     print(
@@ -176,7 +177,7 @@ def main(argv=None):
     samples = [text.RUNNING_EXAMPLE[0]] + [source for source, _ in splits["test"][:2]]
 
     with timer("export"):
-        tfblocks.save_preset(model, tokenizer, folder.join("model"), hp)
+        save_preset(model, tokenizer, folder.join("model"), hp)
         path = translator.export(folder.join("export", "1"))
     with timer("reload"):
         reloaded = tf.saved_model.load(path).signatures["serving_default"]
