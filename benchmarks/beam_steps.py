@@ -14,7 +14,7 @@ of a `benchmarks/enja.sh` run) three ways:
   the floor that no batching can beat with t2t's stopping rule.
 
 All three give the same translations; the counts come from a counter wrapped around
-the search's step (`tfblocks.decoding.search._Beam.step`, called once per loop iteration), so
+the search's step (`tfblocks.decoding.steps._Beam.step`, called once per loop iteration), so
 they run without XLA (the count does not depend on it). `--quick` is a smoke test: an
 untrained tiny model on 8 phrasebook sentences.
 
@@ -71,7 +71,7 @@ def count_steps():
     """Wraps the beam step with a counter; returns the list it appends batch sizes to."""
     import tensorflow as tf
 
-    from tfblocks.decoding import search as decoding
+    from tfblocks.decoding import steps as decoding
 
     sizes = []
     step = decoding._Beam.step

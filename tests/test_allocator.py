@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.scripts import ROOT
 from tfblocks._allocator import (
     LIMIT_MB,
@@ -14,6 +16,8 @@ from tfblocks._allocator import (
     physical_memory_mb,
     use_bfc_allocator,
 )
+
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 
 # After `import tfblocks`: the variable, and whether TensorFlow's CPU allocator keeps
 # statistics (the BFC pool does; the malloc allocator of oneDNN-off TensorFlow does not).

@@ -53,7 +53,7 @@ ALONE = ("scaling", "profile_step", "serve")
 
 # A test waits for the scripts queued before its own, shared ones for the whole group:
 # more than pyproject.toml's 600 s a test on a slow machine.
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.heavy]
 
 
 def _run_together(names):

@@ -8,7 +8,9 @@ import tensorflow as tf
 import tfblocks
 from tfblocks.decoding import BeamSearch, Decoder, Greedy, Sampling, beam_or_greedy
 from tfblocks.decoding import dropping as dropping_module
-from tfblocks.decoding import search as search_module
+from tfblocks.decoding import steps as steps_module
+
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 
 VOCAB = 16
 RNG = np.random.default_rng(21)
@@ -324,10 +326,10 @@ def test_greedy_and_sampling_searches_on_a_fake_model():
 
 def test_top_p_keeps_the_smallest_set_reaching_p():
     logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], "float32"))
-    kept = search_module._filter_top_p(keras.ops.convert_to_tensor(logits), 0.7).numpy()
-    assert np.isfinite(kept[0, :2]).all() and (kept[0, 2:] <= search_module.NEG_INF).all()
-    kept = search_module._filter_top_p(keras.ops.convert_to_tensor(logits), 0.85).numpy()
-    assert (kept[0, :3] > search_module.NEG_INF).all() and kept[0, 3] <= search_module.NEG_INF
+    kept = steps_module._filter_top_p(keras.ops.convert_to_tensor(logits), 0.7).numpy()
+    assert np.isfinite(kept[0, :2]).all() and (kept[0, 2:] <= steps_module.NEG_INF).all()
+    kept = steps_module._filter_top_p(keras.ops.convert_to_tensor(logits), 0.85).numpy()
+    assert (kept[0, :3] > steps_module.NEG_INF).all() and kept[0, 3] <= steps_module.NEG_INF
 
 
 def test_search_arguments_are_checked():

@@ -11,6 +11,8 @@ import pytest
 
 from tests.scripts import ROOT, run_script
 
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
+
 KINDS = ("encoder_self_attention", "decoder_self_attention", "cross_attention")
 
 

@@ -2,7 +2,11 @@
 
 import re
 
+import pytest
+
 from tests.scripts import run_script
+
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 
 
 def test_language_model_example_small_settings(tmp_path):

@@ -11,6 +11,8 @@ import pytest
 from tests.scripts import ROOT, run_script
 from tfblocks._files import replace_directory
 
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
+
 
 def test_pre_vs_post_ln_small_settings(tmp_path):
     result = run_script(

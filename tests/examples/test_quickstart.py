@@ -3,7 +3,11 @@ prints none of TensorFlow's C++ log lines (tfblocks/_quiet.py; tests/test_quiet.
 
 import re
 
+import pytest
+
 from tests.scripts import assert_no_log_lines, run_quietly
+
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 
 
 def test_quickstart_learns_running_maximum_and_prints_no_log_lines():

@@ -20,6 +20,8 @@ from tfblocks.serving.ctranslate2 import (
     export_ctranslate2,
 )
 
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
+
 MAX_LENGTH = 16
 
 

@@ -14,6 +14,8 @@ import tfblocks
 from tfblocks.decoding import BeamSearch, Decoder, Greedy
 from tfblocks.text import train_tokenizer
 
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
+
 SENTENCES = [
     "Today's lunch is curry.",
     "Kenta reads a book at school.",

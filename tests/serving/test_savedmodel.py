@@ -16,6 +16,8 @@ from tfblocks.decoding import BeamSearch, Greedy, beam_or_greedy
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
+
 SENTENCES = ["今日のランチはカレーだ。", "健太は学校で本を読む。", "私"]
 
 

@@ -9,6 +9,8 @@ import tensorflow as tf
 from tfblocks.text import dataset as text_dataset
 from tfblocks.text import phrasebook, read_parallel, tokenizers, train_tokenizers
 
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
+
 EOS, PAD = tokenizers.EOS_ID, tokenizers.PAD_ID
 
 

@@ -3,8 +3,9 @@
 The mirrored model is compiled with `jit_compile=True` (per-replica XLA), the single
 one without XLA.
 
-Prints one JSON line: the largest weight difference, the loss histories, and the
-smoothed loss computed per replica vs on the whole batch.
+Usage: `python -m tests.training.mirrored_script` from the repository root. Prints one
+JSON line: the largest weight difference, the loss histories, and the smoothed loss
+computed per replica vs on the whole batch.
 """
 
 import json
@@ -17,45 +18,24 @@ def main():
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    import keras
     import numpy as np
 
-    from tfblocks.models import build_transformer, hparams
-    from tfblocks.training import SmoothedCrossEntropy, compile_transformer, xla_step
+    from tests.fixtures import synthetic_pairs, tiny_hparams, tiny_model
+    from tfblocks.training import SmoothedCrossEntropy, xla_step
     from tfblocks.training.distribute import get_strategy
 
-    keras.utils.set_random_seed(0)
-    hp = hparams(
-        "transformer_tiny",
-        vocab_size=24,
-        hidden_size=32,
-        filter_size=64,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        layer_prepostprocess_dropout=0.0,
-        attention_dropout=0.0,
-        relu_dropout=0.0,
-    )
-    rng = np.random.default_rng(0)
-    n, length = 64, 9
-    src = rng.integers(4, 24, (n, length)).astype("int32")
-    lengths = rng.integers(2, length + 1, n)
-    src[np.arange(length)[None, :] >= lengths[:, None]] = 0  # uneven padding per replica
-    tgt = src[:, ::-1].copy()
-    x = {"inputs": src, "targets": tgt}
+    hp = tiny_hparams(24)
+    x, tgt = synthetic_pairs(64, 9, 24)  # uneven padding per replica
     dataset = tf.data.Dataset.from_tensor_slices((x, tgt)).batch(16)
 
-    single = build_transformer(hp)
-    initial = single.get_weights()
     # Keras' non-XLA step on one device vs per-replica XLA on two logical CPUs.
-    compile_transformer(single, hp, jit_compile=False, learning_rate=1e-3)
+    single = tiny_model(hp, seed=0, jit_compile=False, learning_rate=1e-3)
+    initial = single.get_weights()
     single_history = single.fit(dataset, epochs=3, verbose=0, shuffle=False).history
 
     strategy = get_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
     with strategy.scope():
-        mirrored = build_transformer(hp)
-        mirrored.set_weights(initial)
-        compile_transformer(mirrored, hp, jit_compile=True, learning_rate=1e-3)
+        mirrored = tiny_model(hp, weights=initial, jit_compile=True, learning_rate=1e-3)
     mirrored_history = mirrored.fit(dataset, epochs=3, verbose=0, shuffle=False).history
     step = getattr(mirrored, xla_step.ATTRIBUTE)
     mirrored_eval = mirrored.evaluate(dataset, verbose=0, return_dict=True)

@@ -1,8 +1,9 @@
 """Subprocess body for test_multi_worker: one worker of a two-worker `model.fit`.
 
-Usage: `python multi_worker_script.py OUT.npz` with `TF_CONFIG` set. From the same
-initial weights it trains three times on the same global batches of 16 (padding uneven
-across the workers' halves, so a wrongly scaled gradient shows):
+Usage: `python -m tests.training.multi_worker_script OUT.npz` from the repository root,
+with `TF_CONFIG` set. From the same initial weights it trains three times on the same
+global batches of 16 (padding uneven across the workers' halves, so a wrongly scaled
+gradient shows):
 
 1. `MultiWorkerMirroredStrategy`, `compile_transformer(jit_compile=True)`: per-replica
    XLA (`tfblocks.training.xla_step`);
@@ -20,42 +21,22 @@ import sys
 
 def main(out):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    import keras
     import numpy as np
     import tensorflow as tf
 
-    from tfblocks.models import build_transformer, hparams
-    from tfblocks.training import compile_transformer, xla_step
+    from tests.fixtures import synthetic_dataset, tiny_hparams, tiny_model
+    from tfblocks.training import xla_step
     from tfblocks.training.distribute import get_strategy
 
     strategy = get_strategy("multi_worker")
-    hp = hparams(
-        "transformer_tiny",
-        vocab_size=24,
-        hidden_size=32,
-        filter_size=64,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        layer_prepostprocess_dropout=0.0,
-        attention_dropout=0.0,
-        relu_dropout=0.0,
-    )
-    rng = np.random.default_rng(0)
-    n, length = 32, 9
-    src = rng.integers(4, 24, (n, length)).astype("int32")
-    lengths = rng.integers(2, length + 1, n)
-    src[np.arange(length)[None, :] >= lengths[:, None]] = 0  # uneven padding
-    tgt = src[:, ::-1].copy()
-    dataset = tf.data.Dataset.from_tensor_slices(({"inputs": src, "targets": tgt}, tgt))
-    keras.utils.set_random_seed(0)
-    initial = build_transformer(hp).get_weights()
+    hp = tiny_hparams(24)
+    dataset = synthetic_dataset(32, 9, 24, batch_size=16)  # uneven padding
+    initial = tiny_model(hp, seed=0).get_weights()
 
     def train(jit_compile, distributed):
         with strategy.scope() if distributed else tf.distribute.get_strategy().scope():
-            model = build_transformer(hp)
-            model.set_weights(initial)
-            compile_transformer(model, hp, jit_compile=jit_compile, learning_rate=3e-3)
-        history = model.fit(dataset.batch(16), epochs=2, verbose=0, shuffle=False).history
+            model = tiny_model(hp, weights=initial, jit_compile=jit_compile, learning_rate=3e-3)
+        history = model.fit(dataset, epochs=2, verbose=0, shuffle=False).history
         return model, history
 
     xla, xla_history = train(jit_compile=True, distributed=True)

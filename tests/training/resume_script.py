@@ -1,9 +1,9 @@
 """Subprocess body for test_resume: `fit` with BackupAndRestore that can be SIGKILLed.
 
-Usage: `python resume_script.py WORKDIR`. Trains EPOCHS epochs with
-`keras.callbacks.BackupAndRestore(WORKDIR/backup)` and a CSVLogger (append). While
-`WORKDIR/killed` does not exist, it writes `WORKDIR/ready` in the middle of epoch
-KILL_EPOCH and waits there to be killed. Prints the history and the optimizer's
+Usage: `python -m tests.training.resume_script WORKDIR` from the repository root. Trains
+EPOCHS epochs with `keras.callbacks.BackupAndRestore(WORKDIR/backup)` and a CSVLogger
+(append). While `WORKDIR/killed` does not exist, it writes `WORKDIR/ready` in the middle
+of epoch KILL_EPOCH and waits there to be killed. Prints the history and the optimizer's
 step count as the last JSON line.
 """
 
@@ -21,10 +21,8 @@ STEPS = 8
 def main(workdir):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras
-    import numpy as np
 
-    from tfblocks.models import build_transformer, hparams
-    from tfblocks.training import compile_transformer
+    from tests.fixtures import synthetic_pairs, tiny_hparams, tiny_model
 
     workdir = pathlib.Path(workdir)
 
@@ -41,26 +39,12 @@ def main(workdir):
                 (workdir / "ready").write_text(str(self.epoch))
                 time.sleep(600)
 
-    keras.utils.set_random_seed(0)
-    hp = hparams(
-        "transformer_tiny",
-        vocab_size=16,
-        hidden_size=32,
-        filter_size=64,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        layer_prepostprocess_dropout=0.0,
-        attention_dropout=0.0,
-        relu_dropout=0.0,
-    )
-    rng = np.random.default_rng(0)
-    src = rng.integers(4, 16, (STEPS * 8, 7)).astype("int32")
-    tgt = src[:, ::-1].copy()
-    model = build_transformer(hp)
-    compile_transformer(model, hp, jit_compile=False, learning_rate=3e-3)
+    hp = tiny_hparams(16)
+    x, y = synthetic_pairs(STEPS * 8, 7, 16, padded=False)
+    model = tiny_model(hp, seed=0, jit_compile=False, learning_rate=3e-3)
     history = model.fit(
-        {"inputs": src, "targets": tgt},
-        tgt,
+        x,
+        y,
         batch_size=8,
         epochs=EPOCHS,
         shuffle=False,

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.fixtures import tiny_hparams, tiny_model
 from tfblocks.training import distribute
 from tfblocks.training.distribute import get_strategy, static_batches
 
-SCRIPT = pathlib.Path(__file__).with_name("mirrored_script.py")
+pytestmark = pytest.mark.heavy
+SCRIPT = "tests.training.mirrored_script"  # run as `python -m` from the repository root
 # Mirrored vs single device on the same global batch: equal up to summation order.
 WEIGHT_TOLERANCE = 1e-5
 LOSS_RTOL = 1e-5
@@ -71,13 +73,12 @@ def test_auto_finds_a_named_cloud_tpu(machine, monkeypatch):
 
 def test_compile_transformer_falls_back_with_one_log_line(caplog):
     """A strategy that per-replica XLA does not cover: no XLA, and one warning saying why."""
-    from tfblocks.models import build_transformer, hparams
     from tfblocks.training import compile_transformer, xla_step
 
-    hp = hparams("transformer_tiny", vocab_size=20, hidden_size=16, filter_size=16, num_heads=2)
+    hp = tiny_hparams(20, hidden_size=16, filter_size=16, num_heads=2)
     strategy = tf.distribute.experimental.CentralStorageStrategy()
     with strategy.scope():
-        model = build_transformer(hp)
+        model = tiny_model(hp)
         with caplog.at_level("WARNING"):
             compile_transformer(model, hp, jit_compile=True)
     assert not model.jit_compile
@@ -87,12 +88,11 @@ def test_compile_transformer_falls_back_with_one_log_line(caplog):
 
 
 def test_compile_transformer_installs_per_replica_xla_and_removes_it():
-    from tfblocks.models import build_transformer, hparams
     from tfblocks.training import compile_transformer, xla_step
 
-    hp = hparams("transformer_tiny", vocab_size=20, hidden_size=16, filter_size=16, num_heads=2)
+    hp = tiny_hparams(20, hidden_size=16, filter_size=16, num_heads=2)
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
-        model = build_transformer(hp)
+        model = tiny_model(hp)
         compile_transformer(model, hp, jit_compile=True)
         assert model.jit_compile
         step = getattr(model, xla_step.ATTRIBUTE)
@@ -128,7 +128,7 @@ def test_invalid_kind_and_devices():
 def mirrored_result():
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run(
-        [sys.executable, str(SCRIPT)],
+        [sys.executable, "-m", SCRIPT],
         capture_output=True,
         text=True,
         timeout=600,  # generous: a loaded 2-core CI machine; a hang still fails

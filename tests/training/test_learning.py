@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfblocks.models import EOS_ID, PAD_ID, build_transformer, hparams
-from tfblocks.training import RsqrtDecay, compile_transformer, static_batches
+from tests.fixtures import FIRST_ID, tiny_hparams, tiny_model
+from tfblocks.models import EOS_ID, PAD_ID
+from tfblocks.training import RsqrtDecay, static_batches
+
+pytestmark = pytest.mark.heavy
 
 VOCAB = 20
 MAX_LENGTH = 11  # 10 tokens + EOS
-FIRST_TOKEN = 4  # ids 0–3 are PAD, EOS, UNK, BOS
 
 
 def reversal_data(n, rng):
@@ -24,7 +26,7 @@ def reversal_data(n, rng):
     src = np.full((n, MAX_LENGTH), PAD_ID, "int32")
     tgt = np.full((n, MAX_LENGTH), PAD_ID, "int32")
     for i, length in enumerate(rng.integers(3, MAX_LENGTH, n)):
-        tokens = rng.integers(FIRST_TOKEN, VOCAB, length)
+        tokens = rng.integers(FIRST_ID, VOCAB, length)
         src[i, :length] = tokens
         tgt[i, :length] = tokens[::-1]
         tgt[i, length] = EOS_ID
@@ -36,25 +38,10 @@ def test_sequence_reversal_reaches_99_percent_held_out(tmp_path):
     rng = np.random.default_rng(0)
     train_x, train_y = reversal_data(3200, rng)
     test_x, test_y = reversal_data(500, rng)
-    hp = hparams(
-        "transformer_tiny",
-        vocab_size=VOCAB,
-        hidden_size=64,
-        filter_size=128,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        layer_prepostprocess_dropout=0.0,
-        attention_dropout=0.0,
-        relu_dropout=0.0,
-    )
-    model = build_transformer(hp)
+    hp = tiny_hparams(VOCAB, hidden_size=64, filter_size=128)
     # The preset's 8000 warm-up steps are longer than this whole run (500 steps).
-    compile_transformer(
-        model,
-        hp,
-        learning_rate=RsqrtDecay(64, warmup_steps=100, constant=0.5),
-        steps_per_execution=25,
-    )
+    schedule = RsqrtDecay(64, warmup_steps=100, constant=0.5)
+    model = tiny_model(hp, learning_rate=schedule, steps_per_execution=25)
     # Static shapes (the TPU data path): one XLA compilation for the whole run.
     examples = tf.data.Dataset.from_tensor_slices((train_x, train_y)).shuffle(3200, seed=0)
     train = static_batches(examples, batch_size=64, max_length=MAX_LENGTH).repeat()

@@ -4,31 +4,22 @@ import keras
 import numpy as np
 import pytest
 
-from tfblocks.models import build_transformer, hparams
-from tfblocks.training import compile_transformer
+from tests.fixtures import synthetic_pairs, tiny_hparams, tiny_model
+
+pytestmark = pytest.mark.heavy
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_fit_under_mixed_precision(policy):
     keras.config.set_dtype_policy(policy)
-    hp = hparams(
-        "transformer_tiny",
-        vocab_size=16,
-        hidden_size=32,
-        filter_size=64,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-    )
-    rng = np.random.default_rng(0)
-    src = rng.integers(4, 16, (16, 7)).astype("int32")
-    src[::3, 5:] = 0
-    x = {"inputs": src, "targets": src[:, ::-1].copy()}
-    model = compile_transformer(build_transformer(hp), hp, learning_rate=3e-3)
+    hp = tiny_hparams(16, dropout=True)
+    x, y = synthetic_pairs(16, 7, 16)
+    model = tiny_model(hp, learning_rate=3e-3)
     assert model.jit_compile
     # Keras adds dynamic loss scaling for float16 only.
     is_scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     assert is_scaled == (policy == "mixed_float16")
-    history = model.fit(x, x["targets"], batch_size=16, epochs=3, verbose=0).history
+    history = model.fit(x, y, batch_size=16, epochs=3, verbose=0).history
     assert set(history) == {"loss", "accuracy", "cross_entropy", "perplexity"}
     assert np.isfinite(history["loss"]).all() and np.isfinite(history["perplexity"]).all()
     assert history["loss"][-1] < history["loss"][0]

@@ -19,7 +19,8 @@ import pytest
 
 from tfblocks.training import multi_worker
 
-SCRIPT = pathlib.Path(__file__).with_name("multi_worker_script.py")
+pytestmark = pytest.mark.heavy
+SCRIPT = "tests.training.multi_worker_script"  # run as `python -m` from the repository root
 TIMEOUT_S = 600  # for both workers together: generous on a loaded 2-core machine
 # Per-replica XLA vs Keras' non-XLA step vs one process: equal up to summation order.
 WEIGHT_TOLERANCE = 2e-5
@@ -65,7 +66,7 @@ def run_workers(tmp_path, extra_env=None):
         }
         out = tmp_path / f"worker{index}.npz"
         proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), str(out)],
+            [sys.executable, "-m", SCRIPT, str(out)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -9,15 +9,19 @@ import subprocess
 import sys
 import time
 
-SCRIPT = pathlib.Path(__file__).with_name("resume_script.py")
-EPOCHS, KILL_EPOCH, STEPS = 4, 2, 8  # as in resume_script.py
+import pytest
+
+from tests.training.resume_script import EPOCHS, KILL_EPOCH, STEPS
+
+pytestmark = pytest.mark.heavy
+SCRIPT = "tests.training.resume_script"  # run as `python -m` from the repository root
 TIMEOUT_S = 180
 
 
 def start(workdir):
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
     return subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(workdir)],
+        [sys.executable, "-m", SCRIPT, str(workdir)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

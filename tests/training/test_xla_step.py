@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfblocks.models import build_transformer, hparams
+from tests.fixtures import synthetic_dataset, tiny_hparams, tiny_model
 from tfblocks.training import SmoothedCrossEntropy, compile_transformer, xla_step
+
+SMALL = {"hidden_size": 16, "filter_size": 16, "num_heads": 2}
 
 
 def _model():
-    hp = hparams("transformer_tiny", vocab_size=20, hidden_size=16, filter_size=16, num_heads=2)
-    return hp, build_transformer(hp)
+    hp = tiny_hparams(20, **SMALL)
+    return hp, tiny_model(hp)
 
 
 @pytest.mark.parametrize("weights", [None, "rows", "tokens"])
@@ -53,31 +55,18 @@ def test_unsupported_reason_names_the_strategy():
 
 def test_one_device_fit_with_steps_per_execution_equals_keras_step():
     """The installed step inside Keras' multi-step loop trains like Keras' own step."""
-    hp = hparams(
-        "transformer_tiny",
-        vocab_size=20,
-        hidden_size=16,
-        filter_size=16,
-        num_heads=2,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        layer_prepostprocess_dropout=0.0,
-        attention_dropout=0.0,
-        relu_dropout=0.0,
-    )
-    rng = np.random.default_rng(1)
-    src = rng.integers(4, 20, (16, 7)).astype("int32")
-    src[::2, 4:] = 0
-    data = tf.data.Dataset.from_tensor_slices(({"inputs": src, "targets": src}, src)).batch(4)
-    keras.utils.set_random_seed(0)
-    initial = build_transformer(hp).get_weights()
+    hp = tiny_hparams(20, **SMALL)
+    data = synthetic_dataset(16, 7, 20, batch_size=4, seed=1)
+    initial = tiny_model(hp, seed=0).get_weights()
     trained = {}
     for jit_compile in (True, False):
         with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
-            model = build_transformer(hp)
-            model.set_weights(initial)
-            compile_transformer(
-                model, hp, jit_compile=jit_compile, learning_rate=1e-2, steps_per_execution=2
+            model = tiny_model(
+                hp,
+                weights=initial,
+                jit_compile=jit_compile,
+                learning_rate=1e-2,
+                steps_per_execution=2,
             )
         history = model.fit(data, epochs=1, verbose=0, shuffle=False).history
         trained[jit_compile] = (model.get_weights(), history["loss"])

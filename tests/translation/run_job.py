@@ -1,6 +1,6 @@
 """A tiny translation run through `tfblocks.translation.job.train_run`, shared by the tests.
 
-`python tests/run_job.py FOLDER EPOCHS [KILL_EPOCH]` trains in FOLDER; with KILL_EPOCH
+`python tests/translation/run_job.py FOLDER EPOCHS [KILL_EPOCH]` trains in FOLDER; with KILL_EPOCH
 (1-based) the process SIGKILLs itself in the middle of that epoch, after the epochs
 before it were saved.
 """

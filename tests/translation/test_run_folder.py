@@ -9,11 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-from tests.run_job import options, parts
+from tests.translation.run_job import options, parts
 from tfblocks.translation.job import train_run
 from tfblocks.translation.run_folder import RunFolder, average_weights, load_weights
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,7 @@ def test_time_limit_stop_then_continue_after_completion_equals_a_straight_run(
 
 def test_killed_run_resumes_to_the_same_weights(job, straight, tmp_path):
     reference, _, _ = straight
-    script = os.path.join(ROOT, "tests", "run_job.py")
+    script = os.path.join(ROOT, "tests", "translation", "run_job.py")
     env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
     killed = subprocess.run(

@@ -24,8 +24,8 @@ from tfblocks.decoding.search import (
     Sampling,
     SearchStrategy,
     beam_or_greedy,
-    length_penalty,
 )
+from tfblocks.decoding.steps import length_penalty
 
 __all__ = [
     "BeamSearch",

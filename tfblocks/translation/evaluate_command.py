@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 
+from tfblocks.translation.console import run_command
 from tfblocks.translation.translate_command import add_japanese_spaces_argument
 
 
@@ -65,14 +66,8 @@ def main(argv=None):
 
 
 def run():
-    """Console entry point: bad arguments or models end with a one-line error."""
-    try:
-        main()
-    except (ValueError, OSError) as error:
-        if "--verbose" in sys.argv:
-            raise
-        print(f"tfblocks-evaluate: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    """The console entry point of `tfblocks-evaluate`."""
+    run_command("tfblocks-evaluate", main)
 
 
 if __name__ == "__main__":

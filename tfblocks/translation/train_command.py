@@ -21,10 +21,10 @@ Examples:
 
 import argparse
 import os
-import sys
 import tempfile
 
 from tfblocks.training.precision import POLICIES
+from tfblocks.translation.console import run_command
 
 
 def parse_args(argv=None):
@@ -213,14 +213,8 @@ def main(argv=None):
 
 
 def run():
-    """Console entry point: errors in the arguments or the run folder end with a message."""
-    try:
-        main()
-    except ValueError as error:
-        if "--verbose" in sys.argv:
-            raise
-        print(f"tfblocks-train: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    """The console entry point of `tfblocks-train`."""
+    run_command("tfblocks-train", main, (ValueError,))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import re
 import stat
 import sys
 
+from tfblocks.translation.console import run_command
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
@@ -169,14 +171,8 @@ def main(argv=None):
 
 
 def run():
-    """Console entry point: bad arguments or models end with a one-line error."""
-    try:
-        main()
-    except (ValueError, OSError) as error:
-        if "--verbose" in sys.argv:
-            raise
-        print(f"tfblocks-translate: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    """The console entry point of `tfblocks-translate`."""
+    run_command("tfblocks-translate", main)
 
 
 if __name__ == "__main__":

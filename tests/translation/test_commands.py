@@ -14,10 +14,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.scripts import ROOT, run_script
 from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation import train_command as train_cli
 from tfblocks.translation import translate_command as translate_cli
+
+pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 
 TINY = (
     "hidden_size=32,filter_size=64,num_heads=2,num_encoder_layers=1,num_decoder_layers=1,"
