@@ -38,14 +38,11 @@ import os
 import re
 import secrets
 import shutil
-import time
 
 from tfblocks._version import __version__
 
 MARKER = "tfblocks_export.json"
 _FORMAT = 1
-# Left by tfblocks <= 0.1.0.dev0's `Translator.export` (tempfile.mkdtemp, no pid).
-_LEGACY_MAX_AGE_S = 3600.0
 
 
 def replace_file(path, write_fn, suffix=""):
@@ -278,7 +275,6 @@ def _write_marker(staging, kind):
 def _clean_stale(parent, name):
     """Removes what killed writers of `parent/name` left; restores a stranded old export."""
     ours = re.compile(rf"\.{re.escape(name)}\.(tmp|old)-(\d+)-[A-Za-z0-9_]+")
-    legacy = re.compile(rf"\.{re.escape(name)}\.tmp-[a-z0-9_]{{8}}(\.old)?")
     path = os.path.join(parent, name)
     stale_old = []
     for entry in sorted(os.listdir(parent)):
@@ -291,8 +287,6 @@ def _clean_stale(parent, name):
                 stale_old.append(full)
             else:
                 shutil.rmtree(full, ignore_errors=True)
-        elif legacy.fullmatch(entry) and _age(full) > _LEGACY_MAX_AGE_S:
-            shutil.rmtree(full, ignore_errors=True)
     if stale_old and not os.path.lexists(path):
         # Killed between its two renames: the newest old export is the last good one.
         stale_old.sort(key=os.path.getmtime)
@@ -313,10 +307,3 @@ def _alive(pid):
     except OSError:
         return True  # exists, owned by someone else
     return True
-
-
-def _age(folder):
-    try:
-        return time.time() - os.path.getmtime(folder)
-    except OSError:
-        return 0.0

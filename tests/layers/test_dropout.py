@@ -14,7 +14,8 @@ from tests.counting import Calls
 from tests.layers.harness import run_layer_test
 from tfblocks import TransformerBlock
 from tfblocks.layers import HashDropout, dropout
-from tfblocks.layers.dropout import flat_size, hash_bits, in_xla_context, position_bits
+from tfblocks._xla import compiled_if_large, flat_size, in_xla_context
+from tfblocks.layers.dropout import hash_bits, position_bits
 
 PATHS = {"compiled call": 0, "op by op": 10**12}  # COMPILE_MIN_ELEMENTS for each path
 
@@ -239,7 +240,7 @@ def test_without_xla_the_mask_is_the_hash_too(compiled, path, monkeypatch, compi
 
 
 def test_compiled_if_large_chooses_by_size_static_or_at_run_time():
-    pick = lambda shape: dropout.compiled_if_large(  # noqa: E731
+    pick = lambda shape: compiled_if_large(  # noqa: E731
         shape, 100, lambda: tf.constant("compiled"), lambda: tf.constant("plain")
     )
     assert _np(pick((10, 10))) == b"compiled" and _np(pick((9, 11))) == b"plain"

@@ -53,7 +53,7 @@ def parse_args(argv=None):
         "--strategy", default="auto", choices=["auto", "default", "mirrored", "multi_worker", "tpu"]
     )
     parser.add_argument(
-        "--dtype-policy", "--mixed-precision", dest="dtype_policy", default="auto",
+        "--dtype-policy", dest="dtype_policy", default="auto",
         choices=POLICIES,
         help="Keras dtype policy of training (default auto: mixed_bfloat16 on a CPU with "
         "bfloat16 instructions when the step runs without XLA, else float32); translation "
