@@ -13,8 +13,8 @@ import tensorflow as tf
 from tests.counting import Calls
 from tests.layers.harness import run_layer_test
 from tfblocks import TransformerBlock
-from tfblocks.layers import HashDropout, dropout
 from tfblocks._xla import compiled_if_large, flat_size, in_xla_context
+from tfblocks.layers import HashDropout, dropout
 from tfblocks.layers.dropout import hash_bits, position_bits
 
 PATHS = {"compiled call": 0, "op by op": 10**12}  # COMPILE_MIN_ELEMENTS for each path
