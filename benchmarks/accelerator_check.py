@@ -1,8 +1,8 @@
 """A prepared check to run on a GPU or TPU machine (about 5 minutes): speed and correctness.
 
-Nothing here has been measured on an accelerator yet; run it there and copy its output
-into benchmarks/RESULTS.md. What it does, under `get_strategy("auto")` (a TPU, else
-`MirroredStrategy` over all GPUs when there are several, else one device):
+Not yet run on an accelerator (figures: benchmarks/README.md). What it does, under
+`get_strategy("auto")` (a TPU, else `MirroredStrategy` over all GPUs when there are
+several, else one device):
 
 1. Training throughput, mixed precision (`mixed_float16` on GPU, `mixed_bfloat16` on TPU)
    with XLA: target tokens/s of `model.fit` for tfblocks (`build_transformer` +

@@ -19,6 +19,8 @@ they run without XLA (the count does not depend on it). `--quick` is a smoke tes
 untrained tiny model on 8 phrasebook sentences.
 
     python benchmarks/beam_steps.py --preset /tmp/enja/model
+
+Figures: benchmarks/README.md.
 """
 
 import argparse

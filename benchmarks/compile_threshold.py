@@ -12,6 +12,8 @@ and above `COMPILE_MIN_ELEMENTS` (dropout) and `COMPILE_MIN_LOGITS` (loss).
 
 Run:  python benchmarks/compile_threshold.py
       python benchmarks/compile_threshold.py --quick      # smoke run: two sizes each
+
+Figures: benchmarks/README.md.
 """
 
 import argparse

@@ -52,6 +52,8 @@ in that order; the figures are medians over `--rounds` rounds.
 Run:  python benchmarks/decode.py                       # transformer_small, vocab 8000
       python benchmarks/decode.py --rounds 3 --repeats 1
       python benchmarks/decode.py --quick               # seconds-long smoke run
+
+Figures: benchmarks/README.md.
 """
 
 import argparse

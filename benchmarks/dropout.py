@@ -6,12 +6,14 @@ Applies ten dropout layers (rate 0.1) in a row to a float32 tensor of `--shape`
 the median time per dropout call and per element, and the ratio.
 
 HashDropout computes its hash mask inline under XLA and, without XLA, through a small
-XLA-compiled call (see `tfblocks/layers/dropout.py`); the row "no XLA, hash" forces the
-inline hash without XLA (one TensorFlow kernel per integer op), the formulation the layer
-does not use there, to show why.
+XLA-compiled call for tensors of `COMPILE_MIN_ELEMENTS` or more (see
+`tfblocks/layers/dropout.py`); the row "no XLA, hash" forces the inline hash without XLA
+(one TensorFlow kernel per integer op), which the layer uses there only for smaller tensors.
 
 Run:  python benchmarks/dropout.py
       python benchmarks/dropout.py --quick      # seconds-long smoke run
+
+Figures: benchmarks/README.md.
 """
 
 import argparse

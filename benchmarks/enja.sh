@@ -3,7 +3,7 @@
 # export. Usage: benchmarks/enja.sh OUTPUT_DIR [extra tfblocks-train flags]
 # OUTPUT_DIR is a run folder: rerunning continues it (only figures from a run that
 # started in an empty folder belong in the README); OUTPUT_DIR/metrics.json holds
-# `bleu`, `chrf`, `history` (dev BLEU per epoch) and `seconds.train`.
+# `bleu`, `chrf`, `history` (dev BLEU per epoch) and `seconds.train`. Figures: benchmarks/README.md.
 set -euo pipefail
 if [ $# -lt 1 ]; then
   echo "usage: $0 OUTPUT_DIR [tfblocks-train flags]" >&2

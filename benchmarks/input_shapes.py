@@ -5,7 +5,7 @@ Trains the translation job's model (`build_transformer` + `compile_transformer`,
 per mode of `make_dataset(shapes=...)`:
 
 - `dynamic`: t2t's fine length buckets, each batch padded to its longest pair, no XLA (every new
-  batch shape would cost an XLA compilation); the translation job's default before issue 12;
+  batch shape would cost an XLA compilation); the translation job's default;
 - `max_length-xla`: every batch `[batch_tokens // max_length, max_length]`, XLA (one shape);
 - `buckets-xla`: `fixed_bucket_lengths(max_length)` (8, 16, 24, 32, …), one batch size per
   length, XLA compiling the step once per length;
@@ -29,6 +29,8 @@ Run:  python benchmarks/input_shapes.py                     # small_parallel_enj
       python benchmarks/input_shapes.py --modes dynamic --dtype-policy auto
       python benchmarks/input_shapes.py --limit-train 50000 --epochs 3
       python benchmarks/input_shapes.py --quick             # phrasebook, tiny model, smoke run
+
+Figures: benchmarks/README.md.
 """
 
 import argparse

@@ -11,6 +11,8 @@ bfloat16, and prints GFLOP/s (2·m·n² per product; median over `--rounds` roun
 
 Run:  python benchmarks/matmul_rate.py
       python benchmarks/matmul_rate.py --quick       # seconds-long smoke run
+
+Figures: benchmarks/README.md.
 """
 
 import argparse

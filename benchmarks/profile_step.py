@@ -7,8 +7,8 @@ profiler while XLA's CPU runtime emits one trace event per HLO instruction
 of each train step (`--xla_dump_to`), whose `metadata={op_name=...}` names the Keras
 layer every instruction comes from. Each instruction's exclusive time (its trace
 event minus the events nested in it; an instruction without metadata, such as the
-body of a random-number generator, inherits its caller's) is summed into the
-components the issue asks about:
+body of a random-number generator, inherits its caller's) is summed into these
+components:
 
   dropout (random bits + mask), attention projections (q/k/v/output), attention
   core (scores, softmax, weighted sum), FFN, LayerNorm, tied softmax matmul,
@@ -23,6 +23,8 @@ Run:  python benchmarks/profile_step.py --shape base               # layers-only
       python benchmarks/profile_step.py --shape a --recipe t2t
       python benchmarks/profile_step.py --shape a --dropout 0
       python benchmarks/profile_step.py --quick     # seconds-long smoke run
+
+Figures: benchmarks/README.md.
 """
 
 import os

@@ -26,6 +26,8 @@ scaling efficiency = tokens/s of 2 workers / (2 × tokens/s of 1 worker), per mo
 Run:  python benchmarks/scaling.py                # shape (a), about 5 minutes on 2 cores
       python benchmarks/scaling.py --rounds 3
       python benchmarks/scaling.py --quick        # tiny model, smoke run
+
+Figures: benchmarks/README.md.
 """
 
 import argparse

@@ -31,6 +31,8 @@ Time is the median over `--repeats` calls after the warm-up.
 Run:  python benchmarks/seq_scaling.py
       python benchmarks/seq_scaling.py --lengths 128 512 2048 --tokens 4096
       python benchmarks/seq_scaling.py --quick      # seconds-long smoke run
+
+Figures: benchmarks/README.md.
 """
 
 import argparse

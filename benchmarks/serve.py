@@ -11,9 +11,9 @@ its SOURCE.md) with one trained model served by each engine:
   (`cache_lengths=None`) instead of caches grown 16, 32, 64, … (the default);
 - `SavedModel no drop`: the export with one search over the whole batch
   (`drop_finished=False`) instead of finished sentences leaving it;
-- `SavedModel padded`: the export as it was before issue 14, sources padded to
-  `max_length` and one cache of `max_length` (`source_buckets=(max_length,)`,
-  `cache_lengths=None`), for the before/after ratio;
+- `SavedModel padded`: the export without the serving optimizations, sources padded to
+  `max_length`, one cache of `max_length` and one search over the whole batch
+  (`source_buckets=(max_length,)`, `cache_lengths=None`, `drop_finished=False`);
 - `CT2 float32` / `CT2 int8`: `tfblocks.export_ctranslate2` of the same weights,
   run by `tfblocks.CTranslate2Translator` (`compute_type` float32 / int8).
 
@@ -36,6 +36,8 @@ the embedded phrasebook, max_length 16, 8 sentences, beam 4 at batch 32 only
 
     python benchmarks/serve.py --train-minutes 5 --save-preset /tmp/serve_small
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3
+
+Figures: benchmarks/README.md.
 """
 
 import argparse
@@ -174,7 +176,7 @@ def build_engines(args, model, tokenizer, workdir):
     import tfblocks
 
     engines = {}
-    # issue 14's "before": sources padded to max_length, one cache of max_length
+    # "SavedModel padded": sources padded to max_length, one cache of max_length
     before = {
         "source_buckets": (args.max_length,),
         "extra_length": None,

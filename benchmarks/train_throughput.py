@@ -49,6 +49,8 @@ Run:  python benchmarks/train_throughput.py                          # a, base, 
       python benchmarks/train_throughput.py --recipes layers --rounds 7
       python benchmarks/train_throughput.py --shapes base --recipes t2t
       python benchmarks/train_throughput.py --quick                  # smoke run, both recipes
+
+Figures: benchmarks/README.md.
 """
 
 import argparse

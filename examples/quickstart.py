@@ -7,7 +7,6 @@ padding all work. It builds the model with the Keras functional API from
 accuracy before and after training plus a few predictions.
 
 Run:  python examples/quickstart.py [--epochs 8] [--steps-per-epoch 50]
-(`make demo` runs this script until the translation example lands.)
 """
 
 import argparse

@@ -22,7 +22,7 @@ nothing when the user set `TF_CPU_ALLOCATOR_USE_BFC` (to `true`/`1` or `false`/`
 when oneDNN is on, or off Linux x86. Figures: `benchmarks/input_shapes.py`, run with
 `TF_CPU_ALLOCATOR_USE_BFC` true and false.
 
-Consequences, also in the README: the pool grows as needed and keeps its memory until
+Consequences, also in docs/performance.md: the pool grows as needed and keeps its memory until
 the process ends; the variables are in `os.environ`, so processes the program starts
 inherit them; a program that ran TensorFlow operations before importing tfblocks keeps
 the allocator it has. `TF_CPU_ALLOCATOR_USE_BFC=false` before importing tfblocks keeps

@@ -1,6 +1,6 @@
 """Smoke runs of the benchmark scripts (`--quick`): they run and print their tables.
 
-Speed is never asserted here (benchmarks/RESULTS.md holds the measured figures); these
+Speed is never asserted here (benchmarks/README.md holds the measured figures); these
 tests only keep the scripts working as the package changes.
 
 Their cost is start-up and tracing / XLA compilation, which keep one core busy, so the

@@ -1,13 +1,14 @@
 """`Translator` and `Generator`: raw strings in, strings out, as `tf.Module`s and SavedModels.
 
 `Translator` wraps an encoder–decoder (`build_transformer`), `Generator` a
-decoder-only language model (`build_language_model`); both decode with
-`tfblocks.Decoder` and export with the same `export(path)`.
+decoder-only language model (`build_language_model`); both decode with a search
+strategy of `tfblocks.decoding` (`strategy=`; t2t's beam search and greedy by default)
+through `tfblocks.decoding.Decoder`, and export with the same `export(path)`.
 
 The exported SavedModel needs only TensorFlow and tensorflow-text's ops (import
 `tensorflow_text` before loading it): the SentencePiece models travel inside it as
-graph constants, the decoder is the XLA-compiled loop of `tfblocks.decoding`, and
-the signature is
+graph constants, the decoding loop is XLA-compiled (`jit_compile`), and the signature
+is
 
     serving_default(text: tf.string [None]) -> {"translation": tf.string [None],
                                                 "score": tf.float32 [None]}
