@@ -78,6 +78,10 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
         assert (run / name).exists(), name
     assert any((run / "logs").rglob("events.out.tfevents.*"))
     assert "test BLEU" in result.stdout and "tok:13a" in result.stdout
+    # The closing summary names where things are; the picture is a PNG.
+    assert f"curves:  {run / 'curves.png'}" in result.stdout
+    assert f"export:  {run / 'export' / '1'}" in result.stdout
+    assert (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
     # conftest sets TF_CPP_MIN_LOG_LEVEL=2, which keeps ERROR lines such as cuInit's on a
     # CPU machine; tests/examples/test_quickstart.py checks the full quieting without it.
     assert "I0000" not in result.stderr

@@ -29,3 +29,39 @@ class TimeLimit(keras.callbacks.Callback):
         if time.perf_counter() - self._start > self.seconds:
             self.model.stop_training = True
             self.stopped_early = True
+
+
+class EpochProgress(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, headed with the epoch numbers of a whole run.
+
+    A run that calls `fit` once per epoch (`fit(initial_epoch=e, epochs=e + 1)`) would
+    print `Epoch e+1/e+1` (and no header for the first); with this callback in `fit`'s
+    callbacks every epoch is headed `Epoch e+1/total_epochs`, a continued run included.
+
+    Example:
+
+    >>> import numpy as np
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> model.compile("sgd", "mse")
+    >>> x = np.zeros((4, 2), "float32")
+    >>> _ = model.fit(x, x[:, :1], initial_epoch=1, epochs=2, verbose=2,
+    ...               callbacks=[EpochProgress(total_epochs=5)])  # doctest: +ELLIPSIS
+    Epoch 2/5
+    ...
+    """
+
+    def __init__(self, total_epochs):
+        super().__init__()
+        if isinstance(total_epochs, bool) or not isinstance(total_epochs, int) or total_epochs < 1:
+            raise ValueError(f"`total_epochs` must be a positive int, got {total_epochs!r}.")
+        self.total_epochs = total_epochs
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.epochs = self.total_epochs
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._reset_progbar()
+        self._maybe_init_progbar()
+        if self.verbose:
+            print(f"Epoch {epoch + 1}/{self.epochs}", flush=True)

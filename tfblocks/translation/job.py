@@ -36,8 +36,9 @@ from tfblocks.models.builders import build_transformer
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import make_dataset
 from tfblocks.training import compile_transformer, get_strategy
-from tfblocks.training.callbacks import TimeLimit
+from tfblocks.training.callbacks import EpochProgress, TimeLimit
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy
+from tfblocks.translation.curves import CURVES_FILE, plot_curves
 from tfblocks.translation.run_folder import average_weights, load_weights
 
 # The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
@@ -197,8 +198,13 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
     limit = TimeLimit(options.time_limit) if options.time_limit else None
     spent = 0.0
     stopped = "epochs"
-    for epoch in range(progress["epochs"], options.epochs):
-        epoch_callbacks = [keras.callbacks.TensorBoard(logdir, write_graph=False), *callbacks]
+    first = progress["epochs"]
+    for epoch in range(first, options.epochs):
+        epoch_callbacks = [
+            keras.callbacks.TensorBoard(logdir, write_graph=False),
+            EpochProgress(options.epochs),
+            *callbacks,
+        ]
         if limit is not None:
             limit = TimeLimit(max(options.time_limit - spent, 1e-3))
             epoch_callbacks.append(limit)
@@ -215,7 +221,6 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
             # The cut epoch counts as time, not as an epoch: a rerun repeats it from the
             # saved state. Its weights still compete for the best dev BLEU.
             stopped = "time limit"
-            log(f"time limit reached in epoch {epoch + 1}; rerun the command to continue")
             if dev_pairs:
                 bleu = dev_scores()["dev_bleu"]
                 log(f"dev BLEU of the cut epoch {epoch + 1}: {bleu}")
@@ -244,20 +249,67 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
             folder.save_weights(model, "best.npz")
         folder.save_state(model)
         folder.save_progress(progress)  # last: a kill before this repeats the epoch
+        if options.time_limit:
+            to_go = options.epochs - epoch - 1
+            log(_time_left(spent, options.time_limit, epoch + 1 - first, to_go))
         if (
             options.early_stopping
             and progress["best_epoch"] is not None
             and progress["epochs"] - progress["best_epoch"] >= options.early_stopping
         ):
             stopped = "early stopping"
-            log(f"early stopping: no better dev BLEU for {options.early_stopping} epochs")
             break
+    log(_stop_line(stopped, progress, options))
     sync()
     report = _final_weights(folder, serving, translator, dev_pairs, progress, options)
     report.update(
         stopped=stopped, train_seconds=round(progress["train_seconds"], 1), dtype_policy=policy
     )
+    report["curves"] = _write_curves(folder, report, log)
     return serving, report
+
+
+def _time_left(spent, limit, epochs_done, epochs_to_go):
+    """The line printed after each epoch under a time limit (times of this invocation)."""
+    left = max(limit - spent, 0.0)
+    fit = min(epochs_to_go, int(left // (spent / epochs_done))) if epochs_done else 0
+    return (
+        f"training time {spent / 60:.1f} of {limit / 60:.1f} min, {left / 60:.1f} min left: "
+        f"about {fit} of the {epochs_to_go} remaining epochs fit"
+    )
+
+
+def _stop_line(stopped, progress, options):
+    """One line: why training stopped."""
+    done = progress["epochs"]
+    if stopped == "time limit":
+        return (
+            f"training stopped: time limit of {options.time_limit / 60:.1f} min reached in "
+            f"epoch {done + 1} ({done} of {options.epochs} epochs done); rerun the command "
+            "to continue"
+        )
+    if stopped == "early stopping":
+        return (
+            f"training stopped: early stopping after epoch {done}, no better dev BLEU for "
+            f"{options.early_stopping} epochs (best epoch {progress['best_epoch']})"
+        )
+    return f"training stopped: all {options.epochs} epochs done"
+
+
+def _write_curves(folder, report, log):
+    """Writes the run's `curves.png`; returns its path, or None without matplotlib."""
+    try:
+        import matplotlib  # noqa: F401  (the `examples` extra)
+    except ImportError:
+        log("curves.png not written: matplotlib is missing (pip install 'tfblocks[examples]')")
+        return None
+    return plot_curves(
+        folder.join(CURVES_FILE),
+        report["history"],
+        best_epoch=report["best_epoch"],
+        averaged_epochs=report.get("averaged_epochs"),
+        title=f"{os.path.basename(os.path.normpath(folder.path))}: {report['final_weights']}",
+    )
 
 
 def float32_twin(hp, model):

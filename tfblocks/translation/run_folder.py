@@ -14,6 +14,8 @@ touched):
     DIR/model/                   the final model in the KerasHub preset layout
                                  (`tfblocks.load_preset`): config, weights, tokenizer, HParams
     DIR/metrics.json             test BLEU / chrF / exact match, totals, history
+    DIR/curves.png               train and dev loss, dev BLEU and chrF per epoch (rewritten
+                                 at the end of every run of the folder)
     DIR/logs/                    TensorBoard (train, validation, dev BLEU and chrF)
     DIR/export/1/                the SavedModel (TF Serving's numbered version folder)
 

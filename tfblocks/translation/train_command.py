@@ -160,18 +160,11 @@ def main(argv=None):
     )
     with timer("train"):
         model, report = job.train_run(folder, splits, tokenizer, hp, options, init_weights)
-    print(f"{args.hparams}: {model.count_params():,} parameters; {report['epochs']} epochs, "
-          f"{report['train_seconds']} s of training in all; final weights: "
-          f"{report['final_weights']}")  # fmt: skip
-
     strategy = beam_or_greedy(args.beam_size, args.alpha)
     translator = Translator(model, tokenizer, tokenizer, hp.max_length, strategy=strategy)
     with timer("evaluate"):
         metrics, hypotheses = evaluation.evaluate(translator, splits["test"])
-    print(
-        f"test BLEU {metrics['bleu']} chrF {metrics['chrf']} ({metrics['bleu_signature']}), "
-        f"exact match {metrics['exact_match']:.4f} over {metrics['sentences']} sentences"
-    )
+    print("test translations (first 3):")
     for (source, reference), hypothesis in list(zip(splits["test"], hypotheses, strict=True))[:3]:
         print(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")
     samples = [text.RUNNING_EXAMPLE[0]] + [source for source, _ in splits["test"][:2]]
@@ -183,7 +176,7 @@ def main(argv=None):
         reloaded = tf.saved_model.load(path).signatures["serving_default"]
         again = reloaded(text=tf.constant(samples))["translation"].numpy()
     in_memory = translator(samples).numpy()
-    print(f"exported to {path}; translations (in memory | reloaded SavedModel):")
+    print("translations (in memory | reloaded SavedModel):")
     for sample, a, b in zip(samples, in_memory, again, strict=True):
         print(f"  {sample} -> {a.decode()} | {b.decode()}")
 
@@ -207,9 +200,42 @@ def main(argv=None):
     for key in ("dev_bleu_averaged", "averaged_epochs"):
         if key in report:
             metrics[key] = report[key]
-    print(f"wall time per phase (s; train = all runs of this folder): {metrics['seconds']}")
-    print(f"metrics written to {job.write_metrics(folder.path, metrics)}")
+    metrics_path = job.write_metrics(folder.path, metrics)
+    phrasebook = args.corpus_dir is None and args.tsv is None
+    print(summary(metrics, report, folder, path, metrics_path, exact_match=phrasebook))
     return metrics
+
+
+STOPPED = {
+    "epochs": "all epochs done",
+    "time limit": "stopped by the time limit; rerun the command to continue",
+    "early stopping": "stopped early: no better dev BLEU",
+}
+
+
+def summary(metrics, report, folder, export_path, metrics_path, exact_match=True):
+    """The closing summary of `tfblocks-train`: scores, epochs, time and where things are.
+
+    `exact_match` shows the exact-match rate (meaningful on the phrasebook's short,
+    templated sentences, near 0 on real corpora).
+    """
+    scores = f"test BLEU {metrics['bleu']}  chrF {metrics['chrf']}"
+    if exact_match:
+        scores += f"  exact match {metrics['exact_match']:.4f}"
+    best = report["best_epoch"]
+    lines = [
+        "summary",
+        f"  {scores}  ({metrics['sentences']} sentences; {metrics['bleu_signature']})",
+        f"  {report['epochs']} epochs, {report['train_seconds']} s of training in all "
+        f"({STOPPED[report['stopped']]}); best dev-BLEU epoch: "
+        f"{'none (no dev BLEU)' if best is None else best}",
+        f"  final weights: {report['final_weights']}",
+        f"  model:   {folder.join('model')}",
+        f"  export:  {export_path}",
+        f"  curves:  {report['curves'] or 'not written (no matplotlib)'}",
+        f"  metrics: {metrics_path}",
+    ]
+    return "\n".join(lines)
 
 
 def run():
