@@ -92,6 +92,16 @@ class _TextModule(tf.Module):
 
     OUTPUT = None
 
+    def _set_decoding(self, model, max_length, strategy, jit_compile, **decoder_options):
+        """What both modules keep for decoding: checked, stored, and their `Decoder`."""
+        _check_max_length(max_length)
+        self.strategy = check_strategy(strategy)
+        self.model = model
+        self.max_length = max_length
+        self.jit_compile = bool(jit_compile)
+        self._decoder = Decoder(model, max_length, jit_compile=self.jit_compile, **decoder_options)
+        self.cache_lengths = self._decoder.cache_lengths
+
     def __call__(self, texts):
         """Outputs for `texts` (a list of str or a 1-D string tensor), a string tensor."""
         return self.serve(_check_text_batch(texts))[self.OUTPUT]
@@ -193,14 +203,6 @@ class Translator(_TextModule):
         name=None,
     ):
         super().__init__(name=name)
-        _check_max_length(max_length)
-        self.strategy = BeamSearch() if strategy is None else check_strategy(strategy)
-        self.source_buckets = _source_buckets(source_buckets, max_length)
-        self.extra_length = (
-            None
-            if extra_length is None
-            else _checks.check_non_negative_int("extra_length", extra_length)
-        )
         if not getattr(model, "has_input", False):
             raise ValueError(
                 "`model` must be an encoder–decoder `tfblocks.Transformer` (from "
@@ -208,20 +210,20 @@ class Translator(_TextModule):
                 "`Generator` for a decoder-only language model."
             )
         _check_vocabulary("target_tokenizer", target_tokenizer, model)
-        self.model = model
+        strategy = BeamSearch() if strategy is None else strategy
+        self._set_decoding(
+            model, max_length, strategy, jit_compile,
+            cache_lengths=cache_lengths, drop_finished=drop_finished,
+        )  # fmt: skip
+        self.drop_finished = self._decoder.drop_finished
+        self.source_buckets = _source_buckets(source_buckets, max_length)
+        self.extra_length = (
+            None
+            if extra_length is None
+            else _checks.check_non_negative_int("extra_length", extra_length)
+        )
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
-        self.max_length = max_length
-        self.jit_compile = bool(jit_compile)
-        self._decoder = Decoder(
-            model,
-            max_length,
-            jit_compile=self.jit_compile,
-            cache_lengths=cache_lengths,
-            drop_finished=drop_finished,
-        )
-        self.cache_lengths = self._decoder.cache_lengths
-        self.drop_finished = self._decoder.drop_finished
 
     def encode_source(self, text):
         """Source ids `[B, S]` (0-padded, EOS-terminated), S from `source_buckets`.
@@ -302,8 +304,6 @@ class Generator(_TextModule):
         name=None,
     ):
         super().__init__(name=name)
-        _check_max_length(max_length)
-        self.strategy = Greedy() if strategy is None else check_strategy(strategy)
         if getattr(model, "has_input", True):
             raise ValueError(
                 "`model` must be a decoder-only language model (from "
@@ -311,14 +311,9 @@ class Generator(_TextModule):
                 "encoder–decoder."
             )
         _check_vocabulary("tokenizer", tokenizer, model)
-        self.model = model
+        strategy = Greedy() if strategy is None else strategy
+        self._set_decoding(model, max_length, strategy, jit_compile, cache_lengths=cache_lengths)
         self.tokenizer = tokenizer
-        self.max_length = max_length
-        self.jit_compile = bool(jit_compile)
-        self._decoder = Decoder(
-            model, max_length, jit_compile=self.jit_compile, cache_lengths=cache_lengths
-        )
-        self.cache_lengths = self._decoder.cache_lengths
 
     def encode_prompt(self, text):
         """Prompt ids `[B, P]` without EOS, 0-padded, at most `max_length - 1` long."""
