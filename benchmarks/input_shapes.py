@@ -9,7 +9,9 @@ per mode of `make_dataset(shapes=...)`:
 - `max_length-xla`: every batch `[batch_tokens // max_length, max_length]`, XLA (one shape);
 - `buckets-xla`: `fixed_bucket_lengths(max_length)` (8, 16, 24, 32, …), one batch size per
   length, XLA compiling the step once per length;
-- `buckets4-xla`: the same with lengths every 4 tokens (`--modes` also takes `dynamic-xla`,
+- `buckets4-xla`: the same with lengths every 4 tokens;
+- `packed-xla` / `packed`: several pairs per `max_length` row (t2t packing, segment masks in the
+  model), one batch shape, with and without XLA (`--modes` also takes `dynamic-xla`,
   `buckets` and `max_length`).
 
 The modes run in rounds, one epoch of each per round, so that a change of machine load (the
@@ -62,6 +64,8 @@ MODES = {
     "buckets": ("buckets", False, 8),
     "buckets-xla": ("buckets", True, 8),
     "buckets4-xla": ("buckets", True, 4),
+    "packed": ("packed", False, None),
+    "packed-xla": ("packed", True, None),
 }
 DEFAULT_CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 DEFAULT_CORPUS = os.path.normpath(os.path.join(DEFAULT_CORPUS, "small_parallel_enja"))

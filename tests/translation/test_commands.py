@@ -124,7 +124,8 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
     tuned = tmp_path / "tuned"
     status, _, err = in_process(train_cli, monkeypatch, capsys, *TRAIN, "--limit-train", "100",
                                 "--limit-test", "2", "--dev-sentences", "0", "--beam-size", "1",
-                                "--init-from", run, "--output", tuned)  # fmt: skip
+                                "--shapes", "packed", "--init-from", run,
+                                "--output", tuned)  # fmt: skip
     assert status == 0, err[-3000:]
     assert (tuned / "tokenizer.model").read_bytes() == before
     assert json.loads((tuned / "run.json").read_text())["settings"]["init_from"] == str(run)

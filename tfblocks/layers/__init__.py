@@ -1,5 +1,6 @@
 """The tfblocks Keras layers."""
 
+from tfblocks.layers._utils import segment_mask
 from tfblocks.layers.attention import MultiHeadAttention
 from tfblocks.layers.block import TransformerBlock
 from tfblocks.layers.dropout import HashDropout
@@ -14,5 +15,6 @@ __all__ = [
     "MultiHeadAttention",
     "SinusoidalEmbedding",
     "TransformerBlock",
+    "segment_mask",
     "timing_signal",
 ]

@@ -139,6 +139,29 @@ def causal_mask(query_length, key_length):
     return ops.expand_dims(rows >= cols, 0)  # [1, T, S]
 
 
+def segment_mask(query_segments, key_segments):
+    """Boolean `[B, T, S]`: query i may attend key j when both belong to the same segment.
+
+    Segment ids are ints `[B, T]` and `[B, S]`, 1, 2, … for the pairs packed into a row
+    and 0 for padding (t2t's `*_segmentation` features); padding attends nothing and is
+    never attended.
+
+    Example:
+
+    >>> import numpy as np
+    >>> segment_mask(np.array([[1, 1, 2, 0]]), np.array([[1, 2, 2]])).numpy().astype(int)[0]
+    array([[1, 0, 0],
+           [1, 0, 0],
+           [0, 1, 1],
+           [0, 0, 0]])
+    """
+    query_segments = ops.expand_dims(query_segments, -1)  # [B, T, 1]
+    key_segments = ops.expand_dims(key_segments, -2)  # [B, 1, S]
+    return ops.logical_and(
+        ops.equal(query_segments, key_segments), ops.not_equal(key_segments, 0)
+    )  # [B, T, S]
+
+
 def merge_attention_masks(
     query,
     value,

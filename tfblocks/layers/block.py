@@ -50,6 +50,10 @@ class TransformerBlock(keras.layers.Layer):
         context: `[B, S, d_ctx]`; required when `cross_attention=True`.
         padding_mask: boolean `[B, T]`; defaults to the Keras mask of `x`.
         context_padding_mask: boolean `[B, S]`; defaults to the Keras mask of `context`.
+        attention_mask: optional boolean `[B, T, T]` (True = may attend), ANDed with the
+            padding and causal masks of the self-attention; e.g. `segment_mask` of packed
+            rows, so that each pair attends only to itself.
+        context_attention_mask: optional boolean `[B, T, S]` for the cross-attention.
         cache: decoding caches from `init_cache`; the call then returns
             `(output, new_cache)` for the positions `cache_index, cache_index + 1, ...`.
         cache_index: position of the first row of `x` in the decoded sequence.
@@ -183,12 +187,19 @@ class TransformerBlock(keras.layers.Layer):
         context=None,
         padding_mask=None,
         context_padding_mask=None,
+        attention_mask=None,
+        context_attention_mask=None,
         cache=None,
         cache_index=None,
         training=None,
         return_attention_scores=False,
     ):
         if cache is not None:
+            if attention_mask is not None or context_attention_mask is not None:
+                raise ValueError(
+                    "`attention_mask` and `context_attention_mask` are not supported with a "
+                    "`cache` (decoding runs one sequence per row)."
+                )
             return self._call_cached(x, context, context_padding_mask, cache, cache_index, training)
         scores = {}
         if self.cross_attention is not None and context is None:
@@ -220,6 +231,7 @@ class TransformerBlock(keras.layers.Layer):
                 h,
                 query_mask=padding_mask,
                 value_mask=padding_mask,
+                attention_mask=attention_mask,
                 use_causal_mask=self.causal,
                 training=training,
                 return_attention_scores=return_attention_scores,
@@ -237,6 +249,7 @@ class TransformerBlock(keras.layers.Layer):
                     context,
                     query_mask=padding_mask,
                     value_mask=context_padding_mask,
+                    attention_mask=context_attention_mask,
                     training=training,
                     return_attention_scores=return_attention_scores,
                 )

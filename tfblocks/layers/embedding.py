@@ -47,19 +47,40 @@ def timing_signal(length, channels, min_timescale=1.0, max_timescale=1e4, start_
             "`min_timescale` and `max_timescale` must satisfy 0 < min <= max, got "
             f"min_timescale={min_timescale!r}, max_timescale={max_timescale!r}."
         )
-    num_timescales = channels // 2
     position = ops.cast(ops.arange(length), "float32") + ops.cast(start_index, "float32")
+    signal = timing_signal_at(position, channels, min_timescale, max_timescale)  # [L, C]
+    return ops.expand_dims(signal, 0)  # [1, L, C]
+
+
+def timing_signal_at(positions, channels, min_timescale=1.0, max_timescale=1e4):
+    """The timing signal of `timing_signal` at given positions: `[...]` → float32 `[..., channels]`.
+
+    Packed rows (several pairs in one row, `make_dataset(shapes="packed")`) restart the
+    positions at 0 for each pair, so the signal is looked up per token instead of per column.
+
+    Example:
+
+    >>> import numpy as np
+    >>> at = timing_signal_at(np.array([[0, 1, 0]]), 8)
+    >>> bool(np.allclose(at[0, 2], timing_signal(1, 8)[0, 0]))
+    True
+    """
+    channels = _utils.check_positive_int("channels", channels)
+    num_timescales = channels // 2
     log_increment = math.log(float(max_timescale) / float(min_timescale)) / max(
         num_timescales - 1, 1
     )
     inv_timescales = min_timescale * ops.exp(
         ops.cast(ops.arange(num_timescales), "float32") * -log_increment
-    )  # [channels // 2]
-    scaled_time = ops.expand_dims(position, 1) * ops.expand_dims(inv_timescales, 0)  # [L, C/2]
-    signal = ops.concatenate([ops.sin(scaled_time), ops.cos(scaled_time)], axis=1)  # [L, 2*(C/2)]
+    )  # [C/2]
+    scaled_time = ops.expand_dims(ops.cast(positions, "float32"), -1) * inv_timescales  # [..., C/2]
+    signal = ops.concatenate(
+        [ops.sin(scaled_time), ops.cos(scaled_time)], axis=-1
+    )  # [..., 2*(C/2)]
     if channels % 2:
-        signal = ops.pad(signal, [[0, 0], [0, 1]])  # [L, C]
-    return ops.expand_dims(signal, 0)  # [1, L, C]
+        pad = [[0, 0]] * (len(signal.shape) - 1) + [[0, 1]]
+        signal = ops.pad(signal, pad)  # [..., C]
+    return signal
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -85,6 +106,8 @@ class SinusoidalEmbedding(keras.layers.Layer):
             sync; an XLA gather clamps an id out of range silently): the data paths
             that feed ids (`make_dataset`, `Translator`, `Generator`) guarantee it.
         start_index: position of the first id (for one-step decoding).
+        positions: optional int `[B, L]`, each token's position (packed rows restart it
+            per pair); replaces `start_index`.
         training: enables dropout.
 
     Example:
@@ -137,7 +160,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
         )
         self.dropout_layer.build(None)
 
-    def call(self, ids, start_index=0, training=None):
+    def call(self, ids, start_index=0, positions=None, training=None):
         _utils.check_rank("ids", ids, ("batch", "length"))
         _utils.check_token_ids("ids", ids, self.vocab_size)
         ids = ops.cast(ids, "int32")
@@ -146,13 +169,19 @@ class SinusoidalEmbedding(keras.layers.Layer):
             x = x * ops.cast(self.hidden_size**0.5, x.dtype)
         # t2t zeroes the embedding of padding so it carries no signal.
         x = x * ops.cast(ops.expand_dims(ops.not_equal(ids, 0), -1), x.dtype)
-        signal = timing_signal(
-            ops.shape(ids)[1],
-            self.hidden_size,
-            self.min_timescale,
-            self.max_timescale,
-            start_index=start_index,
-        )  # [1, L, d]
+        if positions is None:
+            signal = timing_signal(
+                ops.shape(ids)[1],
+                self.hidden_size,
+                self.min_timescale,
+                self.max_timescale,
+                start_index=start_index,
+            )  # [1, L, d]
+        else:
+            _utils.check_mask_shape("positions", positions, tuple(ids.shape))
+            signal = timing_signal_at(
+                positions, self.hidden_size, self.min_timescale, self.max_timescale
+            )  # [B, L, d]
         x = x + ops.cast(signal, x.dtype)
         return self.dropout_layer(x, training=training)
 

@@ -21,6 +21,19 @@ Two shapes of model (t2t's `has_input`):
 - decoder-only language model (`num_encoder_layers == 0`, `build_language_model`):
   input `[B, T]` int32 ids, output the logits of the *next* token at every position.
 
+Packed rows (t2t `pack_examples`; `make_dataset(shapes="packed")`): the encoder–decoder
+also takes a dict with the features `inputs_segmentation`, `inputs_position`,
+`targets_segmentation`, `targets_position` (segment 1, 2, … per pair in a row, 0 =
+padding; positions restart at 0 per pair), the language model a dict `{"ids",
+"ids_segmentation", "ids_position"}`. Calling the model with them runs the same
+`encode` / `decode` / `logits` with one attention mask per batch from the segment ids
+(`tfblocks.layers.segment_mask`): self-attention stays within a pair (causal in the
+decoder), cross-attention sees only the same pair's source, the timing signal is taken at
+each token's position within its pair, and the shifted decoder input restarts with
+`BOS_ID` at each pair (`shift_right(..., segment_ids, positions)`), so every pair gets the
+logits it would get alone in a row. Departure from t2t: t2t shifts the packed row as a
+whole, so a pair's first decoder input is the previous pair's EOS.
+
 Teacher forcing happens inside the model: the decoder reads the targets shifted
 right by one position, starting with `BOS_ID`. Departure from t2t: t2t shifts the
 *embedded* targets, so its first decoder input is a zero vector; here the shifted ids
@@ -37,8 +50,14 @@ import keras_hub
 from keras import ops
 
 from tfblocks import _checks
-from tfblocks.ids import BOS_ID, PAD_ID
-from tfblocks.layers import SinusoidalEmbedding, TransformerBlock
+from tfblocks.ids import (
+    BOS_ID,
+    PACKED_LM_FEATURES,
+    PACKED_SOURCE_FEATURES,
+    PACKED_TARGET_FEATURES,
+    PAD_ID,
+)
+from tfblocks.layers import SinusoidalEmbedding, TransformerBlock, segment_mask
 
 LAYER_NORM_EPSILON = 1e-6
 
@@ -52,10 +71,10 @@ class _TiedEmbedding(SinusoidalEmbedding):
     through `.keras` serialization.
     """
 
-    def call(self, x, start_index=0, reverse=False, training=None):
+    def call(self, x, start_index=0, positions=None, reverse=False, training=None):
         if reverse:
             return self.attend(x)  # [B, T, vocab]
-        return super().call(x, start_index=start_index, training=training)
+        return super().call(x, start_index=start_index, positions=positions, training=training)
 
     def compute_mask(self, x, previous_mask=None):
         # The logits carry no mask: padding is excluded by the loss and metrics.
@@ -63,7 +82,7 @@ class _TiedEmbedding(SinusoidalEmbedding):
             return None
         return super().compute_mask(x, previous_mask)
 
-    def compute_output_spec(self, x, start_index=0, reverse=False, training=None):
+    def compute_output_spec(self, x, start_index=0, positions=None, reverse=False, training=None):
         last = self.vocab_size if reverse else self.hidden_size
         shape = tuple(x.shape[:-1]) if reverse else tuple(x.shape)
         return keras.KerasTensor((*shape, last), dtype=self.compute_dtype)
@@ -74,11 +93,34 @@ def padding_mask(ids):
     return ops.not_equal(ids, PAD_ID)
 
 
-def shift_right(ids, start_id=BOS_ID):
-    """Teacher forcing: `[y0, y1, …, y_{T-1}]` → `[start_id, y0, …, y_{T-2}]`."""
+def shift_right(ids, start_id=BOS_ID, segment_ids=None, positions=None):
+    """Teacher forcing: `[y0, y1, …, y_{T-1}]` → `[start_id, y0, …, y_{T-2}]`.
+
+    For packed rows give the `segment_ids` and `positions` of `ids`: each pair then starts
+    with `start_id` (where its position is 0) and padding (segment 0) stays `PAD_ID`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> ids = np.array([[7, 1, 8, 9, 1, 0]])
+    >>> shift_right(ids).numpy().tolist()
+    [[3, 7, 1, 8, 9, 1]]
+    >>> shift_right(ids, segment_ids=np.array([[1, 1, 2, 2, 2, 0]]),
+    ...             positions=np.array([[0, 1, 0, 1, 2, 0]])).numpy().tolist()
+    [[3, 7, 3, 8, 9, 0]]
+    """
     ids = ops.cast(ids, "int32")
     start = ops.full_like(ids[:, :1], start_id)  # [B, 1]
-    return ops.concatenate([start, ids[:, :-1]], axis=1)  # [B, T]
+    shifted = ops.concatenate([start, ids[:, :-1]], axis=1)  # [B, T]
+    if segment_ids is None and positions is None:
+        return shifted
+    if segment_ids is None or positions is None:
+        raise ValueError(
+            "`segment_ids` and `positions` go together (packed rows), got only "
+            f"{'segment_ids' if positions is None else 'positions'}."
+        )
+    shifted = ops.where(ops.equal(positions, 0), ops.cast(start_id, "int32"), shifted)
+    return ops.where(ops.equal(segment_ids, 0), ops.cast(PAD_ID, "int32"), shifted)
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -239,11 +281,20 @@ class Transformer(keras_hub.models.Backbone):
 
     # The forward pass, written once -----------------------------------------------------------
 
-    def encode(self, source_ids, training=None, return_attention_scores=False):
+    def encode(
+        self,
+        source_ids,
+        training=None,
+        return_attention_scores=False,
+        segment_ids=None,
+        positions=None,
+    ):
         """Encoder output `[B, S, d]` for source ids `[B, S]` (0 = padding).
 
         With `return_attention_scores`, also a list with each block's dict of
-        `[B, H, S, S]` attention weights (`"self_attention"`).
+        `[B, H, S, S]` attention weights (`"self_attention"`). Packed rows give their
+        `segment_ids` and `positions` (int `[B, S]`, t2t's `inputs_segmentation` and
+        `inputs_position`): each pair then attends only to itself.
 
         Example:
 
@@ -259,12 +310,15 @@ class Transformer(keras_hub.models.Backbone):
             )
         source_ids = _check_ids("source_ids", source_ids)
         source_mask = padding_mask(source_ids)  # [B, S]
-        x = self.source_embedding(source_ids, training=training)  # [B, S, d]
+        _check_packed("segment_ids", segment_ids, "positions", positions)
+        same_pair = None if segment_ids is None else segment_mask(segment_ids, segment_ids)
+        x = self.source_embedding(source_ids, positions=positions, training=training)  # [B, S, d]
         scores = []
         for block in self.encoder_blocks:
             x = block(
                 x,
                 padding_mask=source_mask,
+                attention_mask=same_pair,  # [B, S, S] or None
                 training=training,
                 return_attention_scores=return_attention_scores,
             )
@@ -283,6 +337,9 @@ class Transformer(keras_hub.models.Backbone):
         index=None,
         training=None,
         return_attention_scores=False,
+        segment_ids=None,
+        positions=None,
+        source_segment_ids=None,
     ):
         """Decoder hidden states for decoder input ids (they start with `BOS_ID`).
 
@@ -297,6 +354,13 @@ class Transformer(keras_hub.models.Backbone):
             return_attention_scores: also return a list with each block's dict of
                 attention weights (`"self_attention"` `[B, H, T, T]`,
                 `"cross_attention"` `[B, H, T, S]`); not with a `cache`.
+            segment_ids: packed rows: int `[B, T]` pair ids (0 = padding) of
+                `decoder_ids` (`targets_segmentation`); not with a `cache`.
+            positions: packed rows: int `[B, T]` positions within each pair
+                (`targets_position`).
+            source_segment_ids: packed rows of an encoder–decoder: the source's
+                `[B, S]` pair ids (`inputs_segmentation`), so that each pair's
+                cross-attention sees only its own source.
 
         Returns:
             Hidden states `[B, T, d]` (after the final LayerNorm when Pre-LN); with a
@@ -314,11 +378,24 @@ class Transformer(keras_hub.models.Backbone):
                 f"Model '{self.name}' is decoder-only: it takes no `encoder_output`, got "
                 f"one of shape {tuple(encoder_output.shape)}."
             )
+        _check_packed("segment_ids", segment_ids, "positions", positions)
         if cache is not None:
             if return_attention_scores:
                 raise ValueError("`return_attention_scores` is not supported with a `cache`.")
+            if segment_ids is not None:
+                raise ValueError("`segment_ids` (packed rows) is not supported with a `cache`.")
             return self._decode_cached(decoder_ids, source_mask, cache, index, training)
-        x = self.target_embedding(decoder_ids, training=training)  # [B, T, d]
+        same_pair = cross_pair = None
+        if segment_ids is not None:
+            same_pair = segment_mask(segment_ids, segment_ids)  # [B, T, T]
+            if self.has_input:
+                if source_segment_ids is None:
+                    raise ValueError(
+                        "Packed rows of an encoder–decoder need `source_segment_ids` with "
+                        "`segment_ids`, got source_segment_ids=None."
+                    )
+                cross_pair = segment_mask(segment_ids, source_segment_ids)  # [B, T, S]
+        x = self.target_embedding(decoder_ids, positions=positions, training=training)  # [B, T, d]
         target_mask = padding_mask(decoder_ids)  # [B, T]
         scores = []
         for block in self.decoder_blocks:
@@ -327,6 +404,8 @@ class Transformer(keras_hub.models.Backbone):
                 context=encoder_output,
                 padding_mask=target_mask,
                 context_padding_mask=source_mask,
+                attention_mask=same_pair,
+                context_attention_mask=cross_pair,
                 training=training,
                 return_attention_scores=return_attention_scores,
             )
@@ -335,6 +414,49 @@ class Transformer(keras_hub.models.Backbone):
                 scores.append(block_scores)
         x = x if self.decoder_norm is None else self.decoder_norm(x)
         return (x, scores) if return_attention_scores else x
+
+    def call(self, inputs, training=None, mask=None):
+        """The functional graph, or for packed rows (a dict with the segment features) the
+        same methods with segment masks (see the module docstring)."""
+        packed = PACKED_TARGET_FEATURES if self.has_input else PACKED_LM_FEATURES
+        if isinstance(inputs, dict) and any(k in inputs for k in packed):
+            return self._call_packed(inputs, training)
+        return super().call(inputs, training=training, mask=mask)
+
+    def _call_packed(self, features, training):
+        if self.has_input:
+            target = ("targets", *PACKED_TARGET_FEATURES)
+            names = ("inputs", *PACKED_SOURCE_FEATURES, *target)
+        else:
+            names = target = ("ids", *PACKED_LM_FEATURES)
+        missing = [name for name in names if name not in features]
+        if missing:
+            raise ValueError(
+                f"Packed rows need the features {list(names)}; missing {missing}, got "
+                f"{sorted(features)}."
+            )
+        target_ids, segments, positions = (features[name] for name in target)
+        decoder_ids = shift_right(target_ids, segment_ids=segments, positions=positions)
+        if not self.has_input:
+            hidden = self.decode(
+                decoder_ids, training=training, segment_ids=segments, positions=positions
+            )
+            return self.logits(hidden)
+        source_ids = features["inputs"]
+        source_segments, source_positions = (features[name] for name in PACKED_SOURCE_FEATURES)
+        memory = self.encode(
+            source_ids, training=training, segment_ids=source_segments, positions=source_positions
+        )
+        hidden = self.decode(
+            decoder_ids,
+            memory,
+            padding_mask(source_ids),
+            training=training,
+            segment_ids=segments,
+            positions=positions,
+            source_segment_ids=source_segments,
+        )
+        return self.logits(hidden)
 
     def _decode_cached(self, decoder_ids, source_mask, cache, index, training):
         if index is None:
@@ -397,6 +519,17 @@ class Transformer(keras_hub.models.Backbone):
             "norm_first": self.norm_first,
             "shared_embedding_and_softmax_weights": self.shared_embedding_and_softmax_weights,
         }
+
+
+def _check_packed(segments_name, segments, positions_name, positions):
+    """Segment ids and positions of packed rows come together, or not at all."""
+    if (segments is None) != (positions is None):
+        given, absent = (
+            (segments_name, positions_name)
+            if positions is None
+            else (positions_name, segments_name)
+        )
+        raise ValueError(f"Packed rows need `{absent}` with `{given}`, got {absent}=None.")
 
 
 def _check_ids(name, ids):

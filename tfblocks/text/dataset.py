@@ -2,7 +2,7 @@
 
 `make_dataset` tokenizes inside the `tf.data` graph with the subword tokenizers, filters pairs to
 `max_length`, and batches them under a token budget (t2t's `batch_size` counts tokens, so short
-sentences come in bigger batches) in one of three `shapes`:
+sentences come in bigger batches) in one of four `shapes`:
 
 - `"dynamic"`: t2t's fine length buckets (`bucket_boundaries`), each batch padded to its longest
   pair. Least padding, but dozens of batch shapes: XLA would compile the step for each.
@@ -11,15 +11,23 @@ sentences come in bigger batches) in one of three `shapes`:
   as lengths and XLA compiles the step once per length.
 - `"max_length"`: every batch `[batch_tokens // max_length, max_length]`: one shape (TPUs), at
   the price of the most padding.
+- `"packed"` (t2t `pack_examples`): several pairs per row of `max_length` source and target
+  positions, rows of `batch_tokens // max_length` per batch: one shape and almost no padding.
+  Each window of `PACK_WINDOW` consecutive pairs is packed first-fit decreasing: the pairs,
+  longest first, each go into the first row where both sides still fit. As in t2t, which packs
+  when it writes the data, the rows are the same every epoch; their order is shuffled. Four more
+  features say which pair each position belongs to (`inputs_segmentation`,
+  `targets_segmentation`: 1, 2, … within a row, 0 = padding) and where it is in its pair
+  (`inputs_position`, `targets_position`, from 0); `tfblocks.Transformer` confines attention
+  to each pair with them, so a packed pair's loss equals its loss alone in a row.
 
 The fixed-shape modes complete a bucket's last, partial batch with all-padding rows instead of
 dropping pairs (t2t and tf.data drop them with `drop_remainder`): the loss and the metrics weigh
 tokens by `targets != PAD_ID` (`tfblocks.training.losses.token_weights`), so such rows count for
-nothing and every pair is seen once per epoch. Sequence packing (t2t `pack_examples`) is not
-implemented: it needs segment ids in the model.
+nothing and every pair is seen once per epoch.
 
-The features match `tfblocks.build_transformer`: `({"inputs": src, "targets": tgt}, tgt)`; the
-model shifts the targets right itself.
+The features match `tfblocks.build_transformer`: `({"inputs": src, "targets": tgt}, tgt)` (and
+the segment features when packed); the model shifts the targets right itself.
 """
 
 import itertools
@@ -29,7 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfblocks import _checks
-from tfblocks.ids import PAD_ID
+from tfblocks.ids import PACKED_SOURCE_FEATURES, PACKED_TARGET_FEATURES, PAD_ID
 
 _LOG = logging.getLogger(__name__)
 
@@ -55,8 +63,8 @@ def length_summary(pairs, source_tokenizer, target_tokenizer, max_length):
 
     Returns:
         A dict with `pairs`, `kept`, `dropped` (longer than `max_length`), the longest
-        `source_length` and `target_length`, and per pair `keep` (booleans) and `lengths`
-        (the longer side's length).
+        `source_length` and `target_length`, and per pair `keep` (booleans), `lengths`
+        (the longer side's length), `source_lengths` and `target_lengths`.
 
     Example:
 
@@ -79,6 +87,8 @@ def length_summary(pairs, source_tokenizer, target_tokenizer, max_length):
         "target_length": int(target_lengths.max()),
         "keep": keep.tolist(),
         "lengths": np.maximum(source_lengths, target_lengths).tolist(),
+        "source_lengths": source_lengths.tolist(),
+        "target_lengths": target_lengths.tolist(),
     }
 
 
@@ -160,6 +170,86 @@ def _check_bucket_lengths(bucket_lengths, max_length):
     )
 
 
+def pack_lengths(source_lengths, target_lengths, max_length):
+    """Assigns pairs to rows of `max_length` source and target positions, first-fit decreasing.
+
+    Pairs are taken longest first (the longer side, ties in input order); each goes into
+    the first row where both of its sides still fit, or opens a new row.
+
+    Args:
+        source_lengths: int `[N]`, each pair's source length (<= `max_length`).
+        target_lengths: int `[N]`, each pair's target length (<= `max_length`).
+        max_length: the positions of a row, per side.
+
+    Returns:
+        int64 arrays `(row, source_offset, target_offset, segment)`, each `[N]`: the pair's
+        row, where its source and target start in that row, and its segment id (1, 2, …
+        within the row, in the order the pairs were placed).
+
+    Example:
+
+    >>> row, source_offset, target_offset, segment = pack_lengths([3, 2, 2], [2, 3, 1], 5)
+    >>> row.tolist(), source_offset.tolist(), target_offset.tolist(), segment.tolist()
+    ([0, 0, 1], [0, 3, 0], [0, 2, 0], [1, 2, 1])
+    """
+    source_lengths = np.asarray(source_lengths, np.int64)
+    target_lengths = np.asarray(target_lengths, np.int64)
+    count = len(source_lengths)
+    if (source_lengths > max_length).any() or (target_lengths > max_length).any():
+        raise ValueError(f"A pair is longer than max_length={max_length}: it cannot be packed.")
+    row, source_offset, target_offset, segment = (np.zeros(count, np.int64) for _ in range(4))
+    # Filled positions of the open rows (at most `count` rows).
+    source_fill = np.zeros(count, np.int64)
+    target_fill = np.zeros(count, np.int64)
+    pairs_in_row = np.zeros(count, np.int64)
+    rows = 0
+    for i in np.argsort(-np.maximum(source_lengths, target_lengths), kind="stable"):
+        fits = (source_fill[:rows] + source_lengths[i] <= max_length) & (
+            target_fill[:rows] + target_lengths[i] <= max_length
+        )
+        found = np.flatnonzero(fits)
+        r = found[0] if len(found) else rows
+        rows = max(rows, r + 1)
+        row[i], source_offset[i], target_offset[i] = r, source_fill[r], target_fill[r]
+        pairs_in_row[r] += 1
+        segment[i] = pairs_in_row[r]
+        source_fill[r] += source_lengths[i]
+        target_fill[r] += target_lengths[i]
+    return row, source_offset, target_offset, segment
+
+
+def _pack_window(sources, targets, max_length):
+    """Packs a window of pairs (ragged `[N, (len)]` ids) into rows: a dict of `[R, max_length]`
+    int32 features (`inputs`, `targets` and `PACKED_FEATURES`)."""
+    row, source_offset, target_offset, segment = tf.numpy_function(
+        lambda s, t: pack_lengths(s, t, max_length),
+        [sources.row_lengths(), targets.row_lengths()],
+        [tf.int64] * 4,
+        stateful=False,
+    )  # [N] each
+    rows = tf.reduce_max(row) + 1
+
+    def scatter(ids, offset, prefix):  # ids [N, (len)] → the side's four [R, L] features
+        pair = ids.value_rowids()  # [tokens]: the pair of each token
+        position = tf.range(tf.size(pair, tf.int64)) - tf.gather(ids.row_starts(), pair)
+        where = tf.stack([tf.gather(row, pair), tf.gather(offset, pair) + position], axis=1)
+        shape = tf.stack([rows, tf.constant(max_length, tf.int64)])
+
+        def place(values):  # [tokens] → [R, L], 0 where nothing is placed
+            return tf.cast(tf.scatter_nd(where, tf.cast(values, tf.int64), shape), tf.int32)
+
+        return {
+            prefix: place(ids.flat_values),
+            f"{prefix}_segmentation": place(tf.gather(segment, pair)),
+            f"{prefix}_position": place(position),
+        }
+
+    return {
+        **scatter(sources, source_offset, "inputs"),
+        **scatter(targets, target_offset, "targets"),
+    }
+
+
 def _pad_rows(ids, rows):
     """`[b, L]` → `[rows, L]` with all-PAD rows appended (b <= rows)."""
     missing = tf.cast(rows, tf.int32) - tf.shape(ids)[0]
@@ -185,7 +275,11 @@ def _batch_in_fixed_buckets(dataset, lengths, sizes):
     return dataset.group_by_window(bucket, batch, window_size_func=lambda key: sizes_t[key])
 
 
-SHAPES = ("dynamic", "buckets", "max_length")
+SHAPES = ("dynamic", "buckets", "max_length", "packed")
+# Pairs packed together (`shapes="packed"`): the rows of a window are filled first-fit
+# decreasing, so only a window's last few rows are partly empty.
+PACK_WINDOW = 1024
+PACKED_FEATURES = PACKED_SOURCE_FEATURES + PACKED_TARGET_FEATURES
 # Batches shuffled together (see `make_dataset`): 1024 batches of 4096 tokens per side
 # are 32 MiB of ids.
 BATCH_SHUFFLE_BUFFER = 1024
@@ -227,6 +321,8 @@ def make_dataset(
       longer side, in batches of exactly `batch_tokens // length` rows: at most
       `len(bucket_lengths)` shapes, for XLA (`compile_transformer(..., jit_compile=True)`).
     - `"max_length"`: every batch exactly `[batch_tokens // max_length, max_length]`.
+    - `"packed"`: every batch exactly `[batch_tokens // max_length, max_length]`, each row
+      holding as many pairs as fit, with the segment features (module docstring).
 
     In the fixed-shape modes a bucket's last batch is completed with all-PAD rows, which the
     loss and metrics ignore, so no pair is dropped. The dataset knows its number of batches
@@ -241,9 +337,10 @@ def make_dataset(
         max_length: longest id sequence kept, EOS included.
         shuffle: shuffle the pairs each epoch (buffer = all pairs), then the batches
             (buffer = the epoch's batches, at most `BATCH_SHUFFLE_BUFFER`), so the
-            buckets' partial last batches do not all come at the end of the epoch.
+            buckets' partial last batches do not all come at the end of the epoch;
+            packed: shuffle the rows each epoch (buffer = all rows).
         seed: optional int seed of the shuffle.
-        shapes: `"dynamic"`, `"buckets"` or `"max_length"`.
+        shapes: `"dynamic"`, `"buckets"`, `"max_length"` or `"packed"`.
         bucket_lengths: the padded lengths of `shapes="buckets"`, increasing, at most
             `max_length` (which is appended if missing); default `fixed_bucket_lengths(max_length)`.
         input_context: optional `tf.distribute.InputContext` (from
@@ -251,7 +348,8 @@ def make_dataset(
 
     Returns:
         A prefetched `tf.data.Dataset` of `({"inputs": [B, S], "targets": [B, T]}, [B, T])`
-        int32 batches, padded with 0, with tf.data's autotuning off (see `_FIXED_PARALLELISM`).
+        int32 batches, padded with 0, with tf.data's autotuning off (see `_FIXED_PARALLELISM`);
+        packed, the features also hold the `PACKED_FEATURES`, `[B, max_length]` each.
 
     Example:
 
@@ -305,7 +403,7 @@ def make_dataset(
     dataset = tf.data.Dataset.from_tensor_slices(([p[0] for p in kept], [p[1] for p in kept]))
     if input_context is not None:
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    if shuffle:
+    if shuffle and shapes != "packed":  # packed: the rows are shuffled instead
         dataset = dataset.shuffle(len(kept), seed=seed, reshuffle_each_iteration=True)
 
     def tokenize(sources, targets):  # [N] strings → padded [N, L] ids and [N] lengths
@@ -322,6 +420,16 @@ def make_dataset(
     # Tokenizing 256 strings per call is much faster than one by one.
     dataset = dataset.batch(256).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.unbatch().map(unpad, num_parallel_calls=tf.data.AUTOTUNE)
+    if shapes == "packed":
+        lengths = [
+            np.array(summary[side])[summary["keep"]]
+            for side in ("source_lengths", "target_lengths")
+        ]
+        if input_context is not None:
+            shard = slice(input_context.input_pipeline_id, None, input_context.num_input_pipelines)
+            lengths = [side[shard] for side in lengths]
+        rows = batch_tokens // max_length
+        return _batch_packed(dataset, rows, max_length, shuffle, seed, *lengths)
     if shapes == "max_length":
         lengths = [max_length]
         batch_size = batch_tokens // max_length
@@ -372,4 +480,35 @@ def make_dataset(
         )
     dataset = dataset.map(lambda source, target: ({"inputs": source, "targets": target}, target))
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_FIXED_PARALLELISM)
+
+
+def _batch_packed(dataset, rows, max_length, shuffle, seed, source_lengths, target_lengths):
+    """Pairs `([len], [len])` → packed batches `(features, targets)` of `[rows, max_length]`.
+
+    The pairs are packed in the order they come (t2t packs once, when it writes the data),
+    so every epoch has the same rows, whose number follows from the lengths; `shuffle`
+    shuffles the rows (buffer: all of them) each epoch.
+    """
+    packed_rows = sum(
+        int(pack_lengths(source_lengths[i : i + PACK_WINDOW], target_lengths[i : i + PACK_WINDOW],
+                         max_length)[0].max()) + 1
+        for i in range(0, len(source_lengths), PACK_WINDOW)
+    )  # fmt: skip
+    dataset = dataset.ragged_batch(PACK_WINDOW).map(
+        lambda sources, targets: _pack_window(sources, targets, max_length)
+    )  # windows of [R, L] features
+    dataset = dataset.unbatch()  # packed rows
+    if shuffle:
+        dataset = dataset.shuffle(packed_rows, seed=seed, reshuffle_each_iteration=True)
+
+    def complete(features):  # [b <= rows, L] → [rows, L], all-PAD rows appended
+        return {
+            name: tf.ensure_shape(_pad_rows(value, rows), [rows, max_length])
+            for name, value in features.items()
+        }
+
+    dataset = dataset.batch(rows).map(complete)
+    dataset = dataset.map(lambda features: (features, features["targets"]))
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-packed_rows // rows)))
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(_FIXED_PARALLELISM)

@@ -35,6 +35,7 @@ from tfblocks.decoding import Greedy
 from tfblocks.models.builders import build_transformer
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import make_dataset
+from tfblocks.text.dataset import SHAPES
 from tfblocks.training import compile_transformer, get_strategy
 from tfblocks.training.callbacks import EpochProgress, TimeLimit
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy
@@ -83,7 +84,10 @@ class TrainingOptions:
         batch_tokens: token budget of a batch.
         seed: seed of the initialisation and of every epoch's shuffle.
         strategy: a `get_strategy` kind or a `tf.distribute.Strategy`.
-        static_shapes: pad batches to `max_length` and compile the step with XLA.
+        shapes: the batches (`make_dataset(shapes=...)`): `"dynamic"` (length buckets,
+            each batch padded to its longest pair), `"buckets"` (a few padded lengths),
+            `"max_length"` (one shape) or `"packed"` (several pairs per row, one shape).
+            The fixed-shape modes compile the training step with XLA (once per shape).
         dtype_policy: `"auto"` (`mixed_bfloat16` for a step without XLA on a CPU with
             bfloat16 instructions, else float32; `tfblocks.training.precision`),
             `"float32"`, `"mixed_bfloat16"` or `"mixed_float16"`. Only training uses it:
@@ -100,7 +104,7 @@ class TrainingOptions:
     batch_tokens: int = 4096
     seed: int = 0
     strategy: object = "auto"
-    static_shapes: bool = False
+    shapes: str = "dynamic"
     dtype_policy: str = "auto"
     time_limit: float | None = None
     dev_sentences: int = 200
@@ -116,6 +120,7 @@ class TrainingOptions:
         _checks.check_non_negative_int("average_last", self.average_last)
         _checks.check_positive_int("keep_checkpoints", self.keep_checkpoints)
         _checks.check_choice("dtype_policy", self.dtype_policy, POLICIES)
+        _checks.check_choice("shapes", self.shapes, SHAPES)
         if self.early_stopping is not None:
             _checks.check_positive_int("early_stopping", self.early_stopping)
             if not self.dev_sentences:
@@ -156,10 +161,11 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
     strategy = options.strategy
     strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
     replicas = strategy.num_replicas_in_sync
-    policy = resolve_dtype_policy(options.dtype_policy, options.static_shapes)
+    xla = options.shapes != "dynamic"  # fixed shapes: one XLA program per shape
+    policy = resolve_dtype_policy(options.dtype_policy, xla)
     with strategy.scope():
         model = build_transformer(hp, dtype=policy)
-        compile_transformer(model, hp, jit_compile=options.static_shapes)
+        compile_transformer(model, hp, jit_compile=xla)
     # Translation (dev BLEU, the final model, its exports) computes in float32: under a
     # mixed policy it runs on a float32 twin that gets the trained weights before use.
     serving = model if policy == "float32" else float32_twin(hp, model)
@@ -178,7 +184,7 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
         return make_dataset(
             pairs, tokenizer, tokenizer, batch_tokens=options.batch_tokens * scale,
             max_length=hp.max_length, shuffle=shuffle, seed=seed,
-            shapes="max_length" if options.static_shapes else "dynamic",
+            shapes=options.shapes,
         )  # fmt: skip
 
     dev = dataset(splits["dev"], None, shuffle=False)

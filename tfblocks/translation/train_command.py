@@ -23,6 +23,7 @@ import argparse
 import os
 import tempfile
 
+from tfblocks.text.dataset import SHAPES
 from tfblocks.training.precision import POLICIES
 from tfblocks.translation.console import run_command
 
@@ -60,10 +61,12 @@ def parse_args(argv=None):
         "and the export compute in float32",
     )  # fmt: skip
     parser.add_argument(
-        "--static-shapes",
-        action="store_true",
-        help="pad batches to max_length and compile the train step once with XLA",
-    )
+        "--shapes", default="dynamic", choices=SHAPES,
+        help="the training batches: dynamic (length buckets, each batch padded to its longest "
+        "pair; no XLA), buckets (a few padded lengths), max_length (one shape) or packed "
+        "(several pairs per row of max_length, one shape, almost no padding); the fixed shapes "
+        "compile the training step with XLA",
+    )  # fmt: skip
     parser.add_argument(
         "--max-train-minutes", type=float, default=None, help="stop training after this long"
     )
@@ -151,7 +154,7 @@ def main(argv=None):
         batch_tokens=args.batch_tokens,
         seed=args.seed,
         strategy=args.strategy,
-        static_shapes=args.static_shapes,
+        shapes=args.shapes,
         dtype_policy=args.dtype_policy,
         time_limit=args.max_train_minutes * 60 if args.max_train_minutes else None,
         dev_sentences=args.dev_sentences,
