@@ -13,7 +13,11 @@ T2T = {
     "transformer_base_v1": (6, 512, 2048, 8, False, 0.1, 0.0, 0.0, 0.98, 4000),
     "transformer_base": (6, 512, 2048, 8, True, 0.1, 0.1, 0.1, 0.997, 8000),
     "transformer_big": (6, 1024, 4096, 16, True, 0.3, 0.1, 0.1, 0.997, 8000),
+    "transformer_relative": (6, 512, 2048, 8, True, 0.1, 0.1, 0.1, 0.997, 8000),
+    "transformer_relative_tiny": (2, 128, 512, 4, True, 0.1, 0.1, 0.1, 0.997, 8000),
 }
+# t2t's relative presets: relative self-attention up to distance 20, no timing signal.
+RELATIVE = {"transformer_relative", "transformer_relative_tiny"}
 
 
 @pytest.mark.parametrize("name", sorted(T2T))
@@ -39,6 +43,10 @@ def test_presets_match_t2t(name):
         0.9,
         1e-9,
     )
+    relative = ("dot_product_relative", 20, "none")
+    absolute = ("dot_product", 20, "timing")
+    want = relative if name in RELATIVE else absolute
+    assert (hp.self_attention_type, hp.max_relative_position, hp.pos) == want
     if name == "transformer_base_v1":
         assert (hp.learning_rate_schedule, hp.learning_rate) == (LEGACY_NOAM, 0.1)
     else:

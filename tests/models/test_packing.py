@@ -27,7 +27,7 @@ PAIRS = [
 ROWS_OF_PAIRS = [[0, 1, 2], [3, 4]]  # which pairs share a row
 
 
-def _hparams(norm_first, num_encoder_layers=2):
+def _hparams(norm_first, num_encoder_layers=2, **overrides):
     return hparams(
         "transformer_tiny",
         vocab_size=VOCAB,
@@ -40,6 +40,7 @@ def _hparams(norm_first, num_encoder_layers=2):
         layer_prepostprocess_dropout=0.0,
         attention_dropout=0.0,
         relu_dropout=0.0,
+        **overrides,
     )
 
 
@@ -92,10 +93,21 @@ def _loss_and_gradients(model, features, targets):
     return total, losses.numpy(), tape.gradient(total, model.trainable_variables)
 
 
-@pytest.mark.parametrize("norm_first", [True, False], ids=["pre_ln", "post_ln"])
-def test_packed_encoder_decoder_equals_unpacked(norm_first):
+RELATIVE = {
+    "self_attention_type": "dot_product_relative",
+    "max_relative_position": 3,
+    "pos": "none",
+}
+
+
+@pytest.mark.parametrize(
+    "norm_first, attention",
+    [(True, {}), (False, {}), (True, RELATIVE)],
+    ids=["pre_ln", "post_ln", "relative"],
+)
+def test_packed_encoder_decoder_equals_unpacked(norm_first, attention):
     keras.utils.set_random_seed(3)
-    model = build_transformer(_hparams(norm_first))
+    model = build_transformer(_hparams(norm_first, **attention))
     packed, unpacked = _packed_batch(), _unpacked_batch()
 
     logits_packed = model(packed).numpy()

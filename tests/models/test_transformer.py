@@ -13,12 +13,16 @@ VOCAB = 37
 
 
 def expected_params(hp):
-    """What t2t's architecture implies: bias-free attention, FFN with biases, LN γ/β."""
+    """What t2t's architecture implies: bias-free attention, FFN with biases, LN γ/β, and
+    with relative self-attention a key and a value table of 2k + 1 rows of the head depth."""
     d, f, v = hp.hidden_size, hp.filter_size, hp.vocab_size
     ffn = d * f + f + f * d + d
     layer_norm = 2 * d
-    encoder_layer = 4 * d * d + ffn + 2 * layer_norm
-    decoder_layer = 8 * d * d + ffn + 3 * layer_norm
+    relative = 0
+    if hp.self_attention_type == "dot_product_relative":
+        relative = 2 * (2 * hp.max_relative_position + 1) * (d // hp.num_heads)
+    encoder_layer = 4 * d * d + relative + ffn + 2 * layer_norm
+    decoder_layer = 8 * d * d + relative + ffn + 3 * layer_norm
     final_norms = 2 * layer_norm if hp.norm_first else 0
     embeddings = v * d if hp.shared_embedding_and_softmax_weights else 3 * v * d
     return (
@@ -134,8 +138,18 @@ def test_methods_reproduce_the_model_after_keras_round_trip(tmp_path):
     np.testing.assert_allclose(np.asarray(reloaded.logits(hidden)), expected, atol=1e-5)
 
 
-def test_cached_decode_equals_full_decode():
-    model = build_transformer(tiny(shared_embedding_and_softmax_weights=False, norm_first=False))
+RELATIVE = {
+    "self_attention_type": "dot_product_relative",
+    "max_relative_position": 2,
+    "pos": "none",
+}
+
+
+@pytest.mark.parametrize("attention", [{}, RELATIVE], ids=["absolute", "relative"])
+def test_cached_decode_equals_full_decode(attention):
+    model = build_transformer(
+        tiny(shared_embedding_and_softmax_weights=False, norm_first=False, **attention)
+    )
     x = batch(np.random.default_rng(6))
     memory = model.encode(x["inputs"])
     mask = padding_mask(x["inputs"])
@@ -147,6 +161,28 @@ def test_cached_decode_equals_full_decode():
                                      index=i)  # fmt: skip
         real = np.asarray(decoder_ids)[:, i] != PAD_ID  # padded queries are not compared
         np.testing.assert_allclose(np.asarray(hidden)[real, 0], full[real, i], atol=1e-4)
+
+
+def test_relative_model_has_no_timing_signal_and_round_trips(tmp_path):
+    model = build_transformer(tiny(**RELATIVE))
+    assert not model.source_embedding.add_timing_signal
+    assert all(b.self_attention.max_relative_position == 2 for b in model.decoder_blocks)
+    assert all(b.cross_attention.__class__.__name__ == "MultiHeadAttention"
+               for b in model.decoder_blocks)  # fmt: skip
+    x = batch(np.random.default_rng(8))
+    model.save(tmp_path / "relative.keras")
+    again = keras.saving.load_model(tmp_path / "relative.keras")
+    np.testing.assert_allclose(again(x), model(x), atol=1e-6)
+    # No timing signal and relative attention: the encoding does not depend on where the
+    # sentence starts (padding in front is masked), unlike the absolute model's.
+    front = np.array([[0, 0, 5, 6, 7, EOS_ID]], "int32")
+    back = np.array([[5, 6, 7, EOS_ID, 0, 0]], "int32")
+    np.testing.assert_allclose(
+        np.asarray(model.encode(front))[:, 2:], np.asarray(model.encode(back))[:, :4], atol=1e-5
+    )
+    absolute = build_transformer(tiny())
+    shifted = np.asarray(absolute.encode(front))[:, 2:] - np.asarray(absolute.encode(back))[:, :4]
+    assert np.abs(shifted).max() > 1e-3
 
 
 def test_builders_check_the_layer_counts():

@@ -59,8 +59,9 @@ def _trained(data, **overrides):
     [
         {},  # Pre-LN, tied embeddings and softmax
         {"norm_first": False, "shared_embedding_and_softmax_weights": False},
+        {"self_attention_type": "dot_product_relative", "max_relative_position": 4, "pos": "none"},
     ],
-    ids=["pre_ln_tied", "post_ln_untied"],
+    ids=["pre_ln_tied", "post_ln_untied", "relative"],
 )
 def test_greedy_translations_equal_translator(data, overrides, tmp_path):
     pairs, tokenizer = data
@@ -118,6 +119,11 @@ def test_bad_input(data, tmp_path):
     )
     with pytest.raises(ValueError, match="encoder–decoder"):
         export_ctranslate2(lm, tokenizer, tmp_path / "c")
+    timed = tfblocks.build_transformer(
+        tfblocks.hparams("transformer_relative_tiny", vocab_size=300, pos="timing")
+    )
+    with pytest.raises(ValueError, match="pos='none'"):
+        export_ctranslate2(timed, tokenizer, tmp_path / "d")
     with pytest.raises(ValueError, match="model_dir="):
         CTranslate2Translator(tmp_path / "nothing")
     path = export_ctranslate2(model, tokenizer, tmp_path / "ok")

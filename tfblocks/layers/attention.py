@@ -16,7 +16,9 @@ keeps the CPU/GPU busier than three narrow ones, and its backward pass is one
 Extension points (subclasses override these, nothing else branches): `_attention_mask`
 builds whatever mask `_compute_attention` consumes, `_compute_attention` is the one
 place q, k and v meet, and `_cache_mask` says which cache slots a decoded position may
-see. `LocalMultiHeadAttention` (local_attention.py) overrides all three.
+see (`_incremental_mask` hands positions on in incremental decoding).
+`LocalMultiHeadAttention` (local_attention.py) overrides the first three,
+`RelativeMultiHeadAttention` (relative_attention.py) the first two and the last.
 """
 
 import keras
@@ -299,6 +301,11 @@ class MultiHeadAttention(keras.layers.Layer):
         """Which cache slots each decoded position sees: `[T, 1]`, `[1, S]` -> `[T, S]`."""
         return cols <= rows
 
+    def _incremental_mask(self, mask, query_positions, key_positions):
+        """What `_compute_attention` gets in incremental decoding: here the boolean
+        `[1, T, S_max]` mask; subclasses may add the positions `[T]` and `[S_max]`."""
+        return mask
+
     def _call_cached(
         self, query, value, cache, cache_index, value_mask, attention_mask, return_scores, training
     ):
@@ -342,6 +349,7 @@ class MultiHeadAttention(keras.layers.Layer):
             mask = ops.expand_dims(self._cache_mask(rows, cols), 0)  # [1, T, S_max]
             if attention_mask is not None:
                 mask = ops.logical_and(mask, ops.cast(attention_mask, "bool"))
+            mask = self._incremental_mask(mask, rows[:, 0], cols[0])
             cache = {"key": k, "value": v}
         output, weights = self._compute_attention(
             q, k, v, mask, training=training, return_scores=return_scores

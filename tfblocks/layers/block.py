@@ -17,6 +17,7 @@ from tfblocks.layers.attention import MultiHeadAttention
 from tfblocks.layers.dropout import HashDropout
 from tfblocks.layers.feed_forward import DenseReluDense
 from tfblocks.layers.local_attention import NON_CAUSAL_WINDOWS, LocalMultiHeadAttention
+from tfblocks.layers.relative_attention import RelativeMultiHeadAttention
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -41,6 +42,9 @@ class TransformerBlock(keras.layers.Layer):
         kernel_initializer: initializer of every kernel.
         attention_window: restricted (local) self-attention over blocks of this many
             positions (a `LocalMultiHeadAttention`); cross-attention stays full.
+        max_relative_position: relative position self-attention
+            (`RelativeMultiHeadAttention`, Shaw et al. 2018) telling distances up to this
+            apart; None = plain dot-product. Not with `attention_window`.
         non_causal_window: the local window of a non-causal block, `"centered"` or
             `"t2t"` (see `LocalMultiHeadAttention`); unused without `attention_window`.
         **kwargs: base `keras.layers.Layer` arguments.
@@ -90,6 +94,7 @@ class TransformerBlock(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         attention_window=None,
         non_causal_window="centered",
+        max_relative_position=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -113,9 +118,18 @@ class TransformerBlock(keras.layers.Layer):
         self.non_causal_window = _utils.check_choice(
             "non_causal_window", non_causal_window, NON_CAUSAL_WINDOWS
         )
+        self.max_relative_position = _utils.check_optional_positive_int(
+            "max_relative_position", max_relative_position
+        )
+        if self.max_relative_position is not None and self.attention_window is not None:
+            raise ValueError(
+                "Relative position attention and local attention do not combine, got "
+                f"max_relative_position={max_relative_position}, "
+                f"attention_window={attention_window}."
+            )
         self.supports_masking = True
 
-        def attention(name, window=None):
+        def attention(name, window=None, relative=None):
             common = {
                 "num_heads": self.num_heads,
                 "key_dim": self.key_dim,
@@ -125,6 +139,8 @@ class TransformerBlock(keras.layers.Layer):
                 "dtype": self.dtype_policy,
                 "name": name,
             }
+            if relative is not None:
+                return RelativeMultiHeadAttention(max_relative_position=relative, **common)
             if window is None:
                 return MultiHeadAttention(**common)
             return LocalMultiHeadAttention(
@@ -136,7 +152,9 @@ class TransformerBlock(keras.layers.Layer):
                 epsilon=self.epsilon, dtype=self.dtype_policy, name=name
             )
 
-        self.self_attention = attention("self_attention", self.attention_window)
+        self.self_attention = attention(
+            "self_attention", self.attention_window, self.max_relative_position
+        )
         self.self_attention_norm = norm("self_attention_norm")
         # `cross_attention` is the sublayer itself when enabled and None otherwise,
         # so `bool(block.cross_attention)` is the constructor flag.
@@ -350,6 +368,7 @@ class TransformerBlock(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "attention_window": self.attention_window,
                 "non_causal_window": self.non_causal_window,
+                "max_relative_position": self.max_relative_position,
             }
         )
         return config

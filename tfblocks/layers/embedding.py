@@ -97,6 +97,9 @@ class SinusoidalEmbedding(keras.layers.Layer):
         max_timescale: timing signal's longest timescale.
         dropout: dropout after adding the signal (t2t `layer_prepostprocess_dropout`).
         embeddings_initializer: defaults to N(0, hidden_size^-0.5).
+        add_timing_signal: add the sinusoidal timing signal (t2t `pos="timing"`); False
+            for models whose attention knows positions (t2t `pos=None`, relative
+            attention).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -129,9 +132,11 @@ class SinusoidalEmbedding(keras.layers.Layer):
         max_timescale=1e4,
         dropout=0.0,
         embeddings_initializer=None,
+        add_timing_signal=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.add_timing_signal = bool(add_timing_signal)
         self.vocab_size = _utils.check_positive_int("vocab_size", vocab_size)
         self.hidden_size = _utils.check_positive_int("hidden_size", hidden_size)
         self.mask_zero = bool(mask_zero)
@@ -169,6 +174,8 @@ class SinusoidalEmbedding(keras.layers.Layer):
             x = x * ops.cast(self.hidden_size**0.5, x.dtype)
         # t2t zeroes the embedding of padding so it carries no signal.
         x = x * ops.cast(ops.expand_dims(ops.not_equal(ids, 0), -1), x.dtype)
+        if not self.add_timing_signal:
+            return self.dropout_layer(x, training=training)
         if positions is None:
             signal = timing_signal(
                 ops.shape(ids)[1],
@@ -209,6 +216,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
                 "max_timescale": self.max_timescale,
                 "dropout": self.dropout,
                 "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+                "add_timing_signal": self.add_timing_signal,
             }
         )
         return config

@@ -20,6 +20,10 @@ def _from_hparams(hp, num_encoder_layers, name, dtype=None):
         relu_dropout=hp.relu_dropout,
         norm_first=hp.norm_first,
         shared_embedding_and_softmax_weights=hp.shared_embedding_and_softmax_weights,
+        max_relative_position=(
+            hp.max_relative_position if hp.self_attention_type == "dot_product_relative" else None
+        ),
+        add_timing_signal=hp.pos == "timing",
         name=name,
         dtype=dtype,
     )

@@ -13,6 +13,10 @@ transformer_base      6       512    2048    8      pre      0.1 / 0.1 / 0.1
 transformer_big       6       1024   4096    16     pre      0.3 / 0.1 / 0.1
 ====================  ======  =====  ======  =====  =======  ========================
 
+`transformer_relative` and `transformer_relative_tiny` are `transformer_base` and
+`transformer_tiny` with relative position self-attention (`max_relative_position` 20) and
+no sinusoidal timing signal, as t2t's presets of these names.
+
 `transformer_base` is t2t's v3: Adam β₂ = 0.997 and the learning rate
 `constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size` with constant 2 and 8000 warmup
 steps. `transformer_base_v1` is the paper's recipe: Post-LN, β₂ = 0.98 and the legacy
@@ -30,6 +34,8 @@ from tfblocks import _checks
 RSQRT_DECAY = "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size"
 LEGACY_NOAM = "legacy"
 _SCHEDULES = (RSQRT_DECAY, LEGACY_NOAM)
+SELF_ATTENTION_TYPES = ("dot_product", "dot_product_relative")
+POSITION_SIGNALS = ("timing", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +67,12 @@ class HParams:
             target and the softmax.
         batch_size: tokens per batch (t2t's meaning; used by data pipelines).
         max_length: longest sequence in tokens (used by data pipelines).
+        self_attention_type: `"dot_product"` or `"dot_product_relative"` (Shaw et al.
+            2018: learned relative position embeddings in every self-attention,
+            `RelativeMultiHeadAttention`; cross-attention stays `"dot_product"`).
+        max_relative_position: the largest distance relative attention tells apart.
+        pos: `"timing"` (the sinusoidal timing signal added to the embeddings) or `"none"`
+            (t2t's `pos=None`, as `transformer_relative` sets).
 
     Example:
 
@@ -90,6 +102,9 @@ class HParams:
     shared_embedding_and_softmax_weights: bool = True
     batch_size: int = 4096
     max_length: int = 256
+    self_attention_type: str = "dot_product"
+    max_relative_position: int = 20
+    pos: str = "timing"
 
     def __post_init__(self):
         for name in (
@@ -101,6 +116,7 @@ class HParams:
             "learning_rate_warmup_steps",
             "batch_size",
             "max_length",
+            "max_relative_position",
         ):
             _checks.check_positive_int(name, getattr(self, name))
         _checks.check_non_negative_int("num_encoder_layers", self.num_encoder_layers)
@@ -123,6 +139,8 @@ class HParams:
                 "`hidden_size` must be divisible by `num_heads`, got "
                 f"hidden_size={self.hidden_size}, num_heads={self.num_heads}."
             )
+        _checks.check_choice("self_attention_type", self.self_attention_type, SELF_ATTENTION_TYPES)
+        _checks.check_choice("pos", self.pos, POSITION_SIGNALS)
         if self.learning_rate_schedule not in _SCHEDULES:
             raise ValueError(
                 f"`learning_rate_schedule` must be one of {_SCHEDULES}, got "
@@ -142,6 +160,12 @@ _BASE = {
     "learning_rate_constant": 2.0,
 }
 _TWO_LAYERS = {"num_encoder_layers": 2, "num_decoder_layers": 2, "num_heads": 4}
+# t2t `transformer_relative`: transformer_base with relative self-attention, no timing signal.
+_RELATIVE = {
+    "self_attention_type": "dot_product_relative",
+    "max_relative_position": 20,
+    "pos": "none",
+}
 
 PRESETS = {
     "transformer_tiny": {**_BASE, **_TWO_LAYERS, "hidden_size": 128, "filter_size": 512},
@@ -156,6 +180,14 @@ PRESETS = {
         "layer_prepostprocess_dropout": 0.3,
         "batch_size": 2048,
     },
+    "transformer_relative": {**_BASE, **_RELATIVE},
+    "transformer_relative_tiny": {
+        **_BASE,
+        **_RELATIVE,
+        **_TWO_LAYERS,
+        "hidden_size": 128,
+        "filter_size": 512,
+    },
 }
 
 
@@ -164,7 +196,8 @@ def hparams(name, **overrides):
 
     Args:
         name: one of `PRESETS` (`transformer_tiny`, `transformer_small`,
-            `transformer_base_v1`, `transformer_base`, `transformer_big`).
+            `transformer_base_v1`, `transformer_base`, `transformer_big`,
+            `transformer_relative`, `transformer_relative_tiny`).
         **overrides: `HParams` fields to change.
 
     Returns:

@@ -143,6 +143,11 @@ class Transformer(keras_hub.models.Backbone):
         norm_first: Pre-LN (each stack ends with a LayerNorm) or Post-LN.
         shared_embedding_and_softmax_weights: one matrix for the source and target
             embeddings and the softmax; otherwise each has its own.
+        max_relative_position: relative position self-attention in every block
+            (`RelativeMultiHeadAttention`, t2t `dot_product_relative`) up to this
+            distance; None = plain dot-product attention.
+        add_timing_signal: add the sinusoidal timing signal to the embeddings (t2t
+            `pos="timing"`; `transformer_relative` turns it off).
         dtype: dtype policy of every sublayer (e.g. `"mixed_bfloat16"`); defaults to
             the global policy. The logits are float32 either way.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
@@ -179,6 +184,8 @@ class Transformer(keras_hub.models.Backbone):
         relu_dropout=0.0,
         norm_first=True,
         shared_embedding_and_softmax_weights=True,
+        max_relative_position=None,
+        add_timing_signal=True,
         dtype=None,
         **kwargs,
     ):
@@ -199,12 +206,22 @@ class Transformer(keras_hub.models.Backbone):
                 "`hidden_size` must be divisible by `num_heads`, got "
                 f"hidden_size={hidden_size}, num_heads={num_heads}."
             )
+        max_relative_position = _checks.check_optional_positive_int(
+            "max_relative_position", max_relative_position
+        )
         has_input = num_encoder_layers > 0
         tied = bool(shared_embedding_and_softmax_weights)
 
         # === Layers ===
         def embedding(cls, name):
-            return cls(vocab_size, hidden_size, dropout=dropout, dtype=dtype, name=name)
+            return cls(
+                vocab_size,
+                hidden_size,
+                dropout=dropout,
+                add_timing_signal=add_timing_signal,
+                dtype=dtype,
+                name=name,
+            )
 
         def block(name, decoder):
             return TransformerBlock(
@@ -217,6 +234,7 @@ class Transformer(keras_hub.models.Backbone):
                 causal=decoder,
                 cross_attention=decoder and has_input,
                 epsilon=LAYER_NORM_EPSILON,
+                max_relative_position=max_relative_position,
                 dtype=dtype,
                 name=name,
             )
@@ -273,6 +291,8 @@ class Transformer(keras_hub.models.Backbone):
         self.relu_dropout = relu_dropout
         self.norm_first = bool(norm_first)
         self.shared_embedding_and_softmax_weights = tied
+        self.max_relative_position = max_relative_position
+        self.add_timing_signal = bool(add_timing_signal)
 
     @property
     def has_input(self):
@@ -518,6 +538,8 @@ class Transformer(keras_hub.models.Backbone):
             "relu_dropout": self.relu_dropout,
             "norm_first": self.norm_first,
             "shared_embedding_and_softmax_weights": self.shared_embedding_and_softmax_weights,
+            "max_relative_position": self.max_relative_position,
+            "add_timing_signal": self.add_timing_signal,
         }
 
 

@@ -14,6 +14,10 @@ from a trained encoder–decoder `tfblocks.Transformer` and its SentencePiece to
   stored as an explicit position table (`position_encodings.encodings`) rather than
   relying on CTranslate2's built-in sinusoid, so positions mean exactly what they
   mean in tfblocks. The table covers `max_positions` positions (source and target).
+  A model without the timing signal gets a table of zeros; a model with relative position
+  self-attention (`transformer_relative`) gets CTranslate2's `relative_position` spec
+  (Shaw et al.'s key and value tables, the same formula) and no table, so it must be
+  built without the timing signal (`pos="none"`, as t2t's relative presets are).
 - Vocabulary: the SentencePiece pieces in id order (`<pad>`, `</s>`, `<unk>`, `<s>`
   are ids 0–3), so CTranslate2 token i is tfblocks id i; ids the model has beyond the
   tokenizer's pieces get placeholder tokens `<tfblocks_unused_i>`. The decoder starts
@@ -110,6 +114,10 @@ def _layer_norm(spec, norm):
 
 def _attention(spec, attention, norm, self_attention):
     q, k, v = attention.query_dense, attention.key_dense, attention.value_dense
+    if getattr(attention, "max_relative_position", None) is not None:
+        # Shaw et al.'s tables, as CTranslate2 reads them: [2k + 1, depth], k from the rows.
+        spec.relative_position_keys = _numpy(attention.relative_keys)
+        spec.relative_position_values = _numpy(attention.relative_values)
     if self_attention:
         _fused(spec.linear[0], [q, k, v])
     else:
@@ -140,6 +148,12 @@ def _check_model(model):
                 f"`model` block '{block.name}' has activation={block.activation!r}; the "
                 "CTranslate2 export supports ReLU blocks."
             )
+        if getattr(model, "max_relative_position", None) is not None and model.add_timing_signal:
+            raise ValueError(
+                f"`model` '{model.name}' has relative attention and a timing signal; "
+                "CTranslate2 adds no position encodings to a model with relative positions, "
+                "so it needs add_timing_signal=False (hparams pos='none')."
+            )
         if block.key_dim not in (None, model.hidden_size // model.num_heads):
             raise ValueError(
                 f"`model` block '{block.name}' has key_dim={block.key_dim}; the CTranslate2 "
@@ -157,7 +171,8 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
     _checks.check_positive_int("max_positions", max_positions)
     specs = _ctranslate2().specs
     target_tokenizer = target_tokenizer or source_tokenizer
-    common = dict(num_heads=model.num_heads, pre_norm=model.norm_first)
+    relative = getattr(model, "max_relative_position", None) is not None
+    common = dict(num_heads=model.num_heads, pre_norm=model.norm_first, relative_position=relative)
     encoder = specs.TransformerEncoderSpec(model.num_encoder_layers, **common)
     decoder = specs.TransformerDecoderSpec(model.num_decoder_layers, **common)
     spec = specs.TransformerSpec(encoder, decoder)
@@ -170,7 +185,10 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
     spec.config.unk_token = SPECIAL_PIECES[UNK_ID]
 
     # t2t's timing signal for positions 0 … max_positions − 1: [max_positions, d].
+    # Without a timing signal (and without relative positions) the table is zeros.
     positions = _numpy(timing_signal(max_positions, model.hidden_size)[0])
+    if not getattr(model, "add_timing_signal", True):
+        positions = positions * 0
     for stack, embedding, blocks, norm in (
         (encoder, model.source_embedding, model.encoder_blocks, model.encoder_norm),
         (decoder, model.target_embedding, model.decoder_blocks, model.decoder_norm),
@@ -178,7 +196,8 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
         embeddings = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings
         embeddings.weight = _numpy(embedding.embeddings)
         stack.scale_embeddings = bool(embedding.scale)
-        stack.position_encodings.encodings = positions
+        if not relative:  # CTranslate2 has no position table with relative positions
+            stack.position_encodings.encodings = positions
         for layer_spec, block in zip(stack.layer, blocks, strict=True):
             _block(layer_spec, block)
         if norm is not None:
