@@ -27,6 +27,12 @@ Every engine runs with 2 threads (TF intra-op 2 / inter-op 1, CTranslate2
 ratio to CTranslate2 float32 measured in the same rounds. An untimed warm-up pass
 compiles every batch shape first (XLA compiles per batch size and source bucket).
 
+`--overhead` times something else instead: what n-best lists and scoring cost next to
+plain translation (beam 4, batch 32), for `Translator` (in memory, XLA) and CTranslate2
+float32: `translate` (the best translation), `n-best 4` (the 4 best, `n_best` of
+`num_hypotheses=4`) and `score` (`score` of the references, one forward pass); each
+task's ratio to `translate` is the median of the per-round ratios.
+
 There is no trained model on disk: the script trains `--hparams` (transformer_small)
 for `--train-minutes` on the 50k training pairs, or loads `--preset DIR`
 (`tfblocks.load_preset`); `--save-preset DIR` keeps what it trained. `--quick` is a smoke
@@ -36,6 +42,7 @@ the embedded phrasebook, max_length 16, 8 sentences, beam 4 at batch 32 only
 
     python benchmarks/serve.py --train-minutes 5 --save-preset /tmp/serve_small
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3
+    python benchmarks/serve.py --preset /tmp/serve_small --rounds 3 --overhead
 
 Figures: benchmarks/README.md.
 """
@@ -98,6 +105,9 @@ def parse_args(argv=None):
                         help="also time beam-4 batch-32 with sources sorted by length")  # fmt: skip
     parser.add_argument("--beam-only", action="store_true",
                         help="time beam 4 only (batch 32 and 1), not greedy")  # fmt: skip
+    parser.add_argument("--overhead", action="store_true",
+                        help="instead of the engines: time n-best (4) and scoring against "
+                        "plain translation, beam 4 at batch 32")  # fmt: skip
     args = parser.parse_args(argv)
     args.configs, args.overrides = CONFIGS, {}
     if args.beam_only:
@@ -327,6 +337,78 @@ def report(args, configs, results, outputs, test_pairs):
             )
 
 
+OVERHEAD_TASKS = ("translate", "n-best 4", "score")
+
+
+def build_overhead(args, model, tokenizer, workdir):
+    """`{engine: {task: fn(sources, references)}}` for `OVERHEAD_TASKS`: Translator (XLA)
+    and, when CTranslate2 is installed, CT2 float32; beam 4 (length penalty 0.6)."""
+    import importlib.util
+
+    import tfblocks
+    from tfblocks.decoding import BeamSearch
+
+    translator = tfblocks.Translator(model, tokenizer, tokenizer, max_length=args.max_length,
+                                     strategy=BeamSearch(4, 0.6), num_hypotheses=4)  # fmt: skip
+    strings = _strings(translator)
+    tasks = {
+        "Translator": {
+            "translate": lambda sources, references: strings(sources),
+            "n-best 4": lambda sources, references: translator.n_best(sources),
+            "score": translator.score,
+        }
+    }
+    if importlib.util.find_spec("ctranslate2") is not None:
+        path = tfblocks.export_ctranslate2(model, tokenizer, os.path.join(workdir, "ct2"))
+        ct2 = tfblocks.CTranslate2Translator(
+            path, beam_size=4, max_length=args.max_length, compute_type="float32",
+            intra_threads=args.threads, inter_threads=1, num_hypotheses=4,
+        )  # fmt: skip
+        tasks["CT2 float32"] = {
+            "translate": lambda sources, references: ct2(sources),
+            "n-best 4": lambda sources, references: ct2.n_best(sources),
+            "score": ct2.score,
+        }
+    return tasks
+
+
+def measure_overhead(args, tasks, test_pairs):
+    """Seconds per pass over `test_pairs` in batches of 32, per (engine, task) and round
+    (the tasks' order rotated each round), after an untimed pass that compiles."""
+    batches = [
+        ([s for s, _ in test_pairs[i : i + 32]], [t for _, t in test_pairs[i : i + 32]])
+        for i in range(0, len(test_pairs), 32)
+    ]
+    start = time.perf_counter()
+    for per_task in tasks.values():
+        for run in per_task.values():
+            for sources, references in batches:
+                run(sources, references)
+    print(f"warm-up (compiles every batch shape): {time.perf_counter() - start:.0f} s")
+    seconds = {}
+    order = list(OVERHEAD_TASKS)
+    for round_index in range(args.rounds):
+        for engine, per_task in tasks.items():
+            for task in order:
+                begin = time.perf_counter()
+                for sources, references in batches:
+                    per_task[task](sources, references)
+                seconds.setdefault((engine, task), []).append(time.perf_counter() - begin)
+        order = order[1:] + order[:1]
+        print(f"round {round_index + 1}/{args.rounds} done", flush=True)
+    print(
+        f"\n{args.hparams}, max_length {args.max_length}, {len(test_pairs)} sentences, beam 4, "
+        f"batch 32, {args.threads} threads, median of {args.rounds} round(s)"
+    )
+    print(f"{'engine':<12} {'task':<10} {'seconds':>8} {'vs translate':>12}")
+    for engine in tasks:
+        plain = seconds[(engine, "translate")]
+        for task in OVERHEAD_TASKS:
+            rows = seconds[(engine, task)]
+            ratio = statistics.median(r / p for r, p in zip(rows, plain, strict=True))
+            print(f"{engine:<12} {task:<10} {statistics.median(rows):>8.2f} {ratio:>11.3f}×")
+
+
 def main(argv=None):
     args = parse_args(argv)
     set_threads(args.threads)
@@ -337,6 +419,10 @@ def main(argv=None):
         model, tokenizer, _ = tfblocks.load_preset(args.preset)
     else:
         model, tokenizer = train_model(args, train_pairs)
+    if args.overhead:
+        with tempfile.TemporaryDirectory(prefix="serve-") as workdir:
+            measure_overhead(args, build_overhead(args, model, tokenizer, workdir), test_pairs)
+        return
     with tempfile.TemporaryDirectory(prefix="serve-") as workdir:
         engines = build_engines(args, model, tokenizer, workdir)
         start = time.perf_counter()

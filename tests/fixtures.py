@@ -68,3 +68,48 @@ def synthetic_dataset(n, length, vocab_size, *, batch_size, seed=0, padded=True)
 
     pairs = synthetic_pairs(n, length, vocab_size, seed=seed, padded=padded)
     return tf.data.Dataset.from_tensor_slices(pairs).batch(batch_size)
+
+
+# Characters for `random_unicode_lines`, by kind. Every whitespace character Python knows
+# (Unicode's White_Space and U+001C-U+001F) but the line end "\n".
+WHITESPACE = [chr(c) for c in range(0x110000) if chr(c).isspace() and chr(c) != "\n"]
+_KINDS = {
+    "ascii": [chr(c) for c in range(0x21, 0x7F)],
+    "japanese": [
+        chr(c) for c in [*range(0x3041, 0x3097), *range(0x30A1, 0x30FB), *range(0x4E00, 0x4E80)]
+    ],
+    "whitespace": WHITESPACE,
+    "combining": [chr(c) for c in [*range(0x300, 0x370), 0x3099, 0x309A, 0x20DD]],
+    "controls": ["\x00", "\x01", "\x07", "\x1b", "\x7f", "\ufeff", "\u200b", "\u200d", "\ufffd"],
+    "astral": [chr(c) for c in [*range(0x1F600, 0x1F650), 0x20000, 0x2A6D6, 0x10FFFD]],
+    # A lone surrogate cannot be UTF-8: it is written escaped, as `backslashreplace` does.
+    "surrogates": [
+        chr(c).encode("utf-8", "backslashreplace").decode()
+        for c in (0xD800, 0xDBFF, 0xDC00, 0xDFFF)
+    ],
+}
+
+
+def random_unicode_lines(n, *, seed=0, long_length=5000):
+    """`n` random lines (no "\\n" in them) for property-style tests of text handling.
+
+    About one in five is blank (0 to 8 whitespace characters of any kind), one in twenty
+    holds `long_length` characters, the others 1 to 40 characters, each of a random kind
+    of `_KINDS` (whitespace, combining marks, NUL and other controls, astral characters,
+    escaped surrogates, ASCII, Japanese). Seeded Python `random`: the same seed, the same
+    lines.
+    """
+    import random
+
+    rng = random.Random(seed)
+    kinds = list(_KINDS.values())
+    lines = []
+    for _ in range(n):
+        draw = rng.random()
+        if draw < 0.2:
+            lines.append("".join(rng.choices(WHITESPACE, k=rng.randint(0, 8))))
+            continue
+        length = long_length if draw < 0.25 else rng.randint(1, 40)
+        line = "".join(rng.choice(rng.choice(kinds)) for _ in range(length))
+        lines.append(line[:length])  # (an escaped surrogate is 6 characters)
+    return lines

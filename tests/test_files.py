@@ -86,6 +86,31 @@ def test_refuses_an_export_a_user_added_a_file_to(tmp_path):
     assert (target / "model.txt").read_text() == "one"
 
 
+def test_refuses_an_export_whose_files_a_user_changed_or_a_foreign_marker(tmp_path):
+    """The marker holds each file's SHA-256: a listed file a user edited or replaced (or a
+    marker copied beside other files of the same names) never lets an export delete it."""
+    target = tmp_path / "export"
+    replace_directory(target, _writer("one"))
+    digests = json.loads((target / MARKER).read_text())["sha256"]
+    assert sorted(digests) == ["model.txt", "variables/data"]  # files, not folders
+    (target / "variables" / "data").write_text("a user's own variables")
+    with pytest.raises(ValueError, match=r"changed since tfblocks wrote them \(variables/data\)"):
+        replace_directory(target, _writer("two"))
+    assert (target / "variables" / "data").read_text() == "a user's own variables"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "model.txt").write_text("my notes")
+    (mine / MARKER).write_bytes((target / MARKER).read_bytes())
+    with pytest.raises(ValueError, match=r"changed since tfblocks wrote them \(model.txt\)"):
+        check_directory(mine)
+    info = json.loads((target / MARKER).read_text())
+    del info["sha256"]  # a marker of an older tfblocks: names only
+    (mine / MARKER).write_text(json.dumps({**info, "format": 1}))
+    with pytest.raises(ValueError, match=r"of another format \(1, not 2"):
+        replace_directory(mine, _writer("two"))
+    assert (mine / "model.txt").read_text() == "my notes"
+
+
 def test_refuses_an_unmarked_saved_model_and_another_kind(tmp_path):
     legacy = tmp_path / "legacy"
     legacy.mkdir()

@@ -5,6 +5,7 @@ contract for bad input.
 """
 
 import itertools
+import math
 import numbers
 
 
@@ -48,11 +49,31 @@ def check_rate(name, value):
     return float(value)
 
 
-def check_positive_float(name, value):
-    """Returns `value` as a float if it is a real number > 0, else raises ValueError."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number, got {name}={value!r}.")
+def check_fraction(name, value):
+    """Returns `value` as a float if `0 < value < 1` (a decay), else raises ValueError."""
+    if not _finite_real(value) or not 0.0 < value < 1.0:
+        raise ValueError(f"`{name}` must be a number between 0 and 1, got {name}={value!r}.")
     return float(value)
+
+
+def check_positive_float(name, value):
+    """Returns `value` as a float if it is a finite real number > 0, else raises ValueError
+    (`inf` and `nan` are refused: a learning rate or a time of infinity is no setting)."""
+    if not _finite_real(value) or not value > 0:
+        raise ValueError(f"`{name}` must be a finite positive number, got {name}={value!r}.")
+    return float(value)
+
+
+def check_non_negative_float(name, value):
+    """Returns `value` as a float if it is a finite real number >= 0, else raises ValueError."""
+    if not _finite_real(value) or not value >= 0:
+        raise ValueError(f"`{name}` must be a finite number >= 0, got {name}={value!r}.")
+    return float(value)
+
+
+def _finite_real(value):
+    """A real number (not a bool) that is neither infinite nor NaN."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
 
 
 def check_increasing_ints(name, value, high=None):
@@ -95,3 +116,18 @@ def length_ladder(name, value, max_length, first):
         raise ValueError(f"`{name}` must be 'auto', None or increasing ints, got {name}={value!r}.")
     lengths = check_increasing_ints(name, value, high=max_length)
     return lengths if lengths[-1] == max_length else (*lengths, max_length)
+
+
+def check_unicode_texts(name, texts):
+    """Refuses a str of `texts` (a list) that UTF-8 cannot encode (a lone surrogate such
+    as "\\ud800", e.g. from `surrogateescape` decoding): a ValueError naming the item."""
+    for i, text in enumerate(texts):
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise ValueError(
+                    f"`{name}[{i}]` is not valid Unicode ({error.reason} at character "
+                    f"{error.start}), got {name}[{i}]={text!r:.80}."
+                ) from None
+    return texts

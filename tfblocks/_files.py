@@ -18,8 +18,10 @@ directory (a SavedModel export, a run folder's artifact) at a user-given path:
   a symbolic link, a mount point, a regular file, and an existing directory that
   tfblocks did not write (`check_directory` makes the same checks, for writers with
   slow work to do first). A directory counts as written by tfblocks when it holds the marker file
-  `tfblocks_export.json` of the same `kind` and nothing that the marker does not list
-  (a file a user added later is never deleted). An empty directory is replaced.
+  `tfblocks_export.json` of the same `kind`, nothing that the marker does not list, and
+  every listed file unchanged (its SHA-256 is the marker's): a file a user added, edited
+  or put in place of one of tfblocks' later is never deleted. An empty directory is
+  replaced.
 * `write_fn(staging)` fills a fresh staging directory beside `path`
   (`.NAME.tmp-<pid>-<random>`, same file system, so renames are atomic); the marker is
   added, then the staging directory is renamed into place. An existing export is first
@@ -33,6 +35,7 @@ directory (a SavedModel export, a run folder's artifact) at a user-given path:
 Nothing here imports TensorFlow.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -42,7 +45,7 @@ import shutil
 from tfblocks._version import __version__
 
 MARKER = "tfblocks_export.json"
-_FORMAT = 1
+_FORMAT = 2  # 2: the marker holds each file's SHA-256
 
 
 def replace_file(path, write_fn, suffix=""):
@@ -231,11 +234,19 @@ def _check_replaceable(path, raw, kind, arg):
             info = json.load(f)
         written = set(info["files"])
         found_kind = info["kind"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        found_format = info["format"]
+        digests = info.get("sha256")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ValueError(
-            f"`{arg}` has an unreadable {MARKER} ({error}), got {arg}={raw!r}; "
+            f"`{arg}` has an unreadable {MARKER} ({error!r}), got {arg}={raw!r}; "
             "remove the directory yourself or choose another path."
         ) from error
+    if found_format != _FORMAT or not isinstance(digests, dict):
+        raise ValueError(
+            f"`{arg}` has a {MARKER} of another format ({found_format!r}, not {_FORMAT}: "
+            f"written by another tfblocks version), got {arg}={raw!r}; remove the directory "
+            "yourself or choose another path."
+        )
     if found_kind != kind:
         raise ValueError(
             f"`{arg}` holds a tfblocks {found_kind!r}, not a {kind!r}, got {arg}={raw!r}; "
@@ -243,11 +254,41 @@ def _check_replaceable(path, raw, kind, arg):
         )
     added = sorted(present - written - {MARKER})
     if added:
-        shown = ", ".join(added[:5]) + (", ..." if len(added) > 5 else "")
         raise ValueError(
-            f"`{arg}` holds files that tfblocks did not write ({shown}), got {arg}={raw!r}; "
-            "move them away or choose another path."
+            f"`{arg}` holds files that tfblocks did not write ({_shown(added)}), got "
+            f"{arg}={raw!r}; move them away or choose another path."
         )
+    changed = sorted(
+        name for name in present & written if not _as_written(path, name, digests.get(name))
+    )
+    if changed:
+        raise ValueError(
+            f"`{arg}` holds files that changed since tfblocks wrote them ({_shown(changed)}), "
+            f"got {arg}={raw!r}; move them away or choose another path."
+        )
+
+
+def _shown(names):
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+
+
+def _as_written(root, name, digest):
+    """Whether `root/name` is as the marker recorded it: a real directory (no digest) or a
+    regular file whose SHA-256 is `digest`."""
+    full = os.path.join(root, name)
+    if os.path.islink(full):
+        return False
+    if digest is None:
+        return os.path.isdir(full)
+    return os.path.isfile(full) and _sha256(full) == digest
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _listing(root):
@@ -261,11 +302,19 @@ def _listing(root):
 
 
 def _write_marker(staging, kind):
+    files = sorted(_listing(staging) - {MARKER})
+    regular = [
+        name
+        for name in files
+        if os.path.isfile(os.path.join(staging, name))
+        and not os.path.islink(os.path.join(staging, name))
+    ]
     info = {
         "kind": kind,
         "format": _FORMAT,
         "tfblocks_version": __version__,
-        "files": sorted(_listing(staging) - {MARKER}),
+        "files": files,
+        "sha256": {name: _sha256(os.path.join(staging, name)) for name in regular},
     }
     with open(os.path.join(staging, MARKER), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=1)

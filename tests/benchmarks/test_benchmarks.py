@@ -11,7 +11,7 @@ second script beside them only made every process slower (the benchmark scripts 
 440 CPU-s two at a time, 385 one at a time). The scripts in `ALONE` configure TensorFlow
 before it starts (XLA flags, threads) or start processes of their own, and each runs in
 its own Python, longest first; the others run one after another in one more Python
-(`run_together.py`: TensorFlow and keras-hub start once, not nine times).
+(`run_together.py`: TensorFlow and keras-hub start once, not ten times).
 """
 
 import importlib.util
@@ -43,6 +43,7 @@ SCRIPTS = {
     "beam_steps": ("benchmarks/beam_steps.py", "--quick"),
     "compile_threshold": ("benchmarks/compile_threshold.py", "--quick"),
     "matmul_rate": ("benchmarks/matmul_rate.py", "--quick"),
+    "accumulation": ("benchmarks/accumulation.py", "--quick", "--no-xla"),
 }  # fmt: skip
 
 
@@ -209,6 +210,20 @@ def test_compile_threshold_quick_prints_both_tables(outputs):
     rows = re.findall(pattern, out, re.M)
     assert len(rows) == 4, out  # --quick: two sizes of each, all below the thresholds
     assert {side for _, side in rows} == {"TF ops"}, out
+
+
+def test_accumulation_quick_prints_every_way_and_the_ratios(outputs):
+    out = _out(outputs, "accumulation")
+    for name, rows, batches in (
+        ("one batch", 16, 1),
+        ("small batches", 4, 4),
+        ("accumulated", 4, 4),
+    ):
+        assert re.search(rf"^{name}\s+{rows}\s+{batches}\s+\d+\s+\d+\.\d$", out, re.M), out
+    for peer in ("one batch", "small batches"):
+        for what in ("time", "CPU time"):
+            ratio = rf"^{what} per token, accumulated / {peer}: \d+\.\d{{3}}× \([+-]\d+\.\d%\)$"
+            assert re.search(ratio, out, re.M), out
 
 
 def test_matmul_rate_quick_prints_both_paths(outputs):

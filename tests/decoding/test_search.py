@@ -1,5 +1,7 @@
 """Decoding: cached equals uncached, beam search semantics, sampling, batch independence."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -133,6 +135,44 @@ def test_bad_arguments():
         decoder.decode(Sampling(top_k=-1), _sources(RNG, 1))
     with pytest.raises(ValueError, match="alpha=-1"):
         decoder.decode(BeamSearch(alpha=-1), _sources(RNG, 1))
+
+
+def test_ids_must_be_integers_of_the_vocabulary_and_options_sane():
+    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
+    decoder = Decoder(model, max_length=4, jit_compile=False)
+    for source, words in [
+        (np.array([[5.7, 1.0]]), "`source_ids` must hold integer token ids, got dtype float64"),
+        ([[5, 10**6, 1]], "`source_ids` must hold ids in [0, 16) (the model's vocab_size), got "
+                          "source_ids[0, 1]=1000000"),
+        (np.array([[4, 1], [-5, 1]], "int64"), "source_ids[1, 0]=-5"),
+        (np.array([[True]]), "dtype bool"),
+        (np.array([5, 1]), "must be 2-D"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError) as error:
+            decoder.decode(Greedy(), source)
+        assert words in str(error.value), error.value
+    # In a traced function the values are unknown: the dtype is still checked.
+    traced = tf.function(lambda source: decoder.decode(Greedy(), source), autograph=False)
+    with pytest.raises(ValueError, match="dtype float32"):
+        traced.get_concrete_function(tf.TensorSpec([None, None], tf.float32))
+    lm = tfblocks.build_language_model(
+        tfblocks.hparams("transformer_tiny", vocab_size=VOCAB, num_encoder_layers=0)
+    )
+    with pytest.raises(ValueError, match=r"`prefix`.*float32"):
+        Decoder(lm, max_length=4).decode(Greedy(), prefix=tf.constant([[5.0]]))
+    # Sampling's options are refused when made; a top-k beyond the vocabulary before decoding.
+    for make, words in [
+        (lambda: Sampling(temperature=0), "temperature=0"),
+        (lambda: Sampling(temperature=float("inf")), "temperature=inf"),
+        (lambda: Sampling(temperature="0.5"), "temperature='0.5'"),
+        (lambda: Sampling(top_p=float("nan")), "top_p=nan"),
+        (lambda: Sampling(top_p=1.5), "top_p=1.5"),
+        (lambda: BeamSearch(alpha=float("nan")), "alpha=nan"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            make()
+    with pytest.raises(ValueError, match=r"top_k=17 tokens but the model's vocabulary has only 16"):
+        decoder.decode(Sampling(top_k=17), _sources(RNG, 1))
 
 
 def test_mixed_precision_decoding_is_finite():
@@ -679,3 +719,150 @@ def test_strategies_are_values_with_checked_options():
     model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
     with pytest.raises(ValueError, match="strategy='beam'"):
         Decoder(model, max_length=4).decode("beam", _sources(RNG, 1))
+
+
+# N-best lists, scoring given targets, and the second stopping rule ---------------------------
+
+
+def test_n_best_scores_are_the_scores_of_their_hypotheses(reverser):
+    # The reverser's hypotheses all end within max_length (finished), so each row's score
+    # is its log-probability (Decoder.score, one teacher-forced pass) over t2t's length
+    # penalty, and with alpha=0 the log-probability itself.
+    source = _sources(np.random.default_rng(11), 6)
+    decoder = Decoder(reverser, max_length=10, jit_compile=False)
+    for alpha in (0.0, 0.6):
+        beam = BeamSearch(beam_size=4, alpha=alpha)
+        best_ids, best_scores = decoder.decode(beam, source)
+        ids, scores = decoder.decode(beam, source, num_hypotheses=3)
+        ids, scores = ids.numpy(), scores.numpy()
+        assert ids.shape == (6, 3, 10) and scores.shape == (6, 3)
+        np.testing.assert_array_equal(ids[:, 0], best_ids.numpy())  # the 1-best comes first
+        np.testing.assert_allclose(scores[:, 0], best_scores.numpy(), rtol=1e-5)
+        assert (ids == tfblocks.EOS_ID).any(-1).all()
+        assert all(len({tuple(h) for h in row}) == 3 for row in ids)  # three hypotheses
+        assert (np.diff(scores, axis=1) <= 1e-6).all()  # best first
+        log_probs = decoder.score(np.repeat(source, 3, axis=0), ids.reshape(18, 10)).numpy()
+        assert (log_probs[ids.reshape(18, 10) == 0] == 0).all()  # nothing at padding
+        own = _penalized(log_probs.sum(-1), ids.reshape(18, 10), alpha).reshape(6, 3)
+        np.testing.assert_allclose(scores, own, atol=1e-4)
+    # Decoder.score is the NumPy teacher forcing of the model.
+    flat = ids.reshape(18, 10)
+    np.testing.assert_allclose(
+        log_probs.sum(-1), sequence_log_prob(reverser, np.repeat(source, 3, 0), flat), atol=1e-4
+    )
+
+
+def _table_model(table):
+    """A step function whose log-probabilities `table[index, last token]` (`[L, V, V]`)
+    depend on the position and the last token, and that counts its (eager) steps."""
+    table = np.log(np.asarray(table, "float32") + 1e-9)
+    steps = []
+
+    def step_fn(ids, index, state):
+        steps.append(int(index))
+        return keras.ops.take(table[int(index)], ids[:, 0], axis=0), state
+
+    return step_fn, steps
+
+
+def _probs(**p):
+    """A distribution over the 5 ids (PAD 0, EOS 1, A 2, BOS 3, C 4) from keyword masses."""
+    names = {"eos": 1, "a": 2, "c": 4}
+    row = np.full(5, 1e-6)
+    for name, mass in p.items():
+        row[names[name]] = mass
+    return row / row.sum()
+
+
+def test_stop_early_ends_when_beam_size_hypotheses_finished():
+    # Beam 2, alpha 0. Step 0 from BOS: A (0.6), EOS (0.25), C (0.15): "EOS" finishes.
+    # Step 1: C -> EOS (0.9) finishes a second hypothesis, while A -> A (0.9) stays alive
+    # with a log-probability above both finished ones. Step 2: A A -> EOS (0.9).
+    # fairseq's rule stops after step 1 (two finished) and returns "EOS"; t2t's goes on
+    # (a live beam can still win) and returns "A A EOS".
+    uniform = np.tile(_probs(eos=1, a=1, c=1), (5, 1))
+    table = np.stack([uniform.copy() for _ in range(4)])  # [L=4, last, next]
+    table[0, tfblocks.BOS_ID] = _probs(a=0.6, eos=0.25, c=0.15)
+    table[1, 2] = _probs(a=0.9, eos=0.05, c=0.05)  # after A
+    table[1, 4] = _probs(eos=0.9, a=0.05, c=0.05)  # after C
+    table[2, 2] = _probs(eos=0.9, a=0.05, c=0.05)  # after A A
+    start = np.array([tfblocks.BOS_ID], "int32")
+    results = {}
+    for stop_early in (False, True):
+        step_fn, steps = _table_model(table)
+        beam = BeamSearch(beam_size=2, alpha=0.0, stop_early=stop_early)
+        ids, scores = beam.search(step_fn, (), start, 4, eos_id=1, num_hypotheses=2)
+        results[stop_early] = (ids.numpy()[0].tolist(), scores.numpy()[0], len(steps))
+    (t2t_ids, t2t_scores, t2t_steps), (early_ids, early_scores, early_steps) = results.values()
+    assert early_steps == 2 and early_ids == [[1, 0, 0, 0], [4, 1, 0, 0]]
+    np.testing.assert_allclose(early_scores, np.log([0.25, 0.15 * 0.9]), rtol=1e-4)
+    assert t2t_steps == 3 and t2t_ids == [[2, 2, 1, 0], [1, 0, 0, 0]]
+    np.testing.assert_allclose(t2t_scores, np.log([0.6 * 0.9 * 0.9, 0.25]), rtol=1e-4)
+    # The t2t rule stops once the best finished hypothesis beats every live beam (and,
+    # for two hypotheses, two have finished): here at the same step for one or two.
+    step_fn, steps = _table_model(table)
+    ids, _ = BeamSearch(beam_size=2, alpha=0.0).search(step_fn, (), start, 4, eos_id=1)
+    assert ids.numpy()[0].tolist() == [2, 2, 1, 0] and len(steps) == 3
+
+
+def test_stop_early_agrees_with_t2t_where_both_stop_together(reverser):
+    # On a trained model most sentences end the same way under both rules; with one
+    # hypothesis that cannot be worse (t2t's rule searches until nothing can win).
+    source = _sources(np.random.default_rng(12), 16)
+    decoder = Decoder(reverser, max_length=10, jit_compile=False)
+    t2t_ids, t2t_scores = decoder.decode(BeamSearch(4, 0.6), source)
+    early_ids, early_scores = decoder.decode(BeamSearch(4, 0.6, stop_early=True), source)
+    same = (t2t_ids.numpy() == early_ids.numpy()).all(-1)
+    assert same.mean() >= 0.9, same
+    np.testing.assert_allclose(early_scores.numpy()[same], t2t_scores.numpy()[same], rtol=1e-5)
+    assert (t2t_scores.numpy() >= early_scores.numpy() - 1e-5).all()
+
+
+def test_sampling_returns_n_samples_with_their_log_probabilities():
+    vocab, batch, length = 9, 3, 6
+    step_fn, numpy_logits = fake_model(vocab, 4)
+    start = np.full(batch, tfblocks.BOS_ID, "int32")
+    state = np.zeros(batch, "int32")
+    ids, scores = Sampling(seed=3).search(step_fn, state, start, length, 1, num_hypotheses=4)
+    again, _ = Sampling(seed=3).search(step_fn, state, start, length, 1, num_hypotheses=4)
+    np.testing.assert_array_equal(ids.numpy(), again.numpy())
+    ids, scores = ids.numpy(), scores.numpy()
+    assert ids.shape == (3, 4, 6) and (np.diff(scores, axis=1) <= 0).all()  # best first
+    assert len({tuple(h) for h in ids.reshape(12, 6)}) > 3  # samples, not one copy
+    for row, score in zip(ids.reshape(12, 6), scores.reshape(12), strict=True):
+        prefix, total = [], 0.0
+        for token in row:  # (the fake model may draw id 0 too: read up to EOS)
+            total += _log_softmax(numpy_logits(prefix))[token]
+            prefix.append(int(token))
+            if token == 1:
+                break
+        np.testing.assert_allclose(score, total, rtol=1e-5)
+    one, _ = Greedy().search(step_fn, state, start, length, 1, num_hypotheses=1)
+    plain, _ = Greedy().search(step_fn, state, start, length, 1)
+    np.testing.assert_array_equal(one.numpy()[:, 0], plain.numpy())
+
+
+def test_num_hypotheses_and_score_arguments_are_checked():
+    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
+    decoder = Decoder(model, max_length=4, jit_compile=False)
+    source = _sources(RNG, 2)
+    for strategy, n, words in [
+        (BeamSearch(beam_size=4), 5, "at most 4, the hypotheses BeamSearch(beam_size=4"),
+        (BeamSearch(beam_size=4), 0, "num_hypotheses=0"),
+        (Greedy(), 2, "at most 1, the hypotheses Greedy() keeps, got num_hypotheses=2"),
+        (Sampling(), True, "num_hypotheses=True"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            decoder.decode(strategy, source, num_hypotheses=n)
+    with pytest.raises(ValueError, match="stop_early=1"):
+        BeamSearch(stop_early=1)
+    with pytest.raises(ValueError, match="as many rows, got 2 and 3"):
+        decoder.score(source, np.ones((3, 4), "int32"))
+    with pytest.raises(ValueError, match="`target_ids` must hold integer token ids"):
+        decoder.score(source, np.ones((2, 4), "float32"))
+    assert decoder.score(source[:0], np.ones((0, 4), "int32")).shape == (0, 4)
+    lm = tfblocks.build_language_model(
+        tfblocks.hparams("transformer_tiny", vocab_size=VOCAB, num_encoder_layers=0)
+    )
+    with pytest.raises(ValueError, match="`score` needs an encoder–decoder model"):
+        Decoder(lm, max_length=4).score(source, source)

@@ -87,6 +87,11 @@ def test_unknown_field_lists_valid_ones():
         ("norm_first", 1),
         ("learning_rate_schedule", "cosine"),
         ("optimizer_adam_epsilon", 0.0),
+        ("optimizer_adam_epsilon", float("inf")),  # finite numbers only
+        ("learning_rate_constant", float("inf")),
+        ("learning_rate", float("nan")),
+        ("accumulate_steps", 0),
+        ("accumulate_steps", 2.0),
     ],
 )
 def test_invalid_values_name_the_field(field, value):

@@ -64,3 +64,23 @@ def test_refuses_a_users_directory_and_bad_arguments(tokenizer, tmp_path):
     tiny = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=8))
     with pytest.raises(ValueError, match="tokenizer"):
         save_preset(tiny, small, tmp_path / "q")
+
+
+def test_bad_hparams_json_is_an_error_naming_the_file(tokenizer, tmp_path):
+    hp = tfblocks.hparams(
+        "transformer_tiny", vocab_size=tokenizer.vocabulary_size, hidden_size=32, filter_size=64,
+        num_encoder_layers=1, num_decoder_layers=1,
+    )  # fmt: skip
+    path = save_preset(tfblocks.build_transformer(hp), tokenizer, tmp_path / "preset", hp)
+    hparams_file = tmp_path / "preset" / "hparams.json"
+    saved = json.loads(hparams_file.read_text())
+    for content, words in [
+        (json.dumps({**saved, "hiden_size": 3}), "unknown HParams field: hiden_size=3"),
+        (json.dumps({**saved, "num_heads": 0}), "num_heads=0"),
+        (json.dumps([1, 2]), "must hold a JSON object of HParams fields, got [1, 2]"),
+        ("{not json", "is not a JSON file of HParams"),
+    ]:
+        hparams_file.write_text(content)
+        with pytest.raises(ValueError) as error:
+            load_preset(path)
+        assert str(hparams_file) in str(error.value) and words in str(error.value), error.value

@@ -5,10 +5,11 @@ import os
 
 import keras
 import pytest
+import tensorflow as tf
 
 import tfblocks
-from tfblocks.decoding import Greedy
-from tfblocks.serving.savedmodel import Translator
+from tfblocks.decoding import BeamSearch, Greedy
+from tfblocks.serving.savedmodel import Hypothesis, Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
 pytest.importorskip("ctranslate2")
@@ -32,9 +33,20 @@ def data():
     return pairs, tokenizer
 
 
+_TRAINED = {}  # overrides -> model: a model trained once serves every test that wants it
+
+
 def _trained(data, **overrides):
     """A one-layer transformer_tiny trained for a few seconds: 4 epochs, so that its greedy
-    output is not trivial on any CPU (after 3, one post-LN model still said 10 things)."""
+    output is not trivial on any CPU (after 3, one post-LN model still said 10 things).
+    Trained once per `overrides` (the tests only read it)."""
+    key = tuple(sorted(overrides.items()))
+    if key not in _TRAINED:
+        _TRAINED[key] = _train(data, **overrides)
+    return _TRAINED[key]
+
+
+def _train(data, **overrides):
     pairs, tokenizer = data
     keras.utils.set_random_seed(0)
     hp = tfblocks.hparams(
@@ -79,6 +91,59 @@ def test_greedy_translations_equal_translator(data, overrides, tmp_path):
     with open(os.path.join(path, "config.json")) as f:
         config = json.load(f)
     assert config["decoder_start_token"] == "<s>" and config["add_source_eos"] is True
+
+
+def test_n_best_and_scores_agree_between_engines(data, tmp_path):
+    # Beam 4 without length penalty in both engines (a score is then the log-probability
+    # of the hypothesis, EOS included, in both): the same n-best lists but for a few
+    # sentences, the same scores for the same hypotheses, and every finished hypothesis'
+    # score equal to `Translator.score` of its text.
+    pairs, tokenizer = data
+    model = _trained(data)
+    texts = [s for s, _ in pairs[48:72]]
+    translator = Translator(model, tokenizer, tokenizer, max_length=MAX_LENGTH,
+                            strategy=BeamSearch(4, alpha=0.0), num_hypotheses=4,
+                            jit_compile=False)  # fmt: skip
+    path = export_ctranslate2(model, tokenizer, tmp_path / "ct2")
+    ct2 = CTranslate2Translator(path, beam_size=4, max_length=MAX_LENGTH, length_penalty=0.0,
+                                num_hypotheses=4, intra_threads=1)  # fmt: skip
+    ours, theirs = translator.n_best(texts), ct2.n_best(texts)
+    same = [{h.text for h in a} == {h.text for h in b} for a, b in zip(ours, theirs, strict=True)]
+    assert sum(same) >= 0.9 * len(texts), same
+    for a, b in zip(ours, theirs, strict=True):
+        theirs_by_text = {h.text: h.score for h in b}
+        for hypothesis in a:
+            if hypothesis.text in theirs_by_text:
+                assert abs(hypothesis.score - theirs_by_text[hypothesis.text]) < 1e-4
+    # `score` of the finished hypotheses (the search's own ids, when the tokenizer splits
+    # their text the same way) is the score the search reported.
+    ids, _ = translator._decoder.decode(translator.strategy,
+                                        translator.encode_source(tf.constant(texts)),
+                                        num_hypotheses=4)  # fmt: skip
+    flat = [h for row in ours for h in row]
+    scored = translator.score([t for t in texts for _ in range(4)], [h.text for h in flat])
+    retokenized = tokenizer.tokenize([h.text for h in flat]).to_list()
+    checked = 0
+    for row, hypothesis, score, again in zip(ids.numpy().reshape(-1, MAX_LENGTH), flat, scored,
+                                             retokenized, strict=True):  # fmt: skip
+        own = [int(i) for i in row if i]
+        if own[-1] == tfblocks.EOS_ID and own == again:
+            assert abs(hypothesis.score - score) < 1e-4, (hypothesis, score)
+            checked += 1
+    assert checked >= len(texts), checked
+    # CTranslate2's score_batch normalizes over <pad> and <s> too: a little lower.
+    references = [t for _, t in pairs[48:72]]
+    want = translator.score(texts, references, per_token=True)
+    got = ct2.score(texts, references, per_token=True)
+    assert [len(v) for v in got] == [len(v) for v in want]
+    for a, b in zip(want, got, strict=True):
+        assert (a - b > -1e-4).all() and (a - b < 0.01).all(), (a, b)
+    assert ct2.score([], []).shape == (0,)
+    with pytest.raises(ValueError, match="same length, got 2 sources and 1 targets"):
+        ct2.score(texts[:2], references[:1])
+    with pytest.raises(ValueError, match="num_hypotheses=5"):
+        CTranslate2Translator(path, beam_size=4, num_hypotheses=5)
+    assert ct2.n_best(["", texts[0]])[0] == [Hypothesis("", 0.0)] * 4
 
 
 def test_vocabulary_and_quantized_export(data, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks.decoding import BeamSearch, Decoder, Greedy
+from tfblocks.decoding import BeamSearch, Decoder, Greedy, Sampling
 from tfblocks.text import train_tokenizer
 
 pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
@@ -118,3 +118,10 @@ def test_generator_and_translator_check_their_model(memorized):
         tfblocks.Generator(model, tokenizer, strategy="top")
     with pytest.raises(ValueError, match="texts"):
         tfblocks.Generator(model, tokenizer)(tf.constant([[1, 2]]))
+    # Sampling among more tokens than the vocabulary has: refused when made.
+    words = f"top_k={model.vocab_size + 1} tokens but the model's vocabulary has only "
+    with pytest.raises(ValueError, match=words + str(model.vocab_size)):
+        tfblocks.Generator(model, tokenizer, strategy=Sampling(top_k=model.vocab_size + 1))
+    # No prompt: no continuation, a string tensor of shape [0].
+    empty = tfblocks.Generator(model, tokenizer, max_length=8, jit_compile=False)([])
+    assert empty.dtype == tf.string and empty.shape == (0,)

@@ -12,13 +12,16 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks.decoding import BeamSearch, Greedy, beam_or_greedy
-from tfblocks.serving.savedmodel import Translator
+from tfblocks.decoding import BeamSearch, Greedy, Sampling, beam_or_greedy
+from tfblocks.serving import savedmodel
+from tfblocks.serving.savedmodel import Hypothesis, Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
 pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 
 SENTENCES = ["今日のランチはカレーだ。", "健太は学校で本を読む。", "私"]
+# Blank lines beyond ASCII: ideographic and no-break spaces, a line separator, tabs, NEL.
+BLANKS = ["\u3000\u3000", "\t\u00a0\u2028 \u2029", "\x1c\x85\u202f\u205f\x0b"]
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +40,13 @@ def parts():
 
 @pytest.fixture(scope="module")
 def exported(parts, tmp_path_factory):
-    """The one export of this module: XLA-compiled beam search, as `Translator` defaults to."""
+    """The one export of this module: XLA-compiled beam search, as `Translator` defaults to,
+    with two hypotheses (so an `n_best` signature too)."""
     model, tokenizer = parts
-    translator = Translator(model, tokenizer, tokenizer, max_length=10, strategy=BeamSearch(3))
-    # Count the traces of the signature (each runs `encode_source` once).
+    translator = Translator(
+        model, tokenizer, tokenizer, max_length=10, strategy=BeamSearch(3), num_hypotheses=2
+    )
+    # Count the traces of the signatures (each runs `encode_source` once).
     encode = translator.encode_source
 
     def counting(text):
@@ -55,13 +61,14 @@ def exported(parts, tmp_path_factory):
     return translator, path
 
 
-EXPORT_TRACES = []  # one item per trace of `exported`'s signature during its export
+EXPORT_TRACES = []  # one item per trace of `exported`'s signatures during its export
+TARGETS = ["Today's lunch is curry.", "Kenta reads a book at school.", ""]
 
 
-def test_export_traces_the_signature_once(exported):
+def test_export_traces_each_signature_once(exported):
     # Inside `tf.saved_model.save` only: a trace before it would be one more (the save
-    # context is part of the tracing cache key).
-    assert len(EXPORT_TRACES) == 1
+    # context is part of the tracing cache key). serving_default, n_best and score.
+    assert len(EXPORT_TRACES) == 3
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +110,16 @@ def served(exported):
         import contextlib, io, json, sys
         import tensorflow as tf
         import tensorflow_text  # registers the SentencePiece ops
-        path, texts = sys.argv[1], json.loads(sys.argv[2])
+        path, texts, blanks = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+        targets = json.loads(sys.argv[4])
         loaded = tf.saved_model.load(path)
         serve = loaded.signatures["serving_default"]
         result = serve(text=tf.constant(texts))
+        blank = serve(text=tf.constant(blanks))
+        n_best = loaded.signatures["n_best"](text=tf.constant(texts + blanks[:1]))
+        scored = loaded.signatures["score"](
+            source=tf.constant(texts), target=tf.constant(targets)
+        )
         try:
             serve(text=tf.constant([1, 2]))
             bad_input_error = None
@@ -132,6 +145,13 @@ def served(exported):
         print(json.dumps({
             "translation": [t.decode() for t in result["translation"].numpy()],
             "score": result["score"].numpy().tolist(),
+            "blank": [t.decode() for t in blank["translation"].numpy()],
+            "signatures": sorted(loaded.signatures),
+            "n_best": [[t.decode() for t in row] for row in n_best["translations"].numpy()],
+            "n_best_scores": n_best["scores"].numpy().tolist(),
+            "scores": scored["score"].numpy().tolist(),
+            "token_scores": scored["token_scores"].numpy().tolist(),
+            "lengths": scored["length"].numpy().tolist(),
             "bad_input_error": bad_input_error,
             "shown": shown,
             "ran": ran,
@@ -140,6 +160,8 @@ def served(exported):
         """,
         str(path),
         json.dumps(SENTENCES),
+        json.dumps(BLANKS),
+        json.dumps(TARGETS),
     )
     return json.loads(out.strip().splitlines()[-1])
 
@@ -150,6 +172,21 @@ def test_reloaded_without_tfblocks_gives_the_same_strings(exported, served):
     assert not served["tfblocks_imported"]
     assert served["translation"] == [t.decode() for t in want["translation"].numpy()]
     np.testing.assert_allclose(served["score"], want["score"].numpy(), rtol=1e-5)
+    assert served["blank"] == ["", "", ""]  # the export keeps the blank-line rule
+    # The n-best and score signatures: [batch, K] strings and scores; per-token values.
+    assert served["signatures"] == ["n_best", "score", "serving_default"]
+    n_best = translator.n_best([*SENTENCES, BLANKS[0]])
+    assert served["n_best"] == [[h.text for h in row] for row in n_best]
+    np.testing.assert_allclose(served["n_best_scores"], [[h.score for h in row] for row in n_best],
+                               rtol=1e-5)  # fmt: skip
+    assert served["n_best"][-1] == ["", ""] and served["n_best_scores"][-1] == [0.0, 0.0]
+    assert [row[0] for row in served["n_best"][:-1]] == served["translation"]
+    per_token = translator.score(SENTENCES, TARGETS, per_token=True)
+    np.testing.assert_allclose(served["scores"], [v.sum() for v in per_token], rtol=1e-5)
+    assert served["lengths"] == [len(v) for v in per_token]
+    for row, values in zip(served["token_scores"], per_token, strict=True):
+        np.testing.assert_allclose(row[: len(values)], values, rtol=1e-5, atol=1e-6)
+        assert not any(row[len(values) :])  # 0 after the target's EOS
     # The reloaded signature refuses what is not a string batch.
     assert served["bad_input_error"] is not None
     assert "string" in served["bad_input_error"], served["bad_input_error"]
@@ -168,7 +205,20 @@ def test_empty_and_blank_strings_translate_to_empty(exported):
     out = translator.serve(tf.constant(["", "   ", SENTENCES[0]]))
     assert out["translation"].numpy().tolist()[:2] == [b"", b""]
     assert out["score"].numpy().tolist()[:2] == [0.0, 0.0]
-    assert translator(tf.constant([], tf.string)).shape == (0,)
+    for empty in (tf.constant([], tf.string), []):  # an empty list is no float tensor
+        got = translator(empty)
+        assert got.dtype == tf.string and got.shape == (0,)
+
+
+def test_blank_is_what_python_strips():
+    # Every code point (surrogates cannot be UTF-8): blank in the graph exactly when
+    # `str.strip()` leaves nothing, as CTranslate2Translator decides it.
+    points = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    blank = savedmodel.blank_lines(tf.constant([chr(c) for c in points])).numpy()
+    np.testing.assert_array_equal(blank, [not chr(c).strip() for c in points])
+    lines = ["", "\u3000" * 5000, *BLANKS, "a\u3000", "\u200b", "\x00", "\u3000x\u3000"]
+    got = savedmodel.blank_lines(tf.constant(lines)).numpy().tolist()
+    assert got == [not line.strip() for line in lines] == [True] * 5 + [False] * 4
 
 
 def test_long_input_is_truncated_to_max_length(translators):
@@ -197,12 +247,63 @@ def test_bad_input(parts, exported):
     translator, _ = exported
     with pytest.raises(ValueError, match=r"`texts`.*int32"):
         translator(tf.constant([1, 2]))
+    with pytest.raises(ValueError, match=r"`texts\[1\]` is not valid Unicode.*'a\\ud800b'"):
+        translator(["ok", "a\ud800b"])  # a lone surrogate
     for kwargs, words in [
         ({"max_length": 1}, "max_length=1"),
         ({"strategy": "beam"}, "strategy='beam'"),
+        ({"strategy": Sampling(top_k=301)}, "top_k=301 tokens but the model's vocabulary"),
     ]:
         with pytest.raises(ValueError, match=words):
             Translator(model, tokenizer, tokenizer, **kwargs)
+
+
+def test_n_best_and_score(parts, translators):
+    model, tokenizer = parts
+    translator = translators(max_length=10, strategy=BeamSearch(3, alpha=0.0), num_hypotheses=3)
+    texts = [*SENTENCES, BLANKS[0]]
+    n_best = translator.n_best(texts)
+    assert [len(row) for row in n_best] == [3] * 4
+    assert all(isinstance(h, Hypothesis) and isinstance(h.score, float) for h in n_best[0])
+    assert [row[0].text for row in n_best] == [t.decode() for t in translator(texts).numpy()]
+    assert n_best[-1] == [Hypothesis("", 0.0)] * 3  # a blank line: "" three times
+    assert all(len({h.text for h in row}) == 3 for row in n_best[:-1])
+    assert translator.n_best([]) == [] and translator.n_best(tf.constant([], tf.string)) == []
+    # Scores: per-token values (subwords, then EOS) that sum to the score; the target is
+    # scored as a whole, even beyond max_length.
+    long = " ".join(["curry"] * 30)
+    scores = translator.score([*SENTENCES, ""], [*TARGETS, long])
+    per_token = translator.score([*SENTENCES, ""], [*TARGETS, long], per_token=True)
+    assert scores.dtype == np.float32 and scores.shape == (4,) and (scores < 0).all()
+    np.testing.assert_allclose(scores, [v.sum() for v in per_token], rtol=1e-5)
+    assert [len(v) for v in per_token] == [len(ids) for ids in tokenizer.tokenize(
+        [*TARGETS, long]).to_list()]  # fmt: skip
+    assert len(per_token[3]) > translator.max_length
+    # One pair scores as it does in a batch; the empty target is its EOS alone.
+    np.testing.assert_allclose(translator.score(SENTENCES[2:], TARGETS[2:]), scores[2:3],
+                               rtol=1e-5)  # fmt: skip
+    assert len(per_token[2]) == 1
+    assert translator.score([], []).shape == (0,) and translator.score([], [], True) == []
+    for args, words in [
+        ((SENTENCES, TARGETS[:2]), "same length, got 3 sources and 2 targets"),
+        (("今日", "Today"), "`sources` must be a list of strings, got a single str"),
+        ((SENTENCES, [1, 2, 3]), "`targets`"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            translator.score(*args)
+    for kwargs, words in [
+        ({"strategy": BeamSearch(3), "num_hypotheses": 4}, "at most 3, the hypotheses"),
+        ({"strategy": BeamSearch(3), "num_hypotheses": 0}, "num_hypotheses=0"),
+        ({"strategy": Greedy(), "num_hypotheses": 2}, "got num_hypotheses=2"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            Translator(model, tokenizer, tokenizer, **kwargs)
+    # Sampling: num_hypotheses samples per text, best first.
+    sampler = translators(max_length=10, strategy=Sampling(seed=1), num_hypotheses=4)
+    samples = sampler.n_best(SENTENCES[:1])[0]
+    assert len(samples) == 4 and [h.score for h in samples] == sorted(
+        [h.score for h in samples], reverse=True
+    )
 
 
 def test_export_is_atomic(translators, tmp_path, monkeypatch):

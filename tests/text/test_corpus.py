@@ -120,3 +120,29 @@ def test_small_parallel_enja_splits():
     assert result.pairs[0][0] == corpus.remove_japanese_spaces(
         (DATA / "test.ja").read_text(encoding="utf-8").split("\n")[0]
     )
+
+
+def test_random_unicode_lines_come_back_one_for_one(tmp_path):
+    # Property: whatever a line holds but "\n" (other line breaks such as U+2028, NUL,
+    # combining marks, whitespace of every kind, 5000 characters), a reader gives one line
+    # per line, as written; only a final "\r" (a CRLF file) and a leading BOM go.
+    from tests.fixtures import random_unicode_lines
+
+    for seed in range(3):
+        lines = random_unicode_lines(200, seed=seed)
+        want = [line.rstrip("\r") for line in lines]
+        want[0] = want[0].removeprefix("\ufeff")
+        for end in ("\n", "\r\n"):
+            path = _write(tmp_path / f"{seed}.txt", (end.join(lines) + end).encode("utf-8"))
+            assert corpus.read_sentences(path) == want, (seed, end)
+        joined = corpus.read_sentences(_write(tmp_path / f"{seed}.ja", path.read_bytes()))
+        assert len(joined) == len(lines)
+        assert [not line.strip() for line in joined] == [not line.strip() for line in want]
+        pairs = corpus.read_parallel(path, path)
+        assert pairs.lines == len(lines) == len(pairs) + pairs.skipped_empty
+        assert pairs.pairs == [(s.strip(), s.strip()) for s in want if s.strip()]
+    # A raw surrogate is no UTF-8: the file and the line are named.
+    lines[7] = "x\ud800y"
+    path = _write(tmp_path / "bad.txt", "\n".join(lines).encode("utf-8", "surrogatepass"))
+    with pytest.raises(ValueError, match=r"bad\.txt, line 8: invalid UTF-8 .*b'\\xed'"):
+        corpus.read_sentences(path)

@@ -4,8 +4,9 @@ The mirrored model is compiled with `jit_compile=True` (per-replica XLA), the si
 one without XLA.
 
 Usage: `python -m tests.training.mirrored_script` from the repository root. Prints one
-JSON line: the largest weight difference, the loss histories, and the smoothed loss
-computed per replica vs on the whole batch.
+JSON line: the largest weight difference, the loss histories, the smoothed loss
+computed per replica vs on the whole batch, and the same comparison of weights and their
+moving averages with gradient accumulation.
 """
 
 import json
@@ -21,7 +22,7 @@ def main():
     import numpy as np
 
     from tests.fixtures import synthetic_pairs, tiny_hparams, tiny_model
-    from tfblocks.training import SmoothedCrossEntropy, xla_step
+    from tfblocks.training import SmoothedCrossEntropy, averaged_weights, xla_step
     from tfblocks.training.distribute import get_strategy
 
     hp = tiny_hparams(24)
@@ -40,6 +41,18 @@ def main():
     step = getattr(mirrored, xla_step.ATTRIBUTE)
     mirrored_eval = mirrored.evaluate(dataset, verbose=0, return_dict=True)
     single_eval = single.evaluate(dataset, verbose=0, return_dict=True)
+
+    # Gradient accumulation (2 micro-batches of 8 rows, 4 per replica) and a moving
+    # average of the weights: the same on both setups.
+    accumulating = tiny_hparams(24, accumulate_steps=2)
+    micro = tf.data.Dataset.from_tensor_slices((x, tgt)).batch(8)
+    settings = {"weights": initial, "learning_rate": 1e-3, "ema_decay": 0.9}
+    single_acc = tiny_model(accumulating, jit_compile=False, **settings)
+    with strategy.scope():
+        mirrored_acc = tiny_model(accumulating, jit_compile=True, **settings)
+    for model in (single_acc, mirrored_acc):
+        model.fit(micro, epochs=1, verbose=0, shuffle=False)
+    averages = [averaged_weights(m) for m in (single_acc, mirrored_acc)]
 
     # The loss of one global batch, computed per replica and summed the Keras way.
     logits = single(x)
@@ -85,6 +98,22 @@ def main():
                 "replica_summed_loss": summed,
                 "whole_batch_loss": float(loss(tgt[:16], logits[:16])),
                 "tokens_per_replica": tokens,
+                "accumulated_updates": [
+                    int(m.optimizer.iterations) for m in (single_acc, mirrored_acc)
+                ],
+                "accumulated_weight_diff": max(
+                    float(np.abs(a - b).max())
+                    for a, b in zip(
+                        single_acc.get_weights(), mirrored_acc.get_weights(), strict=True
+                    )
+                ),
+                "accumulated_weight_change": max(
+                    float(np.abs(a - b).max())
+                    for a, b in zip(mirrored_acc.get_weights(), initial, strict=True)
+                ),
+                "accumulated_average_diff": max(
+                    float(np.abs(averages[0][k] - averages[1][k]).max()) for k in averages[0]
+                ),
             }
         )
     )

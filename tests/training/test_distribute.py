@@ -153,6 +153,14 @@ def test_mirrored_two_cpus_matches_single_device(mirrored_result):
         assert r["mirrored_eval"][key] == pytest.approx(value, rel=LOSS_RTOL), key
 
 
+def test_accumulation_and_moving_average_match_single_device(mirrored_result):
+    r = mirrored_result
+    assert r["accumulated_updates"] == [4, 4]  # 8 micro-batches, 2 per update
+    assert r["accumulated_weight_change"] > 1e-3
+    assert r["accumulated_weight_diff"] < WEIGHT_TOLERANCE
+    assert r["accumulated_average_diff"] < WEIGHT_TOLERANCE
+
+
 def test_loss_is_the_global_token_mean_across_replicas(mirrored_result):
     r = mirrored_result
     assert r["tokens_per_replica"][0] != r["tokens_per_replica"][1]  # uneven on purpose

@@ -1,4 +1,5 @@
-"""`FusedAdam` updates variables exactly as `keras.optimizers.Adam`."""
+"""`FusedAdam` updates variables exactly as `keras.optimizers.Adam`; its gradient
+accumulation and moving average of the weights."""
 
 import keras
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks.training import FusedAdam
+from tfblocks.training import FusedAdam, averaged_weights
 
 
 def _train(optimizer_cls, grads_fn, dtype="float32", jit_compile=None, steps=4, **kwargs):
@@ -129,3 +130,61 @@ def test_keras_adam_state_loads_into_it():
     assert int(fused_opt.iterations.numpy()) == 4
     for got, ref in zip(fused_opt.variables, keras_opt.variables, strict=True):
         np.testing.assert_array_equal(got.numpy(), ref.numpy())
+
+
+@pytest.mark.parametrize("jit_compile", [None, True])
+def test_accumulation_updates_with_the_mean_gradient_and_counts_updates(jit_compile):
+    # Six calls with accumulation over 3 = two updates with the mean of each three; the
+    # schedule (rising: a micro-batch count would give another rate) and the moving
+    # average see the two updates only.
+    rng = np.random.default_rng(5)
+    shapes = [(5, 3), (3,), (7, 4)]
+    calls = [[rng.standard_normal(s).astype("float32") for s in shapes] for _ in range(6)]
+
+    def each(i, shapes, dtype):
+        return [tf.constant(g) for g in calls[i]]
+
+    def mean(i, shapes, dtype):
+        group = calls[3 * i : 3 * i + 3]
+        return [tf.constant(np.mean(g, axis=0)) for g in zip(*group, strict=True)]
+
+    kwargs = dict(learning_rate=tfblocks.NoamSchedule(16, warmup_steps=4), use_ema=True,
+                  ema_momentum=0.5, jit_compile=jit_compile)  # fmt: skip
+    got, accumulating = _train(FusedAdam, each, steps=6, gradient_accumulation_steps=3, **kwargs)
+    want, plain = _train(FusedAdam, mean, steps=2, **kwargs)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    averages = [o._model_variables_moving_average for o in (accumulating, plain)]
+    for a, b in zip(*averages, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+    assert int(accumulating.iterations.numpy()) == 2
+    assert float(accumulating.learning_rate) == float(plain.learning_rate) > 0
+
+
+def test_accumulation_refuses_clipping_and_weight_decay():
+    with pytest.raises(ValueError, match=r"gradient_accumulation_steps=2 with clipnorm=1\.0"):
+        FusedAdam(gradient_accumulation_steps=2, clipnorm=1.0)
+
+
+def test_fit_keeps_the_trained_weights_and_averaged_weights_reads_the_average():
+    """Keras' `fit` would end by overwriting the weights with their averages; FusedAdam's
+    leaves them, so a second `fit` continues from the trained weights."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(FusedAdam(0.1, use_ema=True, ema_momentum=0.6), "mse")
+    kernel = model.layers[0].kernel
+    seen = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: seen.append(np.asarray(kernel).copy())
+    )
+    x = np.random.default_rng(0).normal(size=(12, 3)).astype("float32")
+    model.fit(x, np.ones((12, 2)), batch_size=4, epochs=1, callbacks=[record], verbose=0)
+    np.testing.assert_array_equal(np.asarray(kernel), seen[-1])  # not the average
+    average = seen[0]  # the first update sets it, then average ← d·average + (1 − d)·w
+    for weights in seen[1:]:
+        average = 0.6 * average + 0.4 * weights
+    np.testing.assert_allclose(averaged_weights(model)[kernel.path], average, rtol=1e-6)
+    assert not np.allclose(average, seen[-1])
+    model.compile(FusedAdam(0.1), "mse")
+    with pytest.raises(ValueError, match="use_ema=True"):
+        averaged_weights(model)

@@ -1,8 +1,10 @@
-"""Tests for tfblocks.training.recipe: the t2t optimizer settings and a short fit."""
+"""Tests for tfblocks.training.recipe: the t2t optimizer settings, a short fit, gradient
+accumulation."""
 
 import numpy as np
 import pytest
 
+from tests.fixtures import synthetic_pairs, tiny_hparams, tiny_model
 from tfblocks.models import build_transformer, hparams
 from tfblocks.training.losses import SmoothedCrossEntropy
 from tfblocks.training.recipe import compile_transformer, learning_rate_schedule
@@ -49,3 +51,27 @@ def test_the_train_step_is_traced_once():
     model.fit({"inputs": ids, "targets": ids}, ids, batch_size=4, epochs=2, verbose=0)
     assert len(traces) == 1
     assert int(model.optimizer.iterations) == 4
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_accumulated_micro_batches_equal_one_batch_n_times_larger(jit_compile):
+    """`accumulate_steps=4` on batches of 4 rows of equal token counts: the weights of one
+    batch of 16 per update, the schedule at the update count (a rising warm-up, where a
+    micro-batch count would give another rate)."""
+    small = {"hidden_size": 16, "filter_size": 16, "num_heads": 2}
+    x, y = synthetic_pairs(32, 6, 20, padded=False)  # every row: 6 tokens
+    initial = tiny_model(tiny_hparams(20, **small), seed=0).get_weights()
+    trained = {}
+    for steps, batch_size in ((1, 16), (4, 4)):
+        hp = tiny_hparams(20, accumulate_steps=steps, **small)
+        model = tiny_model(
+            hp, weights=initial, jit_compile=jit_compile and steps > 1,
+            learning_rate=NoamSchedule(16, warmup_steps=4),
+        )  # fmt: skip
+        model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0, shuffle=False)
+        assert int(model.optimizer.iterations) == 2
+        trained[steps] = model.get_weights()
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(trained[1], initial, strict=True))
+    assert moved > 1e-3
+    for a, b in zip(trained[4], trained[1], strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)

@@ -112,6 +112,24 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
     scores = json.loads(out)
     assert scores["exact_match"] == 1.0 and scores["sentences"] == 4
 
+    # --n-best on the run folder: two Moses lines per input line, the first of each the
+    # translation above; --score on its SavedModel (the export's `score` signature): one
+    # log-probability per line. The export has no `n_best` signature (one hypothesis).
+    n_best = ("--beam-size", "2", "--n-best", "2", "--input", source)
+    status, out, err = in_process(translate_cli, monkeypatch, capsys, "--model", run, *n_best)
+    assert status == 0, err[-3000:]
+    rows = [line.split(" ||| ") for line in out.splitlines()]
+    assert [int(row[0]) for row in rows] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [row[1] for row in rows[::2]] == want and rows[2][1:] == ["", "0.000000"]
+    saved = run / "export" / "1"
+    status, out, err = in_process(translate_cli, monkeypatch, capsys, "--model", saved,
+                                  "--input", source, "--score", reference)  # fmt: skip
+    assert status == 0, err[-3000:]
+    assert len(out.splitlines()) == 4 and all(float(v) < 0 for v in out.splitlines()), out
+    status, _, err = in_process(translate_cli, monkeypatch, capsys, "--model", saved,
+                                "--n-best", "2", stdin="x\n")  # fmt: skip
+    assert status == 2 and "has no `n_best` signature" in err, err
+
     # Another vocabulary in the same folder is an error naming both, not a silent reuse.
     before = (run / "tokenizer.model").read_bytes()
     status, _, err = in_process(train_cli, monkeypatch, capsys, *FIRST, "--vocab-size", "300",
@@ -154,7 +172,7 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
         seen.extend(batch)
         return list(batch)
 
-    monkeypatch.setattr(engines, "load_translate", lambda *args: (identity, "an identity"))
+    monkeypatch.setattr(engines, "load_translate", lambda *a, **k: (identity, "an identity"))
     spaced = "今日 の ランチ は カレー だ 。\n\n私 は Windows 10 を 使 う 。\n"
     joined = ["今日のランチはカレーだ。", "", "私はWindows 10を使う。"]
     (tmp_path / "test.ja").write_text(spaced, encoding="utf-8")

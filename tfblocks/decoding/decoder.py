@@ -13,18 +13,25 @@ searched one by one. Only the model's public methods are used (`encode`, `init_c
 `decode`, `logits`); the search strategies live in `tfblocks.decoding.search` and know
 nothing of the model.
 
+`Decoder.score` is the other way round: the log-probability of given targets, by
+teacher forcing (one forward pass of the whole target, no search). It and the searches'
+step apply the same rule to the logits (`allowed_logits`: PAD and BOS are never
+generated), so a beam's score is the sum of `score`'s values over its hypothesis (with
+`alpha=0`; divided by the length penalty otherwise).
+
 A decoder-only language model decodes from a `prefix` (the prompt's ids): while
 `index < len(prefix)` the step function forces the prompt's token (its logit is 0,
 every other one `NEG_INF`, so it adds nothing to the score), then the search takes
 over. Beam search counts the prompt's positions in the length penalty.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks.decoding import search
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
-from tfblocks.models.transformer import padding_mask
+from tfblocks.models.transformer import padding_mask, shift_right
 
 
 class Decoder:
@@ -150,9 +157,7 @@ class Decoder:
         """One decoding step: `(logits [N, V], state)` for the ids `[N, 1]` of
         position `index`, PAD and BOS masked (and `forced`'s prefix applied)."""
         logits, new_state = self._model_step(ids, index, state, context)
-        vocab = tf.shape(logits)[-1]
-        never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], vocab), axis=0) > 0  # [V]
-        logits = tf.where(never, search.NEG_INF, logits)
+        logits = allowed_logits(logits)
         if forced is not None:
             logits = forced(logits, index)
         return logits, new_state
@@ -199,7 +204,9 @@ class Decoder:
 
     # The one entry: any search strategy ----------------------------------------------------
 
-    def decode(self, strategy, source_ids=None, prefix=None, extra_length=None):
+    def decode(
+        self, strategy, source_ids=None, prefix=None, extra_length=None, num_hypotheses=None
+    ):
         """Decodes with `strategy` (a `tfblocks.decoding.SearchStrategy`).
 
         Args:
@@ -208,13 +215,28 @@ class Decoder:
             source_ids: int `[B, S]`, EOS-terminated and 0-padded (encoder–decoder).
             prefix: int `[B, P]` prompt ids, 0-padded on the right (language model).
             extra_length: None, or t2t's `extra_length` (see `decode_length`).
+            num_hypotheses: None, or N results per sentence, best first: a beam
+                search's N best (N at most its `beam_size`) or N samples.
 
         Returns:
             `(ids [B, L], scores [B])`, L = `decode_length(source_ids, extra_length)`:
             ids end with EOS (unless L ran out) and are PAD after it; the scores are
-            the strategy's.
+            the strategy's. With `num_hypotheses=N`: `(ids [B, N, L], scores [B, N])`.
+
+        Raises:
+            ValueError: `source_ids` or `prefix` is not a 2-D tensor of an integer dtype
+                (a float id is refused, never truncated), or, where its values are known
+                (eagerly, or a constant), holds an id outside `[0, vocab_size)`. Inside a
+                traced function (a `tf.function`, a SavedModel's signature) the values
+                are not known, so only the dtype and rank are checked: there an id out
+                of range is not refused (an XLA-compiled gather clamps it to the nearest
+                valid id), and the ids must be right when they enter the graph (as
+                `Translator`'s are: its tokenizer's vocabulary fits the model's).
         """
-        search.check_strategy(strategy)
+        search.check_strategy(strategy, self.model.vocab_size)
+        num_hypotheses = strategy.check_num_hypotheses(num_hypotheses)
+        source_ids = _check_ids("source_ids", source_ids, self.model.vocab_size)
+        prefix = _check_ids("prefix", prefix, self.model.vocab_size)
         if extra_length is not None:
             _checks.check_non_negative_int("extra_length", extra_length)
         traced = tuple(getattr(strategy, name) for name in strategy.traced_args)
@@ -225,22 +247,85 @@ class Decoder:
             step_fn, state = self.step_function(
                 source_ids,
                 prefix,
-                repeat=chosen.rows_per_sentence,
+                repeat=chosen.rows(num_hypotheses),
                 max_length=self._cache(length),
             )
             start = _start_ids(source_ids, prefix)
-            return chosen.search(step_fn, state, start, length, EOS_ID, PAD_ID, **self._growth())
+            return chosen.search(
+                step_fn, state, start, length, EOS_ID, PAD_ID, **self._growth(),
+                num_hypotheses=num_hypotheses,
+            )  # fmt: skip
 
         def dropping(state, context, length, start):
             return strategy.search(
                 self.step, state, start, length, EOS_ID, PAD_ID, **self._growth(),
                 context=context, drop_finished=True, jit_compile=self.jit_compile,
+                num_hypotheses=num_hypotheses,
             )  # fmt: skip
 
-        key = (strategy.key(), extra_length)
+        key = (strategy.key(), extra_length, num_hypotheses)
         if self.drop_finished and source_ids is not None and strategy.can_drop_finished:
             return self._dropping(key, run, dropping, source_ids, extra_length)
         return self._run(key, run, source_ids, prefix, *traced)
+
+    def score(self, source_ids, target_ids):
+        """Log-probabilities `[B, T]` of each target token given its source and the
+        target tokens before it, by teacher forcing (encoder–decoder models).
+
+        One forward pass over the whole target (no cache, no search), with the rule the
+        searches' steps apply to the logits (`allowed_logits`), so the sum of a row is
+        the log-probability a search gives that sequence (a beam search's score with
+        `alpha=0`).
+
+        Args:
+            source_ids: int `[B, S]`, EOS-terminated and 0-padded.
+            target_ids: int `[B, T]`, each row a target's ids and its EOS, 0-padded
+                (what `decode` returns).
+
+        Returns:
+            float32 `[B, T]`: `log p(target_ids[b, t] | source, target_ids[b, :t])`, and 0
+            at padding; `tf.reduce_sum(..., axis=1)` is each target's log-probability.
+
+        Raises:
+            ValueError: for a decoder-only model, ids as `decode` refuses them, or
+                batches of different sizes.
+
+        Example:
+
+        >>> import numpy as np
+        >>> import tfblocks
+        >>> model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny",
+        ...                                                     vocab_size=30))
+        >>> log_probs = Decoder(model, max_length=6).score(
+        ...     np.array([[5, 6, 1]], "int32"), np.array([[7, 8, 1, 0]], "int32"))
+        >>> log_probs.shape, float(log_probs[0, 3])
+        (TensorShape([1, 4]), 0.0)
+        """
+        if not self.model.has_input:
+            raise ValueError(
+                f"`score` needs an encoder–decoder model; '{self.model.name}' is a "
+                "decoder-only language model."
+            )
+        source_ids = _check_ids("source_ids", source_ids, self.model.vocab_size)
+        target_ids = _check_ids("target_ids", target_ids, self.model.vocab_size)
+        rows = (source_ids.shape[0], target_ids.shape[0])
+        if None not in rows and rows[0] != rows[1]:
+            raise ValueError(
+                "`source_ids` and `target_ids` must hold as many rows, got "
+                f"{rows[0]} and {rows[1]}."
+            )
+        return self._run(("score",), self._score_graph, source_ids, target_ids)
+
+    def _score_graph(self, source_ids, target_ids):
+        model = self.model
+        encoder_output = model.encode(source_ids, training=False)  # [B, S, d]
+        hidden = model.decode(
+            shift_right(target_ids), encoder_output, padding_mask(source_ids), training=False
+        )  # [B, T, d]
+        logits = allowed_logits(model.logits(hidden))  # [B, T, V]
+        chosen = tf.gather(logits, target_ids, batch_dims=2)  # [B, T]
+        log_probs = chosen - tf.reduce_logsumexp(logits, axis=-1)  # [B, T]
+        return tf.where(tf.not_equal(target_ids, PAD_ID), log_probs, 0.0)
 
     def _dropping(self, key, run, searcher, source_ids, extra_length):
         """A search over `source_ids` whose finished sentences leave the batch:
@@ -298,6 +383,46 @@ class Decoder:
 
 
 FIRST_CACHE_LENGTH = 16
+
+
+def allowed_logits(logits):
+    """`logits` `[..., V]` with PAD and BOS at `NEG_INF`: tokens decoding never generates
+    (the one rule of the searches' steps and of `Decoder.score`)."""
+    never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], tf.shape(logits)[-1]), axis=0) > 0  # [V]
+    return tf.where(never, search.NEG_INF, logits)
+
+
+def _check_ids(name, ids, vocab_size):
+    """`ids` as a tensor, refused (ValueError naming `name` and the value) unless it is a
+    2-D integer tensor whose known values lie in `[0, vocab_size)`; None stays None."""
+    if ids is None:
+        return None
+    ids = tf.convert_to_tensor(ids)
+    if not ids.dtype.is_integer:
+        raise ValueError(
+            f"`{name}` must hold integer token ids, got dtype {ids.dtype.name}: "
+            f"{name}={_preview(tf.get_static_value(ids), ids)}."
+        )
+    if ids.shape.rank not in (None, 2):
+        raise ValueError(f"`{name}` must be 2-D [batch, length], got {name} of shape {ids.shape}.")
+    values = tf.get_static_value(ids)  # None in a traced function: not known yet
+    if values is not None:
+        bad = np.argwhere((values < 0) | (values >= vocab_size))
+        if len(bad):
+            where = tuple(int(i) for i in bad[0])
+            raise ValueError(
+                f"`{name}` must hold ids in [0, {vocab_size}) (the model's vocab_size), got "
+                f"{name}[{', '.join(map(str, where))}]={values[where].item()!r}."
+            )
+    return ids
+
+
+def _preview(values, tensor):
+    """A short text of a tensor's value for an error message (its shape when unknown)."""
+    if values is None:
+        return f"<a tensor of shape {tensor.shape}>"
+    text = np.array2string(np.asarray(values), threshold=8, separator=", ")
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _rank_only(x):

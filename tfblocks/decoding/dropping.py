@@ -27,8 +27,8 @@ class DroppingState(NamedTuple):
     origin: tf.Tensor  # [n]: their positions in the input batch
     real: tf.Tensor  # [n]: False for the copies that pad the batch to its size
     cache: tf.Tensor  # scalar: the positions the step function's caches hold now
-    ids: tf.Tensor  # [B, L]: results, written when a sentence leaves
-    scores: tf.Tensor  # [B]
+    ids: tf.Tensor  # [B, L] (or [B, N, L]): results, written when a sentence leaves
+    scores: tf.Tensor  # [B] (or [B, N])
 
 
 def run_dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
@@ -107,14 +107,15 @@ def run_dropping(search, initial, context, cache_lengths, grow_state, jit_compil
             lengths[-1],
             message="max_length must be at most the last of cache_lengths",
         )
+    ids, scores = search.result(initial)  # for their shapes: [B, (N,) L] and [B, (N)]
     start = DroppingState(
         loop=initial,
         context=context,
         origin=tf.range(batch),
         real=tf.ones([batch], tf.bool),
         cache=tf.cast(length if cache_lengths is None else cache_lengths[0], tf.int32),
-        ids=tf.zeros([batch, length], tf.int32),
-        scores=tf.zeros([batch], tf.float32),
+        ids=tf.zeros_like(ids),
+        scores=tf.zeros_like(scores),
     )
     # Batch size and cache length change between iterations: only ranks are invariant.
     invariants = tf.nest.map_structure(lambda x: tf.TensorShape([None] * x.shape.rank), start)

@@ -12,6 +12,9 @@ greedy and beam search let the sentences whose search has ended leave the batch
 (`tfblocks.decoding.dropping`). `tfblocks.decoding.Decoder` builds the step function of a
 `tfblocks.Transformer` and runs any strategy with `Decoder.decode(strategy, ...)`.
 
+With `num_hypotheses=N` a search returns N results per sentence, best first: beam
+search's N best hypotheses, or N samples (`ids [B, N, L]`, `scores [B, N]`).
+
 A new strategy subclasses `SearchStrategy`: its constructor checks its options, and
 `_pieces` returns the loop's pieces (`initial`, `step`, `done`, `result`, `select`,
 `repeat`, `size`), as `_Sequential` and `_Beam` do.
@@ -24,8 +27,14 @@ compete for `beam` finished slots with score `log p / ((5 + length) / 6) ** alph
 no hypothesis finished, the best live one is returned with its raw log-probability (as
 t2t does). Departure: t2t stops when the *worst* finished score beats the best a live
 beam can reach; here the search stops when the *best* finished score does, which cannot
-change the returned (top) hypothesis and saves steps.
+change the returned (top) hypothesis and saves steps (for N hypotheses, once N have
+finished too).
+`BeamSearch(stop_early=True)` replaces that test by fairseq's and CTranslate2's rule: a
+sentence's search ends as soon as `beam_size` hypotheses have finished.
 """
+
+import math
+import numbers
 
 import tensorflow as tf
 
@@ -107,6 +116,7 @@ class SearchStrategy:
     rows_per_sentence = 1
     can_drop_finished = True
     traced_args = ()
+    max_hypotheses = 1  # the most results per sentence it can return (None: any number)
 
     def get_config(self):
         """The options, as keyword arguments of the constructor."""
@@ -131,7 +141,24 @@ class SearchStrategy:
         options = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
         return f"{type(self).__name__}({options})"
 
-    def _pieces(self, step_fn, eos_id, pad_id, length):
+    def check_num_hypotheses(self, num_hypotheses):
+        """`num_hypotheses` if this strategy can return that many results per sentence
+        (None: one, unstacked), else a `ValueError` naming it."""
+        if num_hypotheses is None:
+            return None
+        _checks.check_positive_int("num_hypotheses", num_hypotheses)
+        if self.max_hypotheses is not None and num_hypotheses > self.max_hypotheses:
+            raise ValueError(
+                f"`num_hypotheses` must be at most {self.max_hypotheses}, the hypotheses "
+                f"{self!r} keeps, got num_hypotheses={num_hypotheses}."
+            )
+        return int(num_hypotheses)
+
+    def rows(self, num_hypotheses=None):
+        """Rows of the step function per sentence for `num_hypotheses` results."""
+        return self.rows_per_sentence
+
+    def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
         raise NotImplementedError
 
     def search(
@@ -147,12 +174,13 @@ class SearchStrategy:
         context=None,
         drop_finished=False,
         jit_compile=False,
+        num_hypotheses=None,
     ):
         """Runs the search.
 
         Args:
             step_fn: `step_fn(ids [N, 1], index, state) -> (logits [N, V], state)`, with
-                `N = B · rows_per_sentence` (sentence b's rows are `b·K … b·K + K − 1`);
+                `N = B · rows(num_hypotheses)` (sentence b's rows are `b·K … b·K + K − 1`);
                 tensors it closes over must be repeated alike. With `context`, it is
                 called as `step_fn(ids, index, state, context)`.
             state: the initial nest of `B`-row tensors passed to `step_fn` (repeated
@@ -176,13 +204,17 @@ class SearchStrategy:
                 `context` (tensors closed over by `step_fn` could not shrink). The
                 results are the same.
             jit_compile: with `drop_finished`, compile each segment with XLA.
+            num_hypotheses: None, or N results per sentence, best first (at most
+                `beam_size` for `BeamSearch`, 1 for `Greedy`, any for `Sampling`).
 
         Returns:
             `(ids [B, max_length], scores [B])`: ids end with `eos_id` (unless
             `max_length` ran out) and are `pad_id` after it; the scores are the
-            strategy's (see the subclass).
+            strategy's (see the subclass). With `num_hypotheses=N`,
+            `(ids [B, N, max_length], scores [B, N])`.
         """
         _check_search_args(max_length, eos_id, pad_id)
+        hypotheses = self.check_num_hypotheses(num_hypotheses)
         cache_lengths = _check_growth(cache_lengths, grow_state, max_length)
         _check_dropping(drop_finished, context, jit_compile)
         if drop_finished and not self.can_drop_finished:
@@ -190,7 +222,7 @@ class SearchStrategy:
                 f"{type(self).__name__} cannot drop finished sentences (a sentence's result "
                 "would depend on its batch mates), got drop_finished=True."
             )
-        pieces = self._pieces(step_fn, eos_id, pad_id, max_length)
+        pieces = self._pieces(step_fn, eos_id, pad_id, max_length, hypotheses)
         initial = pieces.initial(tf.cast(start_ids, tf.int32), state)
         context = None if context is None else pieces.repeat(context)
         if drop_finished:
@@ -206,26 +238,34 @@ class SearchStrategy:
         return pieces.result(_while(cond, body, initial, cache_lengths, grow_state))
 
 
-def check_strategy(strategy):
-    """`strategy` if it is a `SearchStrategy`, else a `ValueError` naming it."""
+def check_strategy(strategy, vocab_size=None):
+    """`strategy` if it is a `SearchStrategy` that fits a vocabulary of `vocab_size`
+    tokens (a `Sampling` top-k of at most that many), else a `ValueError` naming it."""
     if not isinstance(strategy, SearchStrategy):
         raise ValueError(
             "`strategy` must be a tfblocks.decoding.SearchStrategy (Greedy(), "
             f"Sampling(...), BeamSearch(...)), got strategy={strategy!r}."
         )
+    top_k = getattr(strategy, "top_k", 0)
+    if vocab_size is not None and top_k > vocab_size:
+        raise ValueError(
+            f"`strategy` samples among its top_k={top_k} tokens but the model's vocabulary "
+            f"has only {vocab_size}: strategy={strategy!r}."
+        )
     return strategy
 
 
-def beam_or_greedy(beam_size, alpha=0.6):
+def beam_or_greedy(beam_size, alpha=0.6, stop_early=False):
     """The strategy a beam width names (the command-line tools' `--beam-size`):
-    `Greedy()` for 1, else `BeamSearch(beam_size, alpha)`.
+    `Greedy()` for 1, else `BeamSearch(beam_size, alpha, stop_early)`.
 
     >>> beam_or_greedy(1), beam_or_greedy(4)
-    (Greedy(), BeamSearch(beam_size=4, alpha=0.6))
+    (Greedy(), BeamSearch(beam_size=4, alpha=0.6, stop_early=False))
     """
+    _checks.check_bool("stop_early", stop_early)
     if _checks.check_positive_int("beam_size", beam_size) == 1:
         return Greedy()
-    return BeamSearch(beam_size, alpha)
+    return BeamSearch(beam_size, alpha, stop_early)
 
 
 class Greedy(SearchStrategy):
@@ -242,19 +282,20 @@ class Greedy(SearchStrategy):
     [[3, 4, 0, 0]]
     """
 
-    def _pieces(self, step_fn, eos_id, pad_id, length):
+    def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
         def choose(logits, index):
             return tf.argmax(logits, axis=-1, output_type=tf.int32)
 
-        return _Sequential(step_fn, choose, eos_id, pad_id, length)
+        return _Sequential(step_fn, choose, eos_id, pad_id, length, hypotheses)
 
 
 class Sampling(SearchStrategy):
     """Sampling from `softmax(logits / temperature)`, optionally top-k and/or top-p.
 
     The score is the sum of the chosen tokens' log-probabilities under the unmodified
-    model. A sampled sentence never leaves the batch early (`can_drop_finished` is
-    False): its draws depend on its row.
+    model. With `num_hypotheses=N` each sentence gets N independent samples (not
+    necessarily different), sorted by score. A sampled sentence never leaves the batch
+    early (`can_drop_finished` is False): its draws depend on its row.
 
     Args:
         temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
@@ -275,13 +316,16 @@ class Sampling(SearchStrategy):
 
     can_drop_finished = False
     traced_args = ("seed",)
+    max_hypotheses = None
 
     def __init__(self, temperature=1.0, top_k=0, top_p=1.0, seed=0):
-        if isinstance(temperature, bool) or not temperature > 0:
-            raise ValueError(f"`temperature` must be > 0, got temperature={temperature!r}.")
+        if not _real(temperature) or not 0 < temperature < math.inf:
+            raise ValueError(
+                f"`temperature` must be a finite number > 0, got temperature={temperature!r}."
+            )
         _checks.check_non_negative_int("top_k", top_k)
-        if isinstance(top_p, bool) or not 0 < top_p <= 1:
-            raise ValueError(f"`top_p` must be in (0, 1], got top_p={top_p!r}.")
+        if not _real(top_p) or not 0 < top_p <= 1:
+            raise ValueError(f"`top_p` must be a number in (0, 1], got top_p={top_p!r}.")
         if not tf.is_tensor(seed) and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be an int or a scalar int tensor, got seed={seed!r}.")
         self.temperature = float(temperature)
@@ -297,7 +341,10 @@ class Sampling(SearchStrategy):
             "seed": self.seed,
         }
 
-    def _pieces(self, step_fn, eos_id, pad_id, length):
+    def rows(self, num_hypotheses=None):
+        return num_hypotheses or 1  # one row per sample
+
+    def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
         seed = tf.cast(self.seed, tf.int32)
 
         def choose(logits, index):
@@ -312,21 +359,36 @@ class Sampling(SearchStrategy):
             )
             return draw[:, 0]
 
-        return _Sequential(step_fn, choose, eos_id, pad_id, length)
+        return _Sequential(step_fn, choose, eos_id, pad_id, length, hypotheses)
+
+
+def _real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class BeamSearch(SearchStrategy):
     """t2t beam search (see the module docstring).
 
     The score of a sentence is the best finished hypothesis' length-penalized
-    `log p / ((5 + length) / 6) ** alpha`, or, where none finished, the best live
-    one's raw log-probability. The search's `max_length` also bounds t2t's stopping
-    test (a live beam's best possible score is its log-probability over the length
-    penalty of `max_length`), so a smaller one ends the search sooner.
+    `log p / ((5 + length) / 6) ** alpha` (length: the tokens generated, EOS included;
+    with `alpha=0` the log-probability itself), or, where none finished, the best live
+    one's raw log-probability. With `num_hypotheses=N` (at most K) the N best come
+    back: the finished hypotheses by score, then, where fewer than N finished before
+    `max_length`, the best live ones with their raw log-probabilities.
+
+    When a sentence's search ends: by default (t2t's rule) when its best finished score
+    beats what any live beam can still reach (its log-probability over the length
+    penalty of `max_length`, so a smaller `max_length` ends the search sooner) and, for
+    N hypotheses, N have finished: the first is final, the others the best found by
+    then. With `stop_early=True` (fairseq's and CTranslate2's rule) as soon as K
+    hypotheses have finished, whatever the live beams could still reach: often sooner,
+    sometimes later (when fewer than K finish), and the result can differ from t2t's
+    rule.
 
     Args:
         beam_size: K, the hypotheses kept per sentence.
         alpha: length-penalty exponent (0 = no penalty).
+        stop_early: end a sentence's search once K hypotheses have finished.
 
     Example:
 
@@ -338,18 +400,26 @@ class BeamSearch(SearchStrategy):
     [[3, 4, 0, 0]]
     """
 
-    def __init__(self, beam_size=4, alpha=0.6):
+    def __init__(self, beam_size=4, alpha=0.6, stop_early=False):
         self.beam_size = _checks.check_positive_int("beam_size", beam_size)
-        if isinstance(alpha, bool) or not alpha >= 0:
-            raise ValueError(f"`alpha` must be >= 0, got alpha={alpha!r}.")
+        if not _real(alpha) or not 0 <= alpha < math.inf:
+            raise ValueError(f"`alpha` must be a finite number >= 0, got alpha={alpha!r}.")
         self.alpha = float(alpha)
+        self.stop_early = _checks.check_bool("stop_early", stop_early)
 
     @property
     def rows_per_sentence(self):
         return self.beam_size
 
-    def get_config(self):
-        return {"beam_size": self.beam_size, "alpha": self.alpha}
+    @property
+    def max_hypotheses(self):
+        return self.beam_size
 
-    def _pieces(self, step_fn, eos_id, pad_id, length):
-        return _Beam(step_fn, self.beam_size, self.alpha, eos_id, pad_id, length)
+    def get_config(self):
+        return {"beam_size": self.beam_size, "alpha": self.alpha, "stop_early": self.stop_early}
+
+    def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
+        return _Beam(
+            step_fn, self.beam_size, self.alpha, eos_id, pad_id, length, hypotheses,
+            self.stop_early,
+        )  # fmt: skip

@@ -1,10 +1,13 @@
 """One step of each search over its loop state: the pieces the strategies of
 `tfblocks.decoding.search` are made of.
 
-`_Sequential` (greedy and sampling: one row per sentence, a `choose(logits, index)` rule)
-and `_Beam` (t2t beam search, K rows per sentence) each give `initial`, `step`, `done`,
-`result`, `select`, `repeat` and `size`, which the plain loop (`SearchStrategy.search`)
-and the shrinking one (`tfblocks.decoding.dropping`) drive.
+`_Sequential` (greedy and sampling: one row per sentence, or one per sample, a
+`choose(logits, index)` rule) and `_Beam` (t2t beam search, K rows per sentence) each give
+`initial`, `step`, `done`, `result`, `select`, `repeat` and `size`, which the plain loop
+(`SearchStrategy.search`) and the shrinking one (`tfblocks.decoding.dropping`) drive.
+
+`hypotheses`: None for one result per sentence (`ids [B, L]`, `scores [B]`), or N for
+the N best (`ids [B, N, L]`, `scores [B, N]`, best first).
 """
 
 from typing import NamedTuple
@@ -64,15 +67,26 @@ def _pad_after_eos(ids, index, eos_id, pad_id):
 
 
 class _Pieces:
-    """What a search's loop pieces share: the step function, the ids, the length."""
+    """What a search's loop pieces share: the step function, the ids, the length, and
+    the number of results per sentence (`hypotheses`: None, or N for `[B, N, ...]`)."""
 
     rows_per_sentence = 1  # rows of the step function per sentence (a beam search: K)
 
-    def __init__(self, step_fn, eos_id, pad_id, length):
+    def __init__(self, step_fn, eos_id, pad_id, length, hypotheses=None):
         self.step_fn = step_fn
         self.eos_id = eos_id
         self.pad_id = pad_id
         self.length = length
+        self.hypotheses = hypotheses
+
+    def _pad_rows(self, ids, index):
+        """`_pad_after_eos` of `ids` `[B, L]` or `[B, N, L]`."""
+        if ids.shape.rank == 2:
+            return _pad_after_eos(ids, index, self.eos_id, self.pad_id)
+        flat = tf.reshape(ids, [-1, _dim(ids, 2)])  # [B·N, L]
+        padded = tf.reshape(_pad_after_eos(flat, index, self.eos_id, self.pad_id), tf.shape(ids))
+        padded.set_shape(ids.shape)  # [B, N, L]
+        return padded
 
     def logits(self, loop, context):
         """`(float32 logits, new state)` of the step function for `loop.last`."""
@@ -84,25 +98,35 @@ class _Pieces:
 
 
 class _Sequential(_Pieces):
-    """The pieces of greedy / sampling search over `B` rows (see `_Beam`)."""
+    """The pieces of greedy / sampling search over `B` rows (see `_Beam`).
 
-    def __init__(self, step_fn, choose, eos_id, pad_id, length):
-        super().__init__(step_fn, eos_id, pad_id, length)
+    With `hypotheses=N` each sentence has N rows that search independently (N samples),
+    returned sorted by score, best first. Such a search cannot drop finished sentences
+    (`select` and `size` see rows, not sentences); `Sampling` never does.
+    """
+
+    def __init__(self, step_fn, choose, eos_id, pad_id, length, hypotheses=None):
+        super().__init__(step_fn, eos_id, pad_id, length, hypotheses)
         self.choose = choose
+        self.rows_per_sentence = hypotheses or 1
 
     def initial(self, start_ids, state):
+        start_ids = self.repeat(start_ids)
         batch = tf.shape(start_ids)[0]
         return SequentialState(
             index=tf.constant(0),
             last=start_ids[:, None],
-            state=state,
+            state=self.repeat(state),
             ids=tf.zeros([batch, self.length], tf.int32),
             finished=tf.zeros([batch], tf.bool),
             scores=tf.zeros([batch], tf.float32),
         )
 
     def repeat(self, nest):
-        return nest  # one row per sentence
+        """Each `B`-row leaf repeated once per row of a sentence (sentence-major)."""
+        if self.rows_per_sentence == 1:
+            return nest
+        return tf.nest.map_structure(lambda x: tf.repeat(x, self.rows_per_sentence, axis=0), nest)
 
     def size(self, loop):
         return _dim(loop.ids, 0)
@@ -125,7 +149,14 @@ class _Sequential(_Pieces):
         )
 
     def result(self, loop):
-        return _pad_after_eos(loop.ids, loop.index, self.eos_id, self.pad_id), loop.scores
+        ids = _pad_after_eos(loop.ids, loop.index, self.eos_id, self.pad_id)  # [B·N, L]
+        if self.hypotheses is None:
+            return ids, loop.scores
+        n = self.hypotheses
+        scores = tf.reshape(loop.scores, [-1, n])  # [B, N]
+        ids = tf.reshape(ids, [-1, n, _dim(ids, 1)])  # [B, N, L]
+        order = tf.argsort(scores, axis=1, direction="DESCENDING", stable=True)  # best first
+        return tf.gather(ids, order, batch_dims=1), tf.gather(scores, order, batch_dims=1)
 
     def select(self, loop, context, pick):
         """The rows `pick` `[n]` of `loop` and of `context`."""
@@ -153,12 +184,19 @@ def _filter_top_p(logits, top_p):
 
 
 class _Beam(_Pieces):
-    """t2t beam search's pieces over `B` sentences × `K` beams (B read from the loop)."""
+    """t2t beam search's pieces over `B` sentences × `K` beams (B read from the loop).
 
-    def __init__(self, step_fn, beam, alpha, eos_id, pad_id, length):
-        super().__init__(step_fn, eos_id, pad_id, length)
+    `stop_early`: a sentence is done once K hypotheses have finished (fairseq's and
+    CTranslate2's rule) instead of t2t's bound test (see `done`).
+    """
+
+    def __init__(
+        self, step_fn, beam, alpha, eos_id, pad_id, length, hypotheses=None, stop_early=False
+    ):
+        super().__init__(step_fn, eos_id, pad_id, length, hypotheses)
         self.beam = beam
         self.alpha = alpha
+        self.stop_early = stop_early
 
     @property
     def rows_per_sentence(self):
@@ -187,16 +225,24 @@ class _Beam(_Pieces):
         return tf.nest.map_structure(lambda x: tf.repeat(x, self.beam, axis=0), nest)
 
     def done(self, loop):
-        """`[B]`: the sentence's best finished score beats what any live beam can reach.
+        """`[B]`: the sentence's best finished score beats what any live beam can reach,
+        and N hypotheses have finished (N = `hypotheses`, 1 by default); with
+        `stop_early`, all K finished slots are filled (K hypotheses have finished).
 
         t2t bounds a live beam by its log-probability over the length penalty of
         `max_length` and stops when the *worst* finished score beats every bound;
-        comparing the *best* cannot change the returned (top) hypothesis.
+        comparing the *best* cannot change the returned (top) hypothesis. Waiting for
+        the N-th best to beat the bound too would make all N final but lengthens most
+        searches; waiting for N finished ones costs little and keeps unfinished
+        hypotheses out of an n-best list.
         """
+        flags = loop.finished_flags  # [B, K]: the finished slots are sorted, filled first
+        if self.stop_early:
+            return tf.reduce_all(flags, axis=1)
+        n = self.hypotheses or 1
         best_alive = loop.alive_log_probs[:, 0] / length_penalty(self.length, self.alpha)
-        flags = loop.finished_flags
-        best_finished = tf.reduce_max(tf.where(flags, loop.finished_scores, NEG_INF), axis=1)
-        return tf.logical_and(tf.reduce_any(flags, 1), best_finished >= best_alive)
+        final = tf.logical_and(flags[:, 0], loop.finished_scores[:, 0] >= best_alive)
+        return tf.logical_and(final, flags[:, n - 1])
 
     def step(self, loop, context):
         """One step: every beam extended by one token."""
@@ -246,11 +292,22 @@ class _Beam(_Pieces):
         )
 
     def result(self, loop):
-        """`(ids [B, L], scores [B])` of every sentence of `loop` (see `BeamSearch`)."""
-        any_finished = tf.reduce_any(loop.finished_flags, axis=1)  # [B]
-        ids = tf.where(any_finished[:, None], loop.finished_seq[:, 0], loop.alive_seq[:, 0])
-        ids = _pad_after_eos(ids, loop.index, self.eos_id, self.pad_id)
-        scores = tf.where(any_finished, loop.finished_scores[:, 0], loop.alive_log_probs[:, 0])
+        """`(ids [B, L], scores [B])` of every sentence of `loop`, or with `hypotheses=N`
+        `(ids [B, N, L], scores [B, N])`: the finished hypotheses by length-penalized
+        score, then, where fewer than N finished, the best live ones with their raw
+        log-probabilities (see `BeamSearch`)."""
+        n = self.hypotheses or 1
+        finished = tf.reduce_sum(tf.cast(loop.finished_flags, tf.int32), axis=1)[:, None]
+        slot = tf.range(n)[None, :]  # [1, N]
+        # Slot j: finished j while j < finished, else live j − finished (after the K
+        # finished slots of the concatenation).
+        pick = tf.where(slot < finished, slot, self.beam + slot - finished)  # [B, N]
+        seqs = tf.concat([loop.finished_seq, loop.alive_seq], axis=1)  # [B, 2K, L]
+        scores = tf.concat([loop.finished_scores, loop.alive_log_probs], axis=1)  # [B, 2K]
+        ids = self._pad_rows(tf.gather(seqs, pick, batch_dims=1), loop.index)  # [B, N, L]
+        scores = tf.gather(scores, pick, batch_dims=1)  # [B, N]
+        if self.hypotheses is None:
+            return ids[:, 0], scores[:, 0]
         return ids, scores
 
     def select(self, loop, context, pick):

@@ -73,6 +73,10 @@ class HParams:
         max_relative_position: the largest distance relative attention tells apart.
         pos: `"timing"` (the sinusoidal timing signal added to the embeddings) or `"none"`
             (t2t's `pos=None`, as `transformer_relative` sets).
+        accumulate_steps: micro-batches per optimizer update (t2t's
+            `optimizer_multistep_accumulate_steps`; 1 = none): the update uses the mean
+            of their gradients, each micro-batch's token mean weighing equally, and the
+            learning-rate schedule counts updates (`compile_transformer`).
 
     Example:
 
@@ -105,6 +109,7 @@ class HParams:
     self_attention_type: str = "dot_product"
     max_relative_position: int = 20
     pos: str = "timing"
+    accumulate_steps: int = 1
 
     def __post_init__(self):
         for name in (
@@ -117,6 +122,7 @@ class HParams:
             "batch_size",
             "max_length",
             "max_relative_position",
+            "accumulate_steps",
         ):
             _checks.check_positive_int(name, getattr(self, name))
         _checks.check_non_negative_int("num_encoder_layers", self.num_encoder_layers)

@@ -139,12 +139,32 @@ def load_preset(path):
             f"`path` must be a preset directory written by save_preset (with config.json), "
             f"got path={path!r}."
         )
+    hparams_path = os.path.join(path, HPARAMS_FILE)  # checked first: it is quick to read
+    hp = _load_hparams(hparams_path) if os.path.exists(hparams_path) else None
     model = Transformer.from_preset(path)
     keras_tokenizer = TransformerTokenizer.from_preset(path)
     tokenizer = SubwordTokenizer(keras_tokenizer.proto)
-    hp = None
-    hparams_path = os.path.join(path, HPARAMS_FILE)
-    if os.path.exists(hparams_path):
-        with open(hparams_path, encoding="utf-8") as f:
-            hp = HParams(**json.load(f))
     return Preset(model, tokenizer, hp)
+
+
+def _load_hparams(path):
+    """The `HParams` of a preset's `hparams.json`; a ValueError naming the file (and the
+    field) when it is not JSON, not an object, or holds an unknown field or a bad value."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not a JSON file of HParams: {error}.") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} must hold a JSON object of HParams fields, got {values!r:.80}.")
+    known = {field.name for field in dataclasses.fields(HParams)}
+    unknown = [name for name in values if name not in known]
+    if unknown:
+        raise ValueError(
+            f"{path} has an unknown HParams field: {unknown[0]}={values[unknown[0]]!r} "
+            f"(fields: {', '.join(sorted(known))})."
+        )
+    try:
+        return HParams(**values)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None

@@ -2,6 +2,6 @@
 or through CTranslate2 (`export_ctranslate2`, `CTranslate2Translator`)."""
 
 from tfblocks.serving.ctranslate2 import CTranslate2Translator, export_ctranslate2
-from tfblocks.serving.savedmodel import Generator, Translator
+from tfblocks.serving.savedmodel import Generator, Hypothesis, Translator
 
-__all__ = ["CTranslate2Translator", "Generator", "Translator", "export_ctranslate2"]
+__all__ = ["CTranslate2Translator", "Generator", "Hypothesis", "Translator", "export_ctranslate2"]

@@ -25,10 +25,16 @@ from a trained encoder–decoder `tfblocks.Transformer` and its SentencePiece to
   `Translator` does.
 
 Differences that remain: CTranslate2's beam search scores hypotheses with its own
-length normalization, so beam outputs can differ from `Translator`'s t2t beam search
-in a few percent of sentences; greedy decoding (beam 1) gives the same ids.
-`CTranslate2Translator` asks CTranslate2 never to generate `<pad>` or `<s>`, as
-`tfblocks.Decoder` does.
+length normalization (`log p / length ** length_penalty`; with `length_penalty=0` the
+log-probability, as t2t's with `alpha=0`), picks its candidates a little differently and
+ends a sentence's search when `beam_size` hypotheses have finished (with
+`length_penalty=0`: when the best one has), `BeamSearch(stop_early=True)`'s rule; t2t's
+bound test (the default of `BeamSearch`) has no CTranslate2 equivalent. So beam outputs
+and n-best lists can differ from `Translator`'s in a few percent of sentences; greedy
+decoding (beam 1) gives the same ids. `CTranslate2Translator` asks CTranslate2 never to
+generate `<pad>` or `<s>`, as `tfblocks.Decoder` does; its `score` (CTranslate2's
+`score_batch`) normalizes over the whole vocabulary, `<pad>` and `<s>` included, so it
+is below `Translator.score` by the little probability the model gives those two.
 """
 
 import os
@@ -39,6 +45,7 @@ from tfblocks import _checks, _files
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.layers.embedding import timing_signal
 from tfblocks.models.transformer import LAYER_NORM_EPSILON
+from tfblocks.serving.savedmodel import Hypothesis
 
 KIND = "tfblocks-ctranslate2"  # the marker's kind: an earlier export here may be replaced
 SPECIAL_PIECES = {PAD_ID: "<pad>", EOS_ID: "</s>", UNK_ID: "<unk>", BOS_ID: "<s>"}
@@ -288,7 +295,8 @@ class CTranslate2Translator:
     one given), translates in batches with `ctranslate2.Translator`, and detokenizes.
     Like `tfblocks.Translator`, a source is cut to its first `max_length - 1` pieces
     (plus EOS), a translation has at most `max_length` tokens (EOS included), `<pad>`
-    and `<s>` are never generated, and a blank string translates to `""`.
+    and `<s>` are never generated, and a blank string (only Unicode whitespace, as
+    `str.strip()` sees it) translates to `""` without being translated.
 
     Args:
         model_dir: the directory written by `export_ctranslate2`.
@@ -305,6 +313,11 @@ class CTranslate2Translator:
             type; e.g. `"int8"`, `"float32"`).
         intra_threads: threads per translation (CTranslate2 `intra_threads`).
         inter_threads: translations run in parallel (CTranslate2 `inter_threads`).
+        num_hypotheses: translations per text that `n_best` returns (at most
+            `beam_size`; CTranslate2's `num_hypotheses`).
+
+    Like `tfblocks.Translator` it also returns the n best translations (`n_best`) and
+    scores given translations (`score`, CTranslate2's `score_batch`).
 
     Example:
 
@@ -319,6 +332,8 @@ class CTranslate2Translator:
     >>> translate = CTranslate2Translator(path, beam_size=1, max_length=8)
     >>> len(translate(["今日のランチはカレーだ。", ""]))
     2
+    >>> translate.score(["今日のランチはカレーだ。"], ["Today's lunch is curry."]).shape
+    (1,)
     """
 
     def __init__(
@@ -334,6 +349,7 @@ class CTranslate2Translator:
         compute_type="default",
         intra_threads=0,
         inter_threads=1,
+        num_hypotheses=1,
     ):
         import sentencepiece
 
@@ -350,6 +366,12 @@ class CTranslate2Translator:
         self.max_length = _checks.check_positive_int("max_length", max_length)
         if max_length < 2:
             raise ValueError(f"`max_length` must be at least 2, got max_length={max_length}.")
+        self.num_hypotheses = _checks.check_positive_int("num_hypotheses", num_hypotheses)
+        if num_hypotheses > beam_size:
+            raise ValueError(
+                f"`num_hypotheses` must be at most beam_size={beam_size}, got "
+                f"num_hypotheses={num_hypotheses}."
+            )
         self.length_penalty = float(length_penalty)
         self.max_batch_size = _checks.check_non_negative_int("max_batch_size", max_batch_size)
         if tokenizer is None:
@@ -384,11 +406,13 @@ class CTranslate2Translator:
         ids = [self._target_ids.get(piece, unk) for piece in pieces]
         return self._target.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
 
-    def translate_pieces(self, texts):
-        """`(pieces, scores)` of the best hypothesis for each text (a list of str)."""
+    def translate_pieces(self, texts, num_hypotheses=1):
+        """`(pieces, scores)` of the best hypothesis for each text (a list of str); with
+        `num_hypotheses` N > 1, a list of N pieces and of N scores per text."""
         results = self.translator.translate_batch(
             self.tokenize(texts),
             beam_size=self.beam_size,
+            num_hypotheses=num_hypotheses,
             length_penalty=self.length_penalty,
             max_batch_size=self.max_batch_size,
             max_decoding_length=self.max_length,
@@ -396,22 +420,74 @@ class CTranslate2Translator:
             suppress_sequences=[[SPECIAL_PIECES[PAD_ID]], [SPECIAL_PIECES[BOS_ID]]],
             return_scores=True,
         )
+        if num_hypotheses > 1:
+            return [r.hypotheses for r in results], [r.scores for r in results]
         return [r.hypotheses[0] for r in results], [r.scores[0] for r in results]
 
     def __call__(self, texts):
         """Translations of `texts` (a list of str), a list of str."""
-        if isinstance(texts, str):
-            raise ValueError(f"`texts` must be a list of strings, got a single str: {texts!r}.")
-        texts = list(texts)
-        bad = [t for t in texts if not isinstance(t, str)]
-        if bad:
+        return [row[0].text for row in self._search(_texts("texts", texts), 1)]
+
+    def n_best(self, texts):
+        """The `num_hypotheses` best translations of each of `texts` (a list of str), as
+        `tfblocks.Translator.n_best` returns them: a list per text of
+        `Hypothesis(text, score)`, best first (CTranslate2's scores; a blank text gets
+        `("", 0.0)` each time)."""
+        return self._search(_texts("texts", texts), self.num_hypotheses)
+
+    def _search(self, texts, n):
+        """`n` `Hypothesis` per text. A blank line (only Unicode whitespace: what
+        `str.strip()` removes, the SavedModel's `BLANK`) is not translated: it gets ""."""
+        chosen = [i for i, text in enumerate(texts) if text.strip()]
+        out = [[Hypothesis("", 0.0)] * n for _ in texts]
+        if chosen:
+            pieces, scores = self.translate_pieces([texts[i] for i in chosen], n)
+            if n == 1:
+                pieces, scores = [[row] for row in pieces], [[score] for score in scores]
+            for i, rows, values in zip(chosen, pieces, scores, strict=True):
+                out[i] = [
+                    Hypothesis(self.detokenize(row), float(v))
+                    for row, v in zip(rows, values, strict=True)
+                ]
+        return out
+
+    def score(self, sources, targets, per_token=False):
+        """The log-probability of each target given its source (CTranslate2's
+        `score_batch`), as `tfblocks.Translator.score` returns it: a float32 NumPy array,
+        or with `per_token` a list of arrays (each target's subwords, then EOS).
+
+        Sources are cut as for translating; targets never are. CTranslate2 normalizes
+        over the whole vocabulary, `<pad>` and `<s>` included (see the module docstring).
+        """
+        sources, targets = _texts("sources", sources), _texts("targets", targets)
+        if len(sources) != len(targets):
             raise ValueError(
-                f"`texts` must hold only str, got {type(bad[0]).__name__}: {bad[0]!r}."
+                "`sources` and `targets` must have the same length, got "
+                f"{len(sources)} sources and {len(targets)} targets."
             )
-        if not texts:
-            return []
-        pieces, _ = self.translate_pieces(texts)
-        return [
-            "" if not text.strip() else self.detokenize(row)
-            for text, row in zip(texts, pieces, strict=True)
+        if not sources:
+            return [] if per_token else np.zeros([0], np.float32)
+        target_pieces = [
+            [self._target.id_to_piece(i) for i in row] for row in self._target.encode(targets)
         ]
+        results = self.translator.score_batch(
+            self.tokenize(sources),
+            target_pieces,
+            max_batch_size=self.max_batch_size,
+            max_input_length=0,  # sources are cut by `tokenize`; targets never are
+        )
+        values = [np.asarray(r.log_probs, np.float32) for r in results]
+        if per_token:
+            return values
+        return np.array([v.sum() for v in values], np.float32)
+
+
+def _texts(name, texts):
+    """`texts` as a list of str, else a ValueError naming `name`."""
+    if isinstance(texts, str):
+        raise ValueError(f"`{name}` must be a list of strings, got a single str: {texts!r:.80}.")
+    texts = list(texts)
+    bad = [t for t in texts if not isinstance(t, str)]
+    if bad:
+        raise ValueError(f"`{name}` must hold only str, got {type(bad[0]).__name__}: {bad[0]!r}.")
+    return _checks.check_unicode_texts(name, texts)

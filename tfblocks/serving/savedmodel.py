@@ -7,17 +7,27 @@ through `tfblocks.decoding.Decoder`, and export with the same `export(path)`.
 
 The exported SavedModel needs only TensorFlow and tensorflow-text's ops (import
 `tensorflow_text` before loading it): the SentencePiece models travel inside it as
-graph constants, the decoding loop is XLA-compiled (`jit_compile`), and the signature
-is
+graph constants, the decoding loop is XLA-compiled (`jit_compile`), and the signatures
+are
 
     serving_default(text: tf.string [None]) -> {"translation": tf.string [None],
                                                 "score": tf.float32 [None]}
+    score(source: tf.string [None], target: tf.string [None])
+        -> {"score": tf.float32 [None], "token_scores": tf.float32 [None, None],
+            "length": tf.int32 [None]}
+    n_best(text: tf.string [None]) -> {"translations": tf.string [None, K],
+                                       "scores": tf.float32 [None, K]}
 
-(`Generator`: `{"continuation", "score"}`.)
+(`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `Generator`: `serving_default`
+only, `{"continuation", "score"}`.)
 
 Input handling: a source longer than `max_length` subwords is truncated to its first
-`max_length - 1` subwords plus EOS; an empty (or all-blank) string translates to an
-empty string with score 0.
+`max_length - 1` subwords plus EOS; a blank string (empty, or only Unicode whitespace:
+spaces, tabs, U+00A0, U+3000, U+2028, …, what Python's `str.strip()` removes)
+translates to an empty string with score 0 (each of its `n_best` rows too), in the
+graph (`BLANK`), as `CTranslate2Translator` does. Scoring has no such rule: a blank
+source or target is scored like any other (an empty target is its EOS alone), and a
+target is never truncated.
 
 Speed (`Translator`): a batch's sources are padded to the first of a few length buckets
 that holds its longest source (`source_buckets`, by default 8, 16, 32, … up to
@@ -45,6 +55,9 @@ XLA-compiled functions only with `--xla_cpu_compilation_enabled`; export with
 `Translator(..., jit_compile=False)` for a SavedModel without them.
 """
 
+from typing import NamedTuple
+
+import numpy as np
 import tensorflow as tf
 
 from tfblocks import _checks
@@ -53,15 +66,65 @@ from tfblocks.decoding import BeamSearch, Decoder, Greedy
 from tfblocks.decoding.search import check_strategy
 from tfblocks.ids import EOS_ID, PAD_ID
 
+# A blank line, as an RE2 pattern: only the characters Python's `str.isspace()` accepts
+# (Unicode's White_Space and U+001C–U+001F), which `str.strip()` removes. RE2's `\s` is
+# ASCII only and `tf.strings.strip` strips ASCII whitespace only, hence the explicit class.
+BLANK = (
+    r"[\t-\r\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
+    r"\x{205f}\x{3000}]*"
+)
 
-def _check_text_batch(texts):
+
+def blank_lines(text):
+    """Which strings of the batch `text` (`tf.string [B]`) are blank (`BLANK`): `tf.bool [B]`.
+
+    >>> blank_lines(tf.constant(["", " \t", "\u3000\u00a0\u2028", "a", "\u200b"])).numpy()
+    array([ True,  True,  True, False, False])
+    """
+    return tf.strings.regex_full_match(text, BLANK)
+
+
+class Hypothesis(NamedTuple):
+    """One of the n-best translations of a text (`Translator.n_best`,
+    `CTranslate2Translator.n_best`): its text and its score (the search's: for beam
+    search the length-penalized log-probability, the log-probability itself with
+    `alpha=0`).
+
+    >>> Hypothesis("Today's lunch is curry.", -1.25)
+    Hypothesis(text="Today's lunch is curry.", score=-1.25)
+    """
+
+    text: str
+    score: float
+
+
+def _check_text_batch(texts, name="texts"):
+    if isinstance(texts, str):
+        raise ValueError(f"`{name}` must be a list of strings, got a single str: {texts!r:.80}.")
+    if isinstance(texts, list | tuple):
+        if not texts:  # `tf.convert_to_tensor([])` would be a float tensor
+            return tf.constant([], tf.string)
+        _checks.check_unicode_texts(name, texts)
     texts = tf.convert_to_tensor(texts)
     if texts.dtype != tf.string or texts.shape.rank != 1:
         raise ValueError(
-            "`texts` must be a 1-D batch of strings, got a tensor of dtype "
+            f"`{name}` must be a 1-D batch of strings, got a tensor of dtype "
             f"{texts.dtype.name} and shape {texts.shape}."
         )
     return texts
+
+
+def check_pairs(sources, targets):
+    """`(sources, targets)` as 1-D string tensors of one length, else a ValueError naming
+    them (what `score` takes, in both engines)."""
+    sources = _check_text_batch(sources, "sources")
+    targets = _check_text_batch(targets, "targets")
+    if sources.shape[0] != targets.shape[0]:
+        raise ValueError(
+            "`sources` and `targets` must have the same length, got "
+            f"{sources.shape[0]} sources and {targets.shape[0]} targets."
+        )
+    return sources, targets
 
 
 def _check_max_length(max_length):
@@ -73,6 +136,19 @@ def _check_max_length(max_length):
 def _source_buckets(source_buckets, max_length):
     """The padded source lengths, increasing, ending with `max_length`; None = exact."""
     return _checks.length_ladder("source_buckets", source_buckets, max_length, first=8)
+
+
+def _pad_to_bucket(ids, buckets):
+    """`ids` `[B, n]` padded to the first of `buckets` that holds n (n itself when none
+    does, or when `buckets` is None)."""
+    if buckets is None:
+        return ids
+    buckets = tf.constant(buckets, tf.int32)
+    longest = tf.shape(ids)[1]
+    fits = buckets >= longest
+    first = tf.gather(buckets, tf.argmax(tf.cast(fits, tf.int32)))
+    length = tf.where(tf.reduce_any(fits), first, longest)
+    return tf.pad(ids, [[0, 0], [0, length - longest]])  # [B, bucket]
 
 
 def _check_vocabulary(arg, tokenizer, model):
@@ -92,10 +168,14 @@ class _TextModule(tf.Module):
 
     OUTPUT = None
 
+    def _signatures(self):
+        """The SavedModel's signatures: `{name: tf.function}`."""
+        return {"serving_default": self.serve}
+
     def _set_decoding(self, model, max_length, strategy, jit_compile, **decoder_options):
         """What both modules keep for decoding: checked, stored, and their `Decoder`."""
         _check_max_length(max_length)
-        self.strategy = check_strategy(strategy)
+        self.strategy = check_strategy(strategy, model.vocab_size)
         self.model = model
         self.max_length = max_length
         self.jit_compile = bool(jit_compile)
@@ -134,7 +214,7 @@ class _TextModule(tf.Module):
             # inside `tf.saved_model.save` (its save context is part of the tracing
             # cache key); so the save alone traces the signature.
             self._signature_variables = [v.value for v in self.model.variables]
-            tf.saved_model.save(self, staging, signatures={"serving_default": self.serve})
+            tf.saved_model.save(self, staging, signatures=self._signatures())
 
         return replace_directory(path, write, kind="tfblocks-export")
 
@@ -172,7 +252,14 @@ class Translator(_TextModule):
         drop_finished: sentences whose search (greedy or beam) has ended leave the
             batch (`tfblocks.Decoder`); False searches the whole batch to the end.
             Does not change the translations.
+        num_hypotheses: K, the translations `n_best` returns per text (at most the
+            beam size; 1 for `Greedy`; any number of `Sampling`'s samples). With K > 1
+            the SavedModel also has an `n_best` signature. Calling the translator
+            still returns the best translation only.
         name: the module's name.
+
+    Besides translating (`translator(texts)`), it returns the n best translations
+    (`n_best(texts)`) and scores given translations (`score(sources, targets)`).
 
     Example (training elided; any `build_transformer` model works):
 
@@ -184,6 +271,8 @@ class Translator(_TextModule):
     >>> translator = Translator(tfblocks.build_transformer(hp), tok, tok, max_length=8)
     >>> translator(["今日のランチはカレーだ。", ""]).shape
     TensorShape([2])
+    >>> translator.score(["今日のランチはカレーだ。"], ["Today's lunch is curry."]).shape
+    (1,)
     """
 
     OUTPUT = "translation"
@@ -200,6 +289,7 @@ class Translator(_TextModule):
         extra_length=None,
         cache_lengths="auto",
         drop_finished=True,
+        num_hypotheses=1,
         name=None,
     ):
         super().__init__(name=name)
@@ -216,6 +306,7 @@ class Translator(_TextModule):
             cache_lengths=cache_lengths, drop_finished=drop_finished,
         )  # fmt: skip
         self.drop_finished = self._decoder.drop_finished
+        self.num_hypotheses = self.strategy.check_num_hypotheses(num_hypotheses)
         self.source_buckets = _source_buckets(source_buckets, max_length)
         self.extra_length = (
             None
@@ -235,25 +326,124 @@ class Translator(_TextModule):
         ids = ids[:, :-1][:, : self.max_length - 1]  # [B, (≤ max_length − 1)]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], EOS_ID))
         ids = tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)  # [B, longest]
-        if self.source_buckets is None:
-            return ids
-        buckets = tf.constant(self.source_buckets, tf.int32)
-        longest = tf.shape(ids)[1]
-        length = tf.gather(buckets, tf.argmax(tf.cast(buckets >= longest, tf.int32)))
-        return tf.pad(ids, [[0, 0], [0, length - longest]])  # [B, bucket]
+        return _pad_to_bucket(ids, self.source_buckets)
+
+    def encode_target(self, text):
+        """Target ids `[B, T]` (0-padded, EOS-terminated, never truncated), T the first
+        of `source_buckets` that holds the longest (or that length when none does)."""
+        ids = self.target_tokenizer.tokenize(text).to_tensor(default_value=PAD_ID)
+        return _pad_to_bucket(ids, self.source_buckets)
+
+    def _signatures(self):
+        signatures = {"serving_default": self.serve, "score": self.serve_score}
+        if self.num_hypotheses > 1:
+            signatures["n_best"] = self.serve_n_best
+        return signatures
+
+    def n_best(self, texts):
+        """The `num_hypotheses` best translations of each of `texts`, best first.
+
+        Args:
+            texts: a list of str (or a 1-D string tensor).
+
+        Returns:
+            A list with, for each text, a list of `num_hypotheses` `Hypothesis(text,
+            score)` (a blank text: as many `("", 0.0)`). The first is the translation
+            `translator(texts)` gives.
+        """
+        texts = _check_text_batch(texts)
+        if texts.shape[0] == 0:
+            return []
+        out = self.serve_n_best(texts)
+        rows = zip(out["translations"].numpy(), out["scores"].numpy(), strict=True)
+        return [
+            [Hypothesis(t.decode("utf-8"), float(v)) for t, v in zip(*row, strict=True)]
+            for row in rows
+        ]
+
+    def score(self, sources, targets, per_token=False):
+        """The log-probability of each target given its source, under the model.
+
+        The target is tokenized (not truncated) and its EOS appended; the score is the sum
+        of the log-probabilities of its subwords and of EOS, as a search computes it
+        (`tfblocks.Decoder.score`): with `BeamSearch(alpha=0)` the score of a hypothesis
+        in `n_best` (its subwords as the tokenizer splits its text). Sources are read
+        as `translator(texts)` reads them; pairs are scored in one batch.
+
+        Args:
+            sources: a list of str (or a 1-D string tensor).
+            targets: as many target texts.
+            per_token: also return each target's per-token values.
+
+        Returns:
+            float32 NumPy array `[B]`; with `per_token`, a list of `B` float32 arrays,
+            each target's log-probabilities (its subwords, then EOS), whose sums are
+            the scores.
+
+        Raises:
+            ValueError: `sources` and `targets` of different lengths, or not strings.
+        """
+        sources, targets = check_pairs(sources, targets)
+        if sources.shape[0] == 0:
+            return [] if per_token else np.zeros([0], np.float32)
+        out = self.serve_score(sources, targets)
+        if not per_token:
+            return out["score"].numpy()
+        rows = zip(out["token_scores"].numpy(), out["length"].numpy(), strict=True)
+        return [values[:length] for values, length in rows]
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
-        source = self.encode_source(text)
+        blank = blank_lines(text)
+        # A blank line is decoded as "" (cheap, and it never lengthens its batch's padding).
+        source = self.encode_source(tf.where(blank, "", text))
         # With jit_compile the decoder runs its own nested XLA-compiled function;
         # without, the search is traced inline into this signature's graph.
         ids, scores = self._decoder.decode(self.strategy, source, extra_length=self.extra_length)
         translation = self.target_tokenizer.detokenize(ids)
-        blank = tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
         return {
             "translation": tf.where(blank, "", translation),
             "score": tf.where(blank, 0.0, scores),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
+    def serve_n_best(self, text):
+        """The `n_best` signature: `{"translations", "scores"}`, `[B, num_hypotheses]`."""
+        k = self.num_hypotheses
+        blank = blank_lines(text)
+        source = self.encode_source(tf.where(blank, "", text))
+        ids, scores = self._decoder.decode(
+            self.strategy, source, extra_length=self.extra_length, num_hypotheses=k
+        )  # [B, K, L], [B, K]
+        texts = self.target_tokenizer.detokenize(tf.reshape(ids, [-1, tf.shape(ids)[2]]))
+        texts = tf.reshape(texts, [-1, k])  # [B, K]
+        return {
+            "translations": tf.where(blank[:, None], "", texts),
+            "scores": tf.where(blank[:, None], 0.0, scores),
+        }
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="source"),
+            tf.TensorSpec([None], tf.string, name="target"),
+        ],
+        autograph=False,
+    )
+    def serve_score(self, source, target):
+        """The `score` signature: `{"score" [B], "token_scores" [B, T], "length" [B]}`:
+        each target's log-probability, its per-token values (0 after its EOS) and its
+        number of tokens (EOS included)."""
+        tf.debugging.assert_equal(
+            tf.shape(source)[0], tf.shape(target)[0],
+            message="`source` and `target` must hold as many strings",
+        )  # fmt: skip
+        target_ids = self.encode_target(target)  # [B, T]
+        token_scores = self._decoder.score(self.encode_source(source), target_ids)
+        return {
+            "score": tf.reduce_sum(token_scores, axis=1),
+            "token_scores": token_scores,
+            "length": tf.reduce_sum(tf.cast(tf.not_equal(target_ids, PAD_ID), tf.int32), axis=1),
         }
 
 

@@ -3,7 +3,7 @@
 from tfblocks.training.distribute import get_strategy, static_batches
 from tfblocks.training.losses import SmoothedCrossEntropy
 from tfblocks.training.metrics import CrossEntropy, MaskedAccuracy, Perplexity
-from tfblocks.training.optimizers import FusedAdam
+from tfblocks.training.optimizers import FusedAdam, averaged_weights
 from tfblocks.training.recipe import compile_transformer, learning_rate_schedule
 from tfblocks.training.schedules import NoamSchedule, RsqrtDecay
 
@@ -15,6 +15,7 @@ __all__ = [
     "Perplexity",
     "RsqrtDecay",
     "SmoothedCrossEntropy",
+    "averaged_weights",
     "compile_transformer",
     "get_strategy",
     "learning_rate_schedule",

@@ -1,5 +1,6 @@
 """Keras callbacks of the training recipe."""
 
+import math
 import time
 
 import keras
@@ -29,6 +30,38 @@ class TimeLimit(keras.callbacks.Callback):
         if time.perf_counter() - self._start > self.seconds:
             self.model.stop_training = True
             self.stopped_early = True
+
+
+class FiniteLoss(keras.callbacks.Callback):
+    """Stops `fit` at the first batch whose loss is not finite (NaN or infinite).
+
+    Unlike Keras' `TerminateOnNaN` it remembers where: `failure` is None while the loss
+    is finite, else `(epoch, step, loss)` (1-based epoch and step of the epoch), so the
+    caller can turn the stop into an error instead of saving the broken weights.
+
+    Example:
+
+    >>> guard = FiniteLoss()
+    >>> guard.on_epoch_begin(0)
+    >>> guard.on_train_batch_end(6, {"loss": float("nan")})
+    >>> guard.failure
+    (1, 7, nan)
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.failure = None
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)) and self.failure is None:
+            self.failure = (self._epoch + 1, batch + 1, float(loss))
+            if self.model is not None:
+                self.model.stop_training = True
 
 
 class EpochProgress(keras.callbacks.ProgbarLogger):

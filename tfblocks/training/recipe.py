@@ -4,6 +4,7 @@ import logging
 
 import tensorflow as tf
 
+from tfblocks import _checks
 from tfblocks.models.hparams import LEGACY_NOAM
 from tfblocks.training import xla_step
 from tfblocks.training.losses import SmoothedCrossEntropy
@@ -34,7 +35,9 @@ def learning_rate_schedule(hp):
     return RsqrtDecay(hp.hidden_size, hp.learning_rate_warmup_steps, hp.learning_rate_constant)
 
 
-def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compile_kwargs):
+def compile_transformer(
+    model, hp, jit_compile=True, learning_rate=None, ema_decay=None, **compile_kwargs
+):
     """Compiles `model` with t2t's optimizer, schedule, loss and metrics.
 
     Adam(β₁, β₂, ε from `hp`; `FusedAdam`, Keras' Adam with one fused kernel per
@@ -42,6 +45,13 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
     `SmoothedCrossEntropy(hp.label_smoothing)`, `MaskedAccuracy` and `Perplexity`.
     Under a `mixed_float16` policy Keras wraps the optimizer in a
     `LossScaleOptimizer` itself. Call it inside `strategy.scope()` when distributing.
+
+    With `hp.accumulate_steps = n > 1` every batch is a micro-batch, and the weights are
+    updated after every n-th with the mean of the n micro-batch gradients: each
+    micro-batch's token mean weighs the same whatever its token count, as in t2t, and the
+    schedule counts updates (`FusedAdam`). `ema_decay` keeps a moving average of the
+    trained weights in the optimizer; `tfblocks.training.averaged_weights(model)` reads
+    it, and the model keeps its trained weights after `fit`.
 
     XLA is the default, also under `MirroredStrategy` and
     `MultiWorkerMirroredStrategy`: there Keras cannot compile its whole
@@ -59,11 +69,16 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
         jit_compile: compile the train step with XLA (per replica under a strategy).
         learning_rate: optional float or schedule replacing the preset's schedule
             (e.g. for a short run that cannot afford thousands of warm-up steps).
+        ema_decay: None, or the decay d of a moving average of the weights, 0 < d < 1:
+            `average ← d · average + (1 − d) · weights` after every update.
         **compile_kwargs: passed on to `model.compile` (e.g. `steps_per_execution`).
 
     Returns:
         The model (compiled in place; for a built model the optimizer's variables exist
         too, so the first `fit` traces its train step once).
+
+    Raises:
+        ValueError: `ema_decay` is not a number between 0 and 1.
 
     Example:
 
@@ -73,6 +88,8 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
     >>> float(model.optimizer.beta_2), model.loss.label_smoothing
     (0.997, 0.1)
     """
+    if ema_decay is not None:
+        _checks.check_fraction("ema_decay", ema_decay)
     strategy = _active_strategy(model)
     per_replica_xla = False
     if strategy is not None and jit_compile:
@@ -89,6 +106,8 @@ def compile_transformer(model, hp, jit_compile=True, learning_rate=None, **compi
         beta_1=hp.optimizer_adam_beta1,
         beta_2=hp.optimizer_adam_beta2,
         epsilon=hp.optimizer_adam_epsilon,
+        gradient_accumulation_steps=hp.accumulate_steps if hp.accumulate_steps > 1 else None,
+        **({} if ema_decay is None else {"use_ema": True, "ema_momentum": ema_decay}),
     )
     model.compile(
         optimizer=optimizer,

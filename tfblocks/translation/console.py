@@ -1,12 +1,50 @@
 """What the three console scripts share: how an expected error ends the program."""
 
+import re
 import sys
 
+# TensorFlow's prefix naming the op's function: `{{function_node __wrapped__ReadFile_...}} `.
+_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 
-def run_command(name, main, errors=(ValueError, OSError)):
-    """Runs a console script's `main()`; an error of the `errors` types (bad arguments,
-    files or models) ends it with one line `NAME: error: ...` on standard error and exit
-    status 2. With `--verbose` on the command line the traceback is shown instead.
+
+def _op_error():
+    """`tf.errors.OpError`, or `()` before TensorFlow is imported (not imported here: a
+    command that fails before it loads TensorFlow should not wait for it)."""
+    tensorflow = sys.modules.get("tensorflow")
+    return getattr(getattr(tensorflow, "errors", None), "OpError", ())
+
+
+def error_line(error):
+    """The one line that reports `error`: its message, with the path of an OSError
+    (`filename`, `filename2`) and the kind of a TensorFlow error (`NotFoundError: ...`).
+
+    >>> error_line(FileNotFoundError(2, "No such file or directory", "runs/x/dev.ja"))
+    "No such file or directory: 'runs/x/dev.ja'"
+    >>> error_line(ValueError("`--epochs` must be positive,\\n  got --epochs=0"))
+    '`--epochs` must be positive, got --epochs=0'
+    """
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        paths = [error.filename] + ([] if error.filename2 is None else [error.filename2])
+        message = f"{error.strerror}: {' -> '.join(repr(_text(p)) for p in paths)}"
+    elif isinstance(error, _op_error()):
+        message = f"{type(error).__name__}: {_FUNCTION_NODE.sub('', error.message)}"
+    else:
+        message = str(error) or type(error).__name__
+    return " ".join(message.split())
+
+
+def _text(path):
+    return path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
+
+
+def run_command(name, main, errors=()):
+    """Runs a console script's `main()`; an expected error ends it with one line
+    `NAME: error: ...` on standard error and exit status 2. With `--verbose` on the
+    command line the traceback is shown instead.
+
+    Expected are bad arguments, files and models: `ValueError`, `OSError` (a missing
+    file, a full disk, a folder that cannot be written: the path is named), TensorFlow's
+    `tf.errors.OpError` (the same from TensorFlow's own file system), and `errors`.
 
     Example:
 
@@ -24,8 +62,9 @@ def run_command(name, main, errors=(ValueError, OSError)):
     """
     try:
         return main()
-    except errors as error:
-        if "--verbose" in sys.argv:
+    except Exception as error:
+        expected = (ValueError, OSError, _op_error(), *errors)
+        if "--verbose" in sys.argv or not isinstance(error, expected):
             raise
-        print(f"{name}: error: {error}", file=sys.stderr)
+        print(f"{name}: error: {error_line(error)}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -18,7 +18,12 @@ import json
 import sys
 
 from tfblocks.translation.console import run_command
-from tfblocks.translation.translate_command import add_japanese_spaces_argument
+from tfblocks.translation.translate_command import (
+    add_japanese_spaces_argument,
+    add_model_argument,
+    add_verbose_argument,
+    check_decoding_arguments,
+)
 
 
 def parse_args(argv=None):
@@ -28,7 +33,7 @@ def parse_args(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
-    parser.add_argument("--model", required=True, help="run folder, preset or SavedModel")
+    add_model_argument(parser)
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, help="reference translations, one per line")
     parser.add_argument("--beam-size", type=int, default=None, help="default 4 (1 = greedy)")
@@ -37,8 +42,10 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
     add_japanese_spaces_argument(parser, "--src (--ref: auto)")
-    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
-    return parser.parse_args(argv)
+    add_verbose_argument(parser)
+    args = parser.parse_args(argv)
+    check_decoding_arguments(parser, args)
+    return args
 
 
 def main(argv=None):
@@ -55,9 +62,14 @@ def main(argv=None):
             f"--src and --ref must have the same number of lines, got {len(sources)} "
             f"({args.src}) and {len(references)} ({args.ref})."
         )
+    if not sources:  # BLEU of no sentence is not a score: an error, not a made-up 0
+        raise ValueError(
+            f"--src={args.src!r} and --ref={args.ref!r} have no lines: nothing to score."
+        )
     translate, what = engines.load_translate(
-        args.model, args.beam_size, args.alpha, args.max_length, args.engine
-    )
+        args.model, args.beam_size, args.alpha, args.max_length, args.engine,
+        notice=lambda message: print(f"tfblocks-evaluate: {message}", file=sys.stderr),
+    )  # fmt: skip
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)
     hypotheses = translate_in_batches(translate, sources, args.batch_size)
     scores = evaluation.score(hypotheses, references)

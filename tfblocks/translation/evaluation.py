@@ -26,6 +26,11 @@ def score(hypotheses, references):
             f"`hypotheses` and `references` must have the same length, got "
             f"{len(hypotheses)} and {len(references)}."
         )
+    if not references:  # sacrebleu would fail with an IndexError
+        raise ValueError(
+            "`hypotheses` and `references` are empty: a corpus score needs at least one "
+            "sentence, got 0."
+        )
     # force=True: no "forgot to detokenize" warning for every call on an already
     # tokenized corpus (small_parallel_enja); the score is the same either way.
     bleu = sacrebleu.BLEU(tokenize="13a", force=True)
@@ -34,7 +39,7 @@ def score(hypotheses, references):
         "bleu": round(bleu.corpus_score(hypotheses, [references]).score, 2),
         "chrf": round(sacrebleu.CHRF().corpus_score(hypotheses, [references]).score, 2),
         "bleu_signature": str(bleu.get_signature()),
-        "exact_match": exact / max(len(references), 1),
+        "exact_match": exact / len(references),
         "sentences": len(references),
     }
 

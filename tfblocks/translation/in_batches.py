@@ -9,16 +9,21 @@ the order changes the speed only.
 """
 
 
-def translate_in_batches(translate, lines, batch_size, progress=None, sort_by_length=True):
+def translate_in_batches(
+    translate, lines, batch_size, progress=None, sort_by_length=True, length=len
+):
     """Translations of `lines`, in their order, `batch_size` lines per `translate` call.
 
     Args:
-        translate: `translate(list[str]) -> list[str]` (same length, same order).
-        lines: the sentences.
+        translate: `translate(list[str]) -> list[str]` (same length, same order), or
+            any function of a batch of items returning one result per item (an n-best
+            list, a score of a (source, target) pair).
+        lines: the sentences (or items).
         batch_size: lines per call (positive int).
         progress: optional `progress(done, total)`, called after every batch.
-        sort_by_length: batch the lines in order of length (characters); False keeps
-            the input order.
+        sort_by_length: batch the lines in order of `length`; False keeps the input
+            order.
+        length: an item's length (default: its characters).
 
     Example:
 
@@ -31,7 +36,7 @@ def translate_in_batches(translate, lines, batch_size, progress=None, sort_by_le
     lines = list(lines)
     order = list(range(len(lines)))
     if sort_by_length:
-        order.sort(key=lambda i: len(lines[i]))
+        order.sort(key=lambda i: length(lines[i]))
     out = [None] * len(lines)
     for start in range(0, len(order), batch_size):
         chosen = order[start : start + batch_size]

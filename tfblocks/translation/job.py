@@ -7,16 +7,28 @@ here is what it does with it:
 - Each epoch is one `model.fit` call on a dataset shuffled with the seed and the epoch
   number, so epoch e sees the same batches whether the run went straight through or was
   stopped and continued. After each finished epoch the model and optimizer state, the
-  epoch's weights and the progress (epochs, total training time, history) are saved.
+  epoch's weights and the progress (epochs, total training time, history) are saved as
+  one commit (`RunFolder.commit`): a kill at any moment leaves the folder at the last
+  recorded epoch, with no file of a later one.
+- A loss that is not finite (NaN or infinite) stops the run with a `FloatingPointError`
+  naming the epoch and step; nothing of that epoch is saved.
 - Rerunning the same command continues after the last finished epoch: after a crash,
   a `--max-train-minutes` stop, or a finished run given a larger `--epochs`.
 - Validation: loss, token accuracy and the unsmoothed cross-entropy on the dev split
   (Keras), plus dev BLEU and chrF (sacrebleu) of greedy translations of up to
   `dev_sentences` dev sentences with the cached decoder, in the progress output and
-  TensorBoard. `early_stopping` stops after that many epochs without a better dev BLEU;
-  the best epoch's weights are kept and become the final model.
+  TensorBoard. `early_stopping` stops after that many epochs without a higher dev BLEU;
+  the best epoch's weights are kept and become the final model. When dev BLEU ties, the
+  later epoch is the best (its weights had more training); early stopping still counts
+  from the last epoch that raised the BLEU.
 - `average_last=K` averages the last K epochs' weights (t2t `avg_checkpoints`) and keeps
   the average when its dev BLEU is at least the best single epoch's.
+- `ema_decay` keeps a moving average of the weights during training; the run's weights
+  (dev BLEU, `best.npz`, `last.npz`, the checkpoints, the final model) are then the
+  averages, while the training state keeps the trained weights and the average, so a
+  continued run continues both. `lora_rank` fine-tunes low-rank adapters only
+  (`tfblocks.training.lora`); the run's weights are then the merged kernels, in the
+  layout of the model without adapters.
 
 sacrebleu (the `examples` extra) is imported only when BLEU is computed.
 """
@@ -27,6 +39,7 @@ import os
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfblocks import _checks
@@ -36,11 +49,12 @@ from tfblocks.models.builders import build_transformer
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import make_dataset
 from tfblocks.text.dataset import SHAPES
-from tfblocks.training import compile_transformer, get_strategy
-from tfblocks.training.callbacks import EpochProgress, TimeLimit
+from tfblocks.training import averaged_weights, compile_transformer, get_strategy
+from tfblocks.training.callbacks import EpochProgress, FiniteLoss, TimeLimit
+from tfblocks.training.lora import enable_lora, merged_weights
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy
 from tfblocks.translation.curves import CURVES_FILE, plot_curves
-from tfblocks.translation.run_folder import average_weights, load_weights
+from tfblocks.translation.run_folder import assign_weights, average_weights, load_weights
 
 # The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
 # which are tuned for hundreds of thousands of steps; peak rate ≈ 2.2e-3 at d=128.
@@ -94,9 +108,17 @@ class TrainingOptions:
             dev BLEU, the returned model and its exports compute in float32.
         time_limit: seconds of training in this invocation (None = no limit).
         dev_sentences: dev sentences translated for dev BLEU/chrF after each epoch (0 = off).
-        early_stopping: stop after this many epochs without a better dev BLEU (None = off).
+            The epoch with the highest dev BLEU gives `best.npz`; on a tie the later one.
+        early_stopping: stop after this many epochs without a higher dev BLEU (None = off).
         average_last: average the last K epochs' weights at the end (0 = off).
         keep_checkpoints: epoch checkpoints kept (at least `average_last`).
+        ema_decay: None, or keep a moving average of the weights with this decay
+            (0 < d < 1), which then gives dev BLEU, the checkpoints and the final model;
+            Keras' validation loss and accuracy stay those of the trained weights.
+        lora_rank: None, or train only rank-r adapters on the attention projections
+            (LoRA, `tfblocks.training.lora`), the rest of the model frozen; meant for
+            fine-tuning (`init_weights`).
+        lora_ffn: with `lora_rank`, adapt the feed-forward networks' Dense layers too.
         verbose: `model.fit` verbosity.
     """
 
@@ -111,6 +133,9 @@ class TrainingOptions:
     early_stopping: int | None = None
     average_last: int = 0
     keep_checkpoints: int = 5
+    ema_decay: float | None = None
+    lora_rank: int | None = None
+    lora_ffn: bool = False
     verbose: int = 2
 
     def __post_init__(self):
@@ -127,6 +152,12 @@ class TrainingOptions:
                 raise ValueError("`early_stopping` needs dev BLEU: set `dev_sentences` > 0.")
         if self.time_limit is not None:
             _checks.check_positive_float("time_limit", self.time_limit)
+        if self.ema_decay is not None:
+            _checks.check_fraction("ema_decay", self.ema_decay)
+        _checks.check_optional_positive_int("lora_rank", self.lora_rank)
+        _checks.check_bool("lora_ffn", self.lora_ffn)
+        if self.lora_ffn and self.lora_rank is None:
+            raise ValueError("`lora_ffn` needs `lora_rank`, got lora_ffn=True, lora_rank=None.")
 
 
 def _dev_scores(translator, pairs):
@@ -154,8 +185,8 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
         The float32 model holding the final weights (best dev BLEU, or their average, or
         the last epoch's), and a report dict: `epochs`, `train_seconds` (totals across
         reruns), `history`, `best_epoch`, `final_weights`, `stopped`, `dtype_policy`
-        (the one training used) and, with averaging, `dev_bleu_averaged` /
-        `averaged_epochs`.
+        (the one training used), `trainable_parameters` and, with averaging,
+        `dev_bleu_averaged` / `averaged_epochs`.
     """
     keras.utils.set_random_seed(options.seed)
     strategy = options.strategy
@@ -163,22 +194,40 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
     replicas = strategy.num_replicas_in_sync
     xla = options.shapes != "dynamic"  # fixed shapes: one XLA program per shape
     policy = resolve_dtype_policy(options.dtype_policy, xla)
+    progress = folder.progress()
     with strategy.scope():
         model = build_transformer(hp, dtype=policy)
-        compile_transformer(model, hp, jit_compile=xla)
-    # Translation (dev BLEU, the final model, its exports) computes in float32: under a
-    # mixed policy it runs on a float32 twin that gets the trained weights before use.
-    serving = model if policy == "float32" else float32_twin(hp, model)
+        if init_weights is not None and not progress["epochs"]:
+            load_weights(model, init_weights)  # before the adapters: the plain layout
+        if options.lora_rank:
+            adapted = enable_lora(model, options.lora_rank, options.lora_ffn)
+        compile_transformer(model, hp, jit_compile=xla, ema_decay=options.ema_decay)
+    # Translation (dev BLEU, the final model, its exports) computes in float32 on a plain
+    # model: under a mixed policy, a moving average or adapters it runs on a float32 twin
+    # without adapters that gets the run's weights (`sync`) before use.
+    plain = policy == "float32" and options.ema_decay is None and not options.lora_rank
+    serving = model if plain else float32_twin(hp, model)
     if options.dtype_policy == "auto" and policy != "float32":
         log(f"training under {policy} (dtype_policy='auto': this CPU has bfloat16 "
             "instructions and the step runs without XLA); translating in float32")  # fmt: skip
-    progress = folder.progress()
     if progress["epochs"]:
-        model.load_weights(folder.state_weights)  # weights and optimizer state (built)
+        folder.restore(model)  # weights and optimizer state (built)
         log(f"continuing {folder.path} after epoch {progress['epochs']}")
     elif init_weights is not None:
-        load_weights(model, init_weights)
         log(f"starting from the weights of {init_weights}")
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+    if options.lora_rank:
+        log(f"LoRA rank {options.lora_rank} on {len(adapted)} projections: {trainable:,} "
+            f"trainable parameters of {serving.count_params():,}")  # fmt: skip
+
+    def sync():
+        """The run's weights now, given to the serving twin: `{path: array}` in the plain
+        model's layout, the trained ones or their moving average, adapters merged."""
+        averaged = averaged_weights(model) if options.ema_decay is not None else None
+        weights = merged_weights(model, averaged)
+        if serving is not model:
+            assign_weights(serving, weights)
+        return weights
 
     def dataset(pairs, seed, shuffle=True, scale=1):
         return make_dataset(
@@ -190,14 +239,6 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
     dev = dataset(splits["dev"], None, shuffle=False)
     dev_pairs = splits["dev"][: options.dev_sentences]
     translator = Translator(serving, tokenizer, tokenizer, hp.max_length, strategy=Greedy())
-
-    def sync():  # the twin gets the weights training has now
-        if serving is not model:
-            serving.set_weights(model.get_weights())
-
-    def dev_scores():
-        sync()
-        return _dev_scores(translator, dev_pairs)
 
     logdir = folder.join("logs")
     writer = tf.summary.create_file_writer(os.path.join(logdir, "validation"))
@@ -211,6 +252,8 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
             EpochProgress(options.epochs),
             *callbacks,
         ]
+        guard = FiniteLoss()
+        epoch_callbacks.append(guard)
         if limit is not None:
             limit = TimeLimit(max(options.time_limit - spent, 1e-3))
             epoch_callbacks.append(limit)
@@ -221,23 +264,26 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
             callbacks=epoch_callbacks, shuffle=False, verbose=options.verbose,
         )  # fmt: skip
         elapsed = time.perf_counter() - start
+        if guard.failure is not None:
+            raise _non_finite(guard.failure, progress["epochs"])  # nothing of it committed
         spent += elapsed
         progress["train_seconds"] += elapsed
+        keep = max(options.keep_checkpoints, options.average_last)
+        weights = sync()  # the serving model's now: dev BLEU and the .npz files
         if limit is not None and limit.stopped_early:
             # The cut epoch counts as time, not as an epoch: a rerun repeats it from the
             # saved state. Its weights still compete for the best dev BLEU.
             stopped = "time limit"
+            best = False
             if dev_pairs:
-                bleu = dev_scores()["dev_bleu"]
+                bleu = _dev_scores(translator, dev_pairs)["dev_bleu"]
                 log(f"dev BLEU of the cut epoch {epoch + 1}: {bleu}")
-                if progress["best_bleu"] is None or bleu > progress["best_bleu"]:
-                    progress["best_bleu"], progress["best_epoch"] = bleu, epoch + 1
-                    folder.save_weights(model, "best.npz")
-            folder.save_progress(progress)
+                best = _record_bleu(progress, bleu, epoch + 1)
+            folder.commit(model, progress, best=best, keep=keep, weights=weights)
             break
         logs = {k: float(v[-1]) for k, v in history.history.items()}
         if dev_pairs:
-            logs.update(dev_scores())
+            logs.update(_dev_scores(translator, dev_pairs))
             with writer.as_default():
                 tf.summary.scalar("epoch_bleu", logs["dev_bleu"], step=epoch)
                 tf.summary.scalar("epoch_chrf", logs["dev_chrf"], step=epoch)
@@ -246,22 +292,20 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
                 f"({len(dev_pairs)} sentences, greedy)")  # fmt: skip
         progress["epochs"] = epoch + 1
         progress["history"].append({"epoch": epoch + 1, **logs})
-        keep = max(options.keep_checkpoints, options.average_last)
-        folder.save_checkpoint(model, epoch + 1, keep)
-        folder.save_weights(model, "last.npz")
-        best = progress["best_bleu"]
-        if dev_pairs and (best is None or logs["dev_bleu"] > best):
-            progress["best_bleu"], progress["best_epoch"] = logs["dev_bleu"], epoch + 1
-            folder.save_weights(model, "best.npz")
-        folder.save_state(model)
-        folder.save_progress(progress)  # last: a kill before this repeats the epoch
+        best = bool(dev_pairs) and _record_bleu(progress, logs["dev_bleu"], epoch + 1)
+        # One commit: a kill before it repeats the epoch, leaving no file of it behind.
+        folder.commit(
+            model, progress, epoch=epoch + 1, best=best, keep=keep, weights=weights,
+            variables=bool(options.lora_rank),  # its .h5 keeps merged kernels, no adapters
+        )  # fmt: skip
         if options.time_limit:
             to_go = options.epochs - epoch - 1
             log(_time_left(spent, options.time_limit, epoch + 1 - first, to_go))
+        improved = progress["improved_epoch"] or progress["best_epoch"]
         if (
             options.early_stopping
-            and progress["best_epoch"] is not None
-            and progress["epochs"] - progress["best_epoch"] >= options.early_stopping
+            and improved is not None
+            and progress["epochs"] - improved >= options.early_stopping
         ):
             stopped = "early stopping"
             break
@@ -269,10 +313,34 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
     sync()
     report = _final_weights(folder, serving, translator, dev_pairs, progress, options)
     report.update(
-        stopped=stopped, train_seconds=round(progress["train_seconds"], 1), dtype_policy=policy
-    )
+        stopped=stopped, train_seconds=round(progress["train_seconds"], 1), dtype_policy=policy,
+        trainable_parameters=trainable,
+    )  # fmt: skip
     report["curves"] = _write_curves(folder, report, log)
     return serving, report
+
+
+def _record_bleu(progress, bleu, epoch):
+    """Records `epoch`'s dev BLEU in `progress`; returns whether its weights become the
+    best. A tie makes the later epoch the best (it trained longer at equal BLEU); only a
+    higher BLEU counts as an improvement for early stopping."""
+    best = progress["best_bleu"]
+    if best is None or bleu > best:
+        progress["improved_epoch"] = epoch
+    if best is None or bleu >= best:
+        progress["best_bleu"], progress["best_epoch"] = bleu, epoch
+        return True
+    return False
+
+
+def _non_finite(failure, recorded):
+    """The error that stops a run whose loss stopped being a finite number."""
+    epoch, step, loss = failure
+    return FloatingPointError(
+        f"training stopped: the loss became {loss} in epoch {epoch}, step {step}; nothing "
+        f"of epoch {epoch} was saved, the run folder keeps epoch {recorded}. Lower the "
+        "learning rate (--hparams-override learning_rate_constant=...) or check the data."
+    )
 
 
 def _time_left(spent, limit, epochs_done, epochs_to_go):
@@ -319,12 +387,13 @@ def _write_curves(folder, report, log):
 
 
 def float32_twin(hp, model):
-    """A float32 `Transformer` of the same architecture, built, holding `model`'s weights
-    (variable paths equal, so run-folder weights load into either)."""
+    """A float32 `Transformer` of the same architecture without adapters, built, holding
+    `model`'s weights (any LoRA adapters merged; variable paths equal, so run-folder
+    weights load into either)."""
     twin = build_transformer(hp, name=model.name, dtype="float32")
     ids = tf.ones([1, 2], tf.int32)
     twin({"inputs": ids, "targets": ids})
-    twin.set_weights(model.get_weights())
+    assign_weights(twin, merged_weights(model))
     return twin
 
 

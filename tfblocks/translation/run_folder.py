@@ -7,10 +7,14 @@ touched):
                                  tokenizer (vocab size, model type), HParams, seed
     DIR/tokenizer.model          the shared SentencePiece model
     DIR/state/training.weights.h5   model + optimizer after the last finished epoch
+    DIR/state/variables.npz      under LoRA: the model's variables as they are (the .h5
+                                 holds merged kernels and no adapters)
     DIR/state/progress.json      finished epochs, total training seconds, per-epoch history,
                                  best dev BLEU (correct across reruns)
     DIR/checkpoints/epoch-NNNN.npz  weights of the last `keep` epochs (for averaging)
     DIR/best.npz, DIR/last.npz   weights of the best dev-BLEU epoch and of the last one
+                                 (the run's weights: with a moving average, the average;
+                                 with LoRA, merged into the kernels)
     DIR/model/                   the final model in the KerasHub preset layout
                                  (`tfblocks.load_preset`): config, weights, tokenizer, HParams
     DIR/metrics.json             test BLEU / chrF / exact match, totals, history
@@ -18,11 +22,27 @@ touched):
                                  at the end of every run of the folder)
     DIR/logs/                    TensorBoard (train, validation, dev BLEU and chrF)
     DIR/export/1/                the SavedModel (TF Serving's numbered version folder)
+    DIR/run.lock                 held (`fcntl.flock`) by the run using the folder; holds
+                                 its process id
 
 Every file is written to a temporary name beside it and renamed into place, so a
 killed run leaves the previous version, never a half-written file.
+
+An epoch is recorded whole or not at all (`RunFolder.commit`): its files (checkpoint,
+`last.npz`, `best.npz`, the training state) are first written into `state/commit-NNNNNN/`,
+then `state/progress.json`, which names that commit, is renamed into place (the commit),
+and only then are the files moved to their places. Reopening the folder finishes the
+moves of the recorded commit and deletes the files of any later, unrecorded one and
+checkpoints past the recorded epoch, so a killed run never leaves weights that its
+progress does not account for.
+
+One run holds a folder at a time: `RunFolder` takes an exclusive lock on `run.lock` for
+its lifetime (`close()`, `with`, or the process's end release it; a dead process's lock
+never blocks), and a second run is refused with the holder's process id. (Windows has no
+`fcntl`: there the folder is not locked.)
 """
 
+import contextlib
 import json
 import os
 import re
@@ -31,47 +51,84 @@ import numpy as np
 
 from tfblocks._files import clean_stale_files, replace_file, write_json
 
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks of this kind
+    fcntl = None
+
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
+LOCK_FILE = "run.lock"
+PROGRESS_FILE = os.path.join("state", "progress.json")
+STATE_FILE = os.path.join("state", "training.weights.h5")
+VARIABLES_FILE = os.path.join("state", "variables.npz")
 _CHECKPOINT = re.compile(r"^epoch-(\d{4,})\.npz$")
+_COMMIT = re.compile(r"^commit-(\d{6,})$")
+# What a commit folder may hold, by exact name -> where the file goes after the commit.
+_STAGED = {
+    "last.npz": "last.npz",
+    "best.npz": "best.npz",
+    "training.weights.h5": STATE_FILE,
+    "variables.npz": VARIABLES_FILE,
+}
 
 
 class RunFolder:
-    """Paths and files of one run folder (see the module docstring).
+    """Paths and files of one run folder (see the module docstring), locked while open.
 
     Args:
         path: the folder; created if missing. An existing folder must be empty or a
             run folder (it has `run.json`), so a user's directory is never filled
             with a run's files by mistake.
 
+    Raises:
+        ValueError: `path` is a file, a directory that is not a run folder, or a run
+            folder that another run holds (the message names its process id).
+
     Example:
 
     >>> import tempfile
-    >>> run = RunFolder(tempfile.mkdtemp())
-    >>> run.progress()["epochs"], run.checkpoints()
+    >>> with RunFolder(tempfile.mkdtemp()) as run:
+    ...     run.progress()["epochs"], run.checkpoints()
     (0, [])
     """
 
     def __init__(self, path):
-        self.path = os.path.abspath(os.fspath(path))
-        if os.path.isfile(self.path):
-            raise ValueError(f"`output` must be a directory, got the file output={path!r}.")
-        if os.path.isdir(self.path):
-            entries = set(os.listdir(self.path))
-            if entries and RUN_FILE not in entries:
-                raise ValueError(
-                    f"`output` is an existing directory that is not a tfblocks run folder (no "
-                    f"{RUN_FILE}), got output={path!r}; choose an empty or new folder."
-                )
-        os.makedirs(self.join("state"), exist_ok=True)
-        os.makedirs(self.join("checkpoints"), exist_ok=True)
-        for folder in (self.path, self.join("state"), self.join("checkpoints")):
-            clean_stale_files(folder)  # a killed run's half-written weights
-        if not os.path.exists(self.join(RUN_FILE)):
-            write_json(self.join(RUN_FILE), {"format": 1, "settings": None})
+        self._lock = None
+        self.path = check_output(path)
+        os.makedirs(self.path, exist_ok=True)
+        self._lock = _lock(self.join(LOCK_FILE), path)
+        try:
+            os.makedirs(self.join("state"), exist_ok=True)
+            os.makedirs(self.join("checkpoints"), exist_ok=True)
+            for folder in (self.path, self.join("state"), self.join("checkpoints")):
+                clean_stale_files(folder)  # a killed run's half-written weights
+            if not os.path.exists(self.join(RUN_FILE)):
+                write_json(self.join(RUN_FILE), {"format": 1, "settings": None})
+            self._recover()
+        except BaseException:
+            self.close()
+            raise
 
     def join(self, *parts):
         return os.path.join(self.path, *parts)
+
+    def close(self):
+        """Releases the folder's lock (also done by `with`, garbage collection and exit)."""
+        if self._lock is not None:
+            os.close(self._lock)  # closing the descriptor releases the flock
+            self._lock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self, _close=os.close):  # bound now: at interpreter exit `os` may be gone
+        if getattr(self, "_lock", None) is not None:
+            _close(self._lock)
+            self._lock = None
 
     # Settings --------------------------------------------------------------------------------
 
@@ -80,16 +137,30 @@ class RunFolder:
         with open(self.join(RUN_FILE), encoding="utf-8") as f:
             return json.load(f).get("settings")
 
+    def trained(self):
+        """Whether the folder holds training results (a recorded commit): from then on its
+        settings bind every rerun."""
+        progress = self.progress()
+        return bool(progress.get("commit") or progress["epochs"])
+
     def check_settings(self, settings, must_match):
         """Saves `settings`, or checks them against the saved ones for `must_match` keys.
+
+        Settings bind only once the folder holds training results (`trained()`): until
+        then (a start that failed before its first epoch was recorded) a new command's
+        settings replace the saved ones, so a corrected command is never locked out.
+
+        Returns:
+            The settings the folder was trained with, or None when they are new (then
+            nothing in the folder, such as a tokenizer, was made with them yet).
 
         Raises:
             ValueError: naming each key whose saved and new values differ.
         """
         saved = self.settings()
-        if saved is None:
+        if saved is None or not self.trained():
             write_json(self.join(RUN_FILE), {"format": 1, "settings": settings})
-            return settings
+            return None
         differ = [k for k in must_match if saved.get(k) != settings.get(k)]
         if differ:
             details = "; ".join(
@@ -106,29 +177,79 @@ class RunFolder:
     # Progress and weights -------------------------------------------------------------------
 
     def progress(self):
-        """`{"epochs", "train_seconds", "history", "best_epoch", "best_bleu"}` so far."""
-        path = self.join("state", "progress.json")
-        if not os.path.exists(path):
-            return {
-                "epochs": 0,
-                "train_seconds": 0.0,
-                "history": [],
-                "best_epoch": None,
-                "best_bleu": None,
-            }
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-
-    def save_progress(self, progress):
-        write_json(self.join("state", "progress.json"), progress)
+        """The recorded progress: `{"epochs", "train_seconds", "history", "best_epoch",
+        "best_bleu", "improved_epoch", "commit"}` (`commit` counts the commits)."""
+        progress = {
+            "epochs": 0,
+            "train_seconds": 0.0,
+            "history": [],
+            "best_epoch": None,
+            "best_bleu": None,
+            "improved_epoch": None,
+            "commit": 0,
+        }
+        path = self.join(PROGRESS_FILE)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                progress.update(json.load(f))
+        return progress
 
     @property
     def state_weights(self):
-        return self.join("state", "training.weights.h5")
+        """Model and optimizer variables after the last recorded epoch."""
+        return self.join(STATE_FILE)
 
-    def save_state(self, model):
-        """Model and optimizer variables, for continuing exactly where the run stopped."""
-        replace_file(self.state_weights, model.save_weights, suffix=".weights.h5")
+    def restore(self, model):
+        """Loads the training state of the last recorded epoch into `model` (compiled,
+        built): model and optimizer variables, then `state/variables.npz` if the commit
+        wrote one."""
+        model.load_weights(self.state_weights)
+        if os.path.exists(self.join(VARIABLES_FILE)):
+            load_weights(model, self.join(VARIABLES_FILE))
+
+    def commit(
+        self, model, progress, *, epoch=None, best=False, keep=5, weights=None, variables=False
+    ):
+        """Records `progress` and `model`'s weights as one step: all of it or nothing.
+
+        Args:
+            model: the model being trained.
+            progress: the new progress (updated in place with the commit's number).
+            epoch: the epoch `model` just finished: its checkpoint, `last.npz` and the
+                training state (model and optimizer) are saved. None for a step that
+                finished no epoch (an epoch cut by the time limit).
+            best: the weights become `best.npz`.
+            keep: epoch checkpoints kept after the commit (the newest; only files
+                named `epoch-NNNN.npz`, which tfblocks wrote, are deleted).
+            weights: `{path: array}` for the .npz files (checkpoint, `last.npz`,
+                `best.npz`); default `model`'s own. The training state is `model`'s.
+            variables: with `epoch`, also keep `model`'s variables exactly as they are
+                (`state/variables.npz`, loaded by `restore` after the `.h5`), for a model
+                whose `.weights.h5` does not: LoRA layers save merged kernels, no adapters.
+
+        The files go to a new `state/commit-NNNNNN/` first; writing `progress.json`
+        (renamed into place) is the commit; then the files are moved into place.
+        """
+        number = progress.get("commit", 0) + 1
+        staging = self.join("state", f"commit-{number:06d}")
+        _discard(staging)  # an earlier attempt of this number that was never recorded
+        os.makedirs(staging)
+        if weights is None:
+            weights = {v.path: np.asarray(v) for v in model.weights}
+        if epoch is not None:
+            np.savez(os.path.join(staging, f"epoch-{epoch:04d}.npz"), **weights)
+            np.savez(os.path.join(staging, "last.npz"), **weights)
+            model.save_weights(os.path.join(staging, "training.weights.h5"))
+            if variables:
+                current = {v.path: np.asarray(v) for v in model.weights}
+                np.savez(os.path.join(staging, "variables.npz"), **current)
+        if best:
+            np.savez(os.path.join(staging, "best.npz"), **weights)
+        progress["commit"] = number
+        write_json(self.join(PROGRESS_FILE), progress)  # the commit
+        self._move_into_place(staging)
+        for _, path in self.checkpoints()[:-keep]:
+            os.remove(path)
 
     def save_weights(self, model, name):
         """The model's weights (no optimizer) as `name` (an .npz under the folder)."""
@@ -140,26 +261,111 @@ class RunFolder:
         found = []
         for name in os.listdir(self.join("checkpoints")):
             match = _CHECKPOINT.match(name)
-            if match:
+            if match and _regular(self.join("checkpoints", name)):
                 found.append((int(match.group(1)), self.join("checkpoints", name)))
         return sorted(found)
 
-    def save_checkpoint(self, model, epoch, keep):
-        """Saves epoch `epoch`'s weights and deletes this folder's checkpoints older than
-        the last `keep` (only files named `epoch-NNNN.npz`, which tfblocks wrote)."""
-        self.save_weights(model, os.path.join("checkpoints", f"epoch-{epoch:04d}.npz"))
-        for _, path in self.checkpoints()[:-keep]:
-            os.remove(path)
+    def _move_into_place(self, staging):
+        for name in sorted(os.listdir(staging)):
+            target = _STAGED.get(name)
+            if target is None and _CHECKPOINT.match(name):
+                target = os.path.join("checkpoints", name)
+            if target is not None and _regular(os.path.join(staging, name)):
+                os.replace(os.path.join(staging, name), self.join(target))
+        _remove_empty(staging)
+
+    def _recover(self):
+        """Completes the recorded commit and removes what no commit recorded."""
+        progress = self.progress()
+        state = self.join("state")
+        for name in sorted(os.listdir(state)):
+            match = _COMMIT.match(name)
+            folder = os.path.join(state, name)
+            if not match or os.path.islink(folder) or not os.path.isdir(folder):
+                continue
+            if int(match.group(1)) == progress["commit"]:
+                self._move_into_place(folder)  # killed between the commit and the moves
+            else:
+                _discard(folder)  # never recorded (or left over): not the run's state
+        for epoch, path in self.checkpoints():
+            if epoch > progress["epochs"]:
+                os.remove(path)  # written by an epoch whose commit never happened
+
+
+def check_output(path):
+    """The absolute path of a run folder at `path`, or a ValueError if it cannot be one
+    (a file, or a directory that holds anything but a run). Nothing is created."""
+    absolute = os.path.abspath(os.fspath(path))
+    if os.path.isfile(absolute):
+        raise ValueError(f"`output` must be a directory, got the file output={path!r}.")
+    if os.path.isdir(absolute):
+        entries = set(os.listdir(absolute)) - {LOCK_FILE}  # a run that just started
+        if entries and RUN_FILE not in entries:
+            raise ValueError(
+                f"`output` is an existing directory that is not a tfblocks run folder (no "
+                f"{RUN_FILE}), got output={path!r}; choose an empty or new folder."
+            )
+    return absolute
+
+
+def _lock(lock_path, path):
+    """Takes the exclusive lock of a run folder; returns its file descriptor (None without
+    `fcntl`). Raises ValueError naming the holder's process id when another run has it."""
+    if fcntl is None:
+        return None
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(lock_path, flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise ValueError(
+            f"`output` is in use by another tfblocks run (process id {holder}), got "
+            f"output={os.fspath(path)!r}; wait for that run to end or choose another folder."
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    return fd
+
+
+def _regular(path):
+    return os.path.isfile(path) and not os.path.islink(path)
+
+
+def _discard(staging):
+    """Deletes a commit folder's files (only the names a commit writes) and the folder."""
+    if not os.path.isdir(staging) or os.path.islink(staging):
+        return
+    for name in os.listdir(staging):
+        full = os.path.join(staging, name)
+        if (name in _STAGED or _CHECKPOINT.match(name)) and _regular(full):
+            os.remove(full)
+    _remove_empty(staging)
+
+
+def _remove_empty(folder):
+    with contextlib.suppress(OSError):  # something tfblocks did not put there: left alone
+        os.rmdir(folder)
 
 
 def load_weights(model, path):
     """Sets `model`'s weights from an .npz written by `RunFolder.save_weights`."""
     with np.load(path) as stored:
-        missing = [v.path for v in model.weights if v.path not in stored]
-        if missing:
-            raise ValueError(f"{path!r} has no weights for {missing[:3]} (another architecture?).")
-        for variable in model.weights:
-            variable.assign(stored[variable.path])
+        assign_weights(model, stored, repr(path))
+
+
+def assign_weights(model, values, source="`values`"):
+    """Sets `model`'s weights from `values`, a mapping of variable paths to arrays (more
+    keys are ignored); a ValueError naming `source` when one is missing."""
+    missing = [v.path for v in model.weights if v.path not in values]
+    if missing:
+        raise ValueError(f"{source} has no weights for {missing[:3]} (another architecture?).")
+    for variable in model.weights:
+        variable.assign(values[variable.path])
 
 
 def average_weights(model, paths):

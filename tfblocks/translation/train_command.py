@@ -9,20 +9,23 @@ including 今日のランチはカレーだ。, writes the model (KerasHub prese
 `--output DIR` is a durable run folder (layout: `tfblocks.translation.run_folder`).
 Rerunning the same command continues after the last finished epoch (after a crash, a
 `--max-train-minutes` stop, or with a larger `--epochs`); `--init-from OTHER_RUN` starts
-from another run's model and tokenizer (fine-tuning on new data). A folder made with another corpus,
-vocabulary or architecture is an error, never silently reused.
+from another run's model and tokenizer (fine-tuning on new data), with `--lora-rank R` by
+training only low-rank adapters. A folder made with another corpus, vocabulary or
+architecture is an error, never silently reused.
 
 Examples:
   tfblocks-train
   tfblocks-train --corpus-dir ../shared/data/small_parallel_enja \\
       --hparams transformer_small --epochs 20 --output runs/enja
   tfblocks-train --corpus-dir new_domain --init-from runs/enja --epochs 5 --output runs/ft
+  tfblocks-train --corpus-dir new_domain --init-from runs/enja --lora-rank 8 --output runs/lora
 """
 
 import argparse
 import os
 import tempfile
 
+from tfblocks import _checks
 from tfblocks.text.dataset import SHAPES
 from tfblocks.training.precision import POLICIES
 from tfblocks.translation.console import run_command
@@ -48,6 +51,16 @@ def parse_args(argv=None):
     )
     parser.add_argument("--epochs", type=int, default=5, help="total epochs of the run")
     parser.add_argument("--batch-tokens", type=int, default=4096, help="tokens per batch")
+    parser.add_argument(
+        "--accumulate-steps", type=int, default=1, metavar="N",
+        help="batches per optimizer update (gradient accumulation: the update uses the mean "
+        "of their gradients and the learning-rate schedule counts updates; default 1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ema", type=float, default=None, metavar="DECAY",
+        help="keep a moving average of the weights with this decay (0 < DECAY < 1, e.g. "
+        "0.999); the average gives dev BLEU, the final model and the export",
+    )  # fmt: skip
     parser.add_argument("--vocab-size", type=int, default=1000)
     parser.add_argument("--tokenizer-model", default="bpe", choices=["bpe", "unigram"])
     parser.add_argument(
@@ -73,6 +86,15 @@ def parse_args(argv=None):
     parser.add_argument("--output", help="the run folder (default: a new temporary folder)")
     parser.add_argument("--init-from", help="start from this run folder's model and tokenizer")
     parser.add_argument(
+        "--lora-rank", type=int, default=None, metavar="R",
+        help="with --init-from: train only rank-R adapters (LoRA) on the attention "
+        "projections; the model and the export hold the merged weights",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lora-ffn", action="store_true",
+        help="with --lora-rank: adapt the feed-forward networks' Dense layers too",
+    )  # fmt: skip
+    parser.add_argument(
         "--dev-sentences", type=int, default=200, help="dev sentences for BLEU each epoch (0=off)"
     )
     parser.add_argument(
@@ -88,67 +110,101 @@ def parse_args(argv=None):
     parser.add_argument("--limit-train", type=int, default=None, help="use only N train pairs")
     parser.add_argument("--limit-test", type=int, default=None, help="evaluate only N pairs")
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name in ("output", "init_from", "corpus_dir", "tsv"):  # `~/runs/x` as a shell would
+        if getattr(args, name):
+            setattr(args, name, os.path.expanduser(getattr(args, name)))
+    return args
+
+
+def check_arguments(args):
+    """Refuses every option that cannot work, with an error naming the flag and its value,
+    before the corpus is read and the run folder is created or touched (so a bad command
+    leaves nothing that would refuse the corrected one)."""
+    for flag in ("epochs", "batch_tokens", "beam_size", "accumulate_steps"):
+        _checks.check_positive_int(f"--{flag.replace('_', '-')}", getattr(args, flag))
+    for flag in ("dev_sentences", "average_last", "seed"):
+        _checks.check_non_negative_int(f"--{flag.replace('_', '-')}", getattr(args, flag))
+    for flag in ("early_stopping", "limit_train", "limit_test", "lora_rank"):
+        _checks.check_optional_positive_int(f"--{flag.replace('_', '-')}", getattr(args, flag))
+    if args.vocab_size < 8:  # SentencePiece's smallest (pad, EOS, unknown, BOS and more)
+        raise ValueError(f"`--vocab-size` must be at least 8, got --vocab-size={args.vocab_size}.")
+    if args.seed >= 2**32:  # NumPy's seeds are 32-bit
+        raise ValueError(f"`--seed` must be below 2**32, got --seed={args.seed}.")
+    _checks.check_non_negative_float("--alpha", args.alpha)
+    if args.max_train_minutes is not None:
+        _checks.check_positive_float("--max-train-minutes", args.max_train_minutes)
+    if args.ema is not None:
+        _checks.check_fraction("--ema", args.ema)
+    if args.lora_rank is not None and args.init_from is None:
+        raise ValueError(
+            "`--lora-rank` fine-tunes a trained model and needs --init-from, got "
+            f"--lora-rank={args.lora_rank} without --init-from."
+        )
+    if args.lora_ffn and args.lora_rank is None:
+        raise ValueError("`--lora-ffn` needs --lora-rank, got --lora-ffn without --lora-rank.")
+    if args.early_stopping is not None and args.dev_sentences == 0:
+        raise ValueError(
+            "`--early-stopping` needs dev BLEU, got --early-stopping="
+            f"{args.early_stopping} with --dev-sentences=0."
+        )
+    for flag in ("output", "init_from", "corpus_dir", "tsv"):
+        value = getattr(args, flag)
+        if value is not None and not value.strip():
+            name = f"--{flag.replace('_', '-')}"
+            raise ValueError(f"`{name}` must name a path, got {name}={value!r}.")
+
+
+def check_hparams(hp, overrides, batch_tokens):
+    """Refuses HParams that `tfblocks-train` cannot train with (`hp` checked its own fields)."""
+    for field, flag, why in (
+        ("vocab_size", "--vocab-size", " (the tokenizer sets it)"),
+        ("accumulate_steps", "--accumulate-steps", ""),
+    ):
+        if field in overrides:
+            raise ValueError(
+                f"`--hparams-override` cannot set {field}{why}; use {flag}, got "
+                f"{field}={overrides[field]!r}."
+            )
+    if hp.max_length < 2:  # one subword and EOS
+        raise ValueError(
+            f"`--hparams-override` max_length must be at least 2, got max_length={hp.max_length}."
+        )
+    if batch_tokens < hp.max_length:  # a batch must hold a longest pair
+        raise ValueError(
+            f"`--batch-tokens` must be at least max_length={hp.max_length}, got "
+            f"--batch-tokens={batch_tokens}."
+        )
+
+
+def check_splits(splits, args):
+    """Refuses a corpus with an empty train, dev or test split (after the limits)."""
+    source = (
+        f"--corpus-dir={args.corpus_dir!r}" if args.corpus_dir
+        else f"--tsv={args.tsv!r}" if args.tsv else "the phrasebook"
+    )  # fmt: skip
+    for split in ("train", "dev", "test"):
+        if not splits[split]:
+            raise ValueError(f"the {split} split of {source} has no sentence pairs.")
 
 
 def main(argv=None):
     args = parse_args(argv)
-    import tensorflow as tf
+    check_arguments(args)
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
     from tfblocks import text
-    from tfblocks._files import replace_file
     from tfblocks.decoding import beam_or_greedy
-    from tfblocks.models import hparams, load_preset, save_preset
+    from tfblocks.models import hparams, load_preset
     from tfblocks.models.hparams import parse_overrides
-    from tfblocks.serving import Translator
-    from tfblocks.translation import evaluation, job
-    from tfblocks.translation.run_folder import RunFolder
+    from tfblocks.translation import job
+    from tfblocks.translation.run_folder import RunFolder, check_output
 
+    # Everything that can be refused is refused before the run folder is created or touched.
     override_text = job.DEMO_OVERRIDES if args.hparams_override is None else args.hparams_override
-    # A bad preset, override field or value is refused before anything is written.
     overrides = parse_overrides(override_text)
-    hparams(args.hparams, **overrides)
-    folder = RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-"))
-    timer = job.Timer()
-
-    with timer("data"):
-        splits = text.load_splits(args.corpus_dir, args.tsv, seed=args.seed)
-        splits["train"] = splits["train"][: args.limit_train]
-        splits["test"] = splits["test"][: args.limit_test]
-        init = None
-        if args.init_from:
-            init = load_preset(os.path.join(args.init_from, "model"))
-        settings = {
-            "corpus": job.corpus_fingerprint(splits["train"]),
-            "vocab_size": args.vocab_size,
-            "tokenizer_model": args.tokenizer_model,
-            "hparams": args.hparams,
-            "hparams_override": overrides,
-            "init_from": os.path.abspath(args.init_from) if args.init_from else None,
-            "seed": args.seed,
-        }
-        folder.check_settings(settings, must_match=list(settings))
-        tokenizer_path = folder.join("tokenizer.model")
-        if init is not None:
-            tokenizer = init.tokenizer
-        elif os.path.exists(tokenizer_path):
-            tokenizer = text.SubwordTokenizer.load(tokenizer_path)
-        else:
-            tokenizer, _ = text.train_tokenizers(
-                splits["train"], vocab_size=args.vocab_size, model_type=args.tokenizer_model
-            )
-        if not os.path.exists(tokenizer_path):
-            replace_file(tokenizer_path, tokenizer.save)
-    sizes = {k: len(v) for k, v in splits.items()}
-    print(f"pairs {sizes}; shared vocabulary {tokenizer.vocabulary_size} ({args.tokenizer_model})")
-
-    hp = hparams(args.hparams, vocab_size=tokenizer.vocabulary_size, **overrides)
-    init_weights = None
-    if init is not None:
-        if init.model.get_config()["vocab_size"] != hp.vocab_size:
-            raise ValueError("the --init-from model's vocabulary does not match its tokenizer")
-        init_weights = folder.save_weights(init.model, "init.npz")
+    check_hparams(hparams(args.hparams, **overrides), overrides, args.batch_tokens)
+    beam_or_greedy(args.beam_size, args.alpha)
     options = job.TrainingOptions(
         epochs=args.epochs,
         batch_tokens=args.batch_tokens,
@@ -160,7 +216,84 @@ def main(argv=None):
         dev_sentences=args.dev_sentences,
         early_stopping=args.early_stopping,
         average_last=args.average_last,
+        ema_decay=args.ema,
+        lora_rank=args.lora_rank,
+        lora_ffn=args.lora_ffn,
     )
+    if args.output:
+        check_output(args.output)
+    timer = job.Timer()
+
+    with timer("data"):
+        splits = text.load_splits(args.corpus_dir, args.tsv, seed=args.seed)
+        splits["train"] = splits["train"][: args.limit_train]
+        splits["test"] = splits["test"][: args.limit_test]
+        check_splits(splits, args)
+        init = None
+        if args.init_from:
+            init = load_preset(os.path.join(args.init_from, "model"))
+            if init.model.get_config()["vocab_size"] != init.tokenizer.vocabulary_size:
+                raise ValueError(
+                    "the --init-from model's vocabulary does not match its tokenizer, got "
+                    f"--init-from={args.init_from!r}."
+                )
+    with RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
+        return _train(args, folder, splits, init, overrides, override_text, options, timer)
+
+
+def _train(args, folder, splits, init, overrides, override_text, options, timer):
+    """`main` in the locked run folder: tokenizer, training, evaluation, export, reload."""
+    import tensorflow as tf
+
+    from tfblocks import text
+    from tfblocks._files import check_directory, replace_file
+    from tfblocks.decoding import beam_or_greedy
+    from tfblocks.models import hparams, save_preset
+    from tfblocks.models.preset import KIND
+    from tfblocks.serving import Translator
+    from tfblocks.translation import evaluation, job
+
+    with timer("data"):
+        settings = {
+            "corpus": job.corpus_fingerprint(splits["train"]),
+            "vocab_size": args.vocab_size,
+            "tokenizer_model": args.tokenizer_model,
+            "hparams": args.hparams,
+            "hparams_override": overrides,
+            "init_from": os.path.abspath(args.init_from) if args.init_from else None,
+            "seed": args.seed,
+            "accumulate_steps": args.accumulate_steps,
+            "ema": args.ema,
+            "lora_rank": args.lora_rank,
+            "lora_ffn": args.lora_ffn,
+        }
+        # None: a new folder, or one whose start failed before an epoch was recorded.
+        saved = folder.check_settings(settings, must_match=list(settings))
+        tokenizer_path = folder.join("tokenizer.model")
+        if init is not None:
+            tokenizer = init.tokenizer
+        elif saved is not None and os.path.exists(tokenizer_path):
+            tokenizer = text.SubwordTokenizer.load(tokenizer_path)
+        else:
+            tokenizer, _ = text.train_tokenizers(
+                splits["train"], vocab_size=args.vocab_size, model_type=args.tokenizer_model
+            )
+        if saved is None or not os.path.exists(tokenizer_path):
+            replace_file(tokenizer_path, tokenizer.save)
+    sizes = {k: len(v) for k, v in splits.items()}
+    print(f"pairs {sizes}; shared vocabulary {tokenizer.vocabulary_size} ({args.tokenizer_model})")
+
+    hp = hparams(
+        args.hparams, vocab_size=tokenizer.vocabulary_size,
+        accumulate_steps=args.accumulate_steps, **overrides,
+    )  # fmt: skip
+    # The final model goes to model/ and export/1: a folder there that tfblocks did not
+    # write is refused now, not after the training.
+    check_directory(folder.join("model"), KIND, arg="model")
+    check_directory(folder.join("export", "1"), arg="export")
+    init_weights = None
+    if init is not None:
+        init_weights = folder.save_weights(init.model, "init.npz")
     with timer("train"):
         model, report = job.train_run(folder, splits, tokenizer, hp, options, init_weights)
     strategy = beam_or_greedy(args.beam_size, args.alpha)
@@ -196,6 +329,7 @@ def main(argv=None):
         stopped=report["stopped"],
         final_loss=report["history"][-1]["loss"] if report["history"] else None,
         parameters=model.count_params(),
+        trainable_parameters=report["trainable_parameters"],
         samples={t: b.decode() for t, b in zip(samples, again, strict=True)},
         reload_matches=bool((in_memory == again).all()),
         seconds=seconds,
@@ -243,7 +377,7 @@ def summary(metrics, report, folder, export_path, metrics_path, exact_match=True
 
 def run():
     """The console entry point of `tfblocks-train`."""
-    run_command("tfblocks-train", main, (ValueError,))
+    run_command("tfblocks-train", main, (FloatingPointError,))  # a loss that became NaN
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@ translation per line, in the same order, to standard output (or `--output FILE`;
 existing file is replaced only with `--overwrite`, never the input); an empty line gives
 an empty line. Input and output are UTF-8. Progress goes to standard error.
 
+With `--n-best K` it writes the K best translations of each line in Moses' n-best format,
+`INDEX ||| translation ||| score` (INDEX the 0-based line number), K lines per input
+line, in input order. With `--score TARGETS` it translates nothing: it writes the
+log-probability of each line of TARGETS given the input's line, one number per line.
+
 Pre-tokenized Japanese is joined as `tfblocks-train` joins a corpus: the spaces between
 the tokens of a file named *.ja (small_parallel_enja's test.ja) are removed
 (`--japanese-spaces`).
@@ -13,6 +18,8 @@ Examples:
   echo 今日のランチはカレーだ。 | tfblocks-translate --model runs/enja
   tfblocks-translate --model runs/enja/export/1 --input test.ja --output test.hyp
   tfblocks-translate --model runs/enja --beam-size 1 --japanese-spaces remove < test.ja
+  tfblocks-translate --model runs/enja --n-best 4 --input test.ja --output test.nbest
+  tfblocks-translate --model runs/enja --input test.ja --score test.en --output test.scores
 """
 
 import argparse
@@ -31,7 +38,7 @@ def parse_args(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
-    parser.add_argument("--model", required=True, help="run folder, preset or SavedModel")
+    add_model_argument(parser)
     parser.add_argument("--input", help="file to translate (default: standard input)")
     parser.add_argument("--output", help="file to write (default or -: standard output)")
     parser.add_argument(
@@ -39,17 +46,92 @@ def parse_args(argv=None):
     )
     parser.add_argument("--beam-size", type=int, default=None, help="default 4 (1 = greedy)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length-penalty exponent")
+    parser.add_argument(
+        "--stop-early",
+        action="store_true",
+        help="end a sentence's beam search once beam-size hypotheses have finished "
+        "(fairseq's and CTranslate2's rule) instead of t2t's",
+    )
+    parser.add_argument(
+        "--n-best",
+        type=int,
+        default=None,
+        metavar="K",
+        help="write the K best translations of each line (at most the beam size) in "
+        "Moses' n-best format: INDEX ||| translation ||| score",
+    )
+    parser.add_argument(
+        "--score",
+        metavar="TARGETS",
+        help="translate nothing: write the log-probability of each line of TARGETS (as "
+        "many lines as the input) given the input's line",
+    )
     parser.add_argument("--max-length", type=int, default=None, help="subwords per sentence")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
     add_japanese_spaces_argument(parser, "the input (a file or standard input)")
-    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
-    if args.batch_size <= 0:
-        parser.error(f"--batch-size must be a positive integer, got {args.batch_size}")
-    if args.beam_size is not None and args.beam_size <= 0:
-        parser.error(f"--beam-size must be a positive integer, got {args.beam_size}")
+    check_decoding_arguments(parser, args)
+    check_output_arguments(parser, args)
     return args
+
+
+def check_output_arguments(parser, args):
+    """Refuses (`parser.error`) an `--n-best` that cannot work and options `--score`
+    would ignore."""
+    if args.n_best is not None and args.n_best <= 0:
+        parser.error(f"--n-best must be a positive integer, got --n-best={args.n_best}")
+    if args.n_best is not None and args.beam_size is not None and args.n_best > args.beam_size:
+        parser.error(
+            f"--n-best must be at most --beam-size, got --n-best={args.n_best} and "
+            f"--beam-size={args.beam_size}"
+        )
+    if args.score is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("--n-best", args.n_best),
+                ("--beam-size", args.beam_size),
+                ("--stop-early", args.stop_early or None),
+            )
+            if value is not None
+        ]
+        if given:
+            parser.error(f"--score scores given translations: {', '.join(given)} does not apply")
+
+
+def add_model_argument(parser):
+    """`--model`, with the warning that a SavedModel runs its own graph."""
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="run folder, preset or SavedModel; a run folder's preset (model/) is loaded "
+        "when it has one, a SavedModel (export/1) otherwise: a SavedModel runs its own "
+        "graph, which can read and write files, so give only models you trust",
+    )
+
+
+def add_verbose_argument(parser):
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's log lines, and an error's traceback instead of one line",
+    )
+
+
+def check_decoding_arguments(parser, args):
+    """Refuses (`parser.error`) a `--batch-size`, `--beam-size` or `--max-length` that
+    cannot work, before anything is loaded: 0 is an error, never "the default"."""
+    if args.batch_size <= 0:
+        parser.error(f"--batch-size must be a positive integer, got --batch-size={args.batch_size}")
+    if args.beam_size is not None and args.beam_size <= 0:
+        parser.error(f"--beam-size must be a positive integer, got --beam-size={args.beam_size}")
+    if args.max_length is not None and args.max_length < 2:
+        parser.error(
+            "--max-length must be at least 2 (one subword and EOS), got "
+            f"--max-length={args.max_length}"
+        )
 
 
 # --japanese-spaces value -> `remove_spaces` of `tfblocks.text.read_sentences`.
@@ -140,23 +222,67 @@ def _stdin_file():
     return status if stat.S_ISREG(status.st_mode) else None
 
 
+# What `str.splitlines()` (and Python's universal newlines) take for a line end.
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _one_line(translation):
+    """`translation` with every line break a space: one line out per line in, for any reader.
+
+    >>> _one_line("a\\nb\\u2028c\\r")
+    'a b c '
+    """
+    return _LINE_BREAKS.sub(" ", translation)
+
+
+def _n_best_lines(index, hypotheses):
+    """Moses' n-best lines of the input line `index`: `INDEX ||| translation ||| score`.
+
+    >>> _n_best_lines(0, [("Today's lunch is curry.", -1.5), ("", 0.0)])
+    "0 ||| Today's lunch is curry. ||| -1.500000\\n0 |||  ||| 0.000000\\n"
+    """
+    return "".join(f"{index} ||| {_one_line(text)} ||| {score:.6f}\n" for text, score in hypotheses)
+
+
 def main(argv=None):
     args = parse_args(argv)
     check_paths(args.input, args.output, args.overwrite)  # before TensorFlow loads
+    if args.score is not None and not os.path.isfile(args.score):
+        raise ValueError(f"--score={args.score!r} is not a file")
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
 
     lines = read_input(args.input, args.japanese_spaces)
-    translate, what = engines.load_translate(
-        args.model, args.beam_size, args.alpha, args.max_length, args.engine
-    )
-    print(f"translating {len(lines)} lines with {what}", file=sys.stderr)
+    notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
+    if args.score is not None:
+        # Read as tfblocks-evaluate reads --ref: the *.ja rule, no advice.
+        targets = read_input(args.score, "auto", advise=False)
+        if len(targets) != len(lines):
+            name = "standard input" if args.input is None else repr(args.input)
+            raise ValueError(
+                f"--score={args.score!r} has {len(targets)} lines but the input ({name}) "
+                f"has {len(lines)}; give one target per input line"
+            )
+        run, what = engines.load_score(args.model, args.max_length, args.engine, notice)
+        items, doing, length = list(zip(lines, targets, strict=True)), "scoring", _pair_length
+    else:
+        run, what = engines.load_translate(
+            args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
+            n_best=args.n_best, stop_early=args.stop_early,
+        )  # fmt: skip
+        items, doing, length = lines, "translating", len
+    print(f"{doing} {len(lines)} lines with {what}", file=sys.stderr)
 
     def progress(done, total):
         print(f"\r{done}/{total} lines", end="" if done < total else "\n", file=sys.stderr)
 
-    out = translate_in_batches(translate, lines, args.batch_size, progress)
-    text = "".join(line.replace("\n", " ") + "\n" for line in out)
+    out = translate_in_batches(run, items, args.batch_size, progress, length=length)
+    if args.score is not None:
+        text = "".join(f"{score:.6f}\n" for score in out)
+    elif args.n_best is not None:
+        text = "".join(_n_best_lines(i, hypotheses) for i, hypotheses in enumerate(out))
+    else:
+        text = "".join(_one_line(line) + "\n" for line in out)
     if args.output not in (None, "-"):
         from tfblocks._files import write_text
 
@@ -168,6 +294,11 @@ def main(argv=None):
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def _pair_length(pair):
+    """The characters of a (source, target) pair: `--score` batches pairs by length."""
+    return len(pair[0]) + len(pair[1])
 
 
 def run():
