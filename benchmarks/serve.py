@@ -27,6 +27,9 @@ Every engine runs with 2 threads (TF intra-op 2 / inter-op 1, CTranslate2
 ratio to CTranslate2 float32 measured in the same rounds. An untimed warm-up pass
 compiles every batch shape first (XLA compiles per batch size and source bucket).
 
+`--stop-early` gives tfblocks' beam search CTranslate2's stopping rule (a sentence ends once
+`beam_size` hypotheses have finished, `BeamSearch(stop_early=True)`) instead of t2t's.
+
 `--overhead` times something else instead: what n-best lists and scoring cost next to
 plain translation (beam 4, batch 32), for `Translator` (in memory, XLA) and CTranslate2
 float32: `translate` (the best translation), `n-best 4` (the 4 best, `n_best` of
@@ -105,6 +108,9 @@ def parse_args(argv=None):
                         help="also time beam-4 batch-32 with sources sorted by length")  # fmt: skip
     parser.add_argument("--beam-only", action="store_true",
                         help="time beam 4 only (batch 32 and 1), not greedy")  # fmt: skip
+    parser.add_argument("--stop-early", action="store_true",
+                        help="tfblocks' beam search ends a sentence once beam_size hypotheses "
+                        "have finished (CTranslate2's rule) instead of t2t's")  # fmt: skip
     parser.add_argument("--overhead", action="store_true",
                         help="instead of the engines: time n-best (4) and scoring against "
                         "plain translation, beam 4 at batch 32")  # fmt: skip
@@ -202,7 +208,7 @@ def build_engines(args, model, tokenizer, workdir):
         engines[name] = {}
         for beam in sorted({beam for _, beam, _ in args.configs}):
             if name == "Translator" or name in saved:
-                strategy = tfblocks.decoding.beam_or_greedy(beam)
+                strategy = tfblocks.decoding.beam_or_greedy(beam, stop_early=args.stop_early)
                 options = {"max_length": args.max_length, "strategy": strategy}
                 options.update(saved.get(name, {}))
                 translator = tfblocks.Translator(model, tokenizer, tokenizer, **options)
