@@ -311,8 +311,9 @@ def report(args, configs, results, outputs, test_pairs):
     references = [t for _, t in test_pairs]
     first = min(args.batch1_sentences, len(test_pairs))
     print(
-        f"\n{args.hparams}, max_length {args.max_length}, {len(test_pairs)} sentences "
-        f"(batch 1: first {first}), {args.threads} threads, median of {args.rounds} round(s)"
+        f"\n{args.preset or args.hparams}, max_length {args.max_length}, "
+        f"{len(test_pairs)} sentences (batch 1: first {first}), {args.threads} threads, "
+        f"median of {args.rounds} round(s)"
     )
     print(
         f"{'decoding':<14} {'batch':>5}  {'engine':<18} {'tok/s':>8} {'vs CT2 f32':>10} "
@@ -403,8 +404,9 @@ def measure_overhead(args, tasks, test_pairs):
         order = order[1:] + order[:1]
         print(f"round {round_index + 1}/{args.rounds} done", flush=True)
     print(
-        f"\n{args.hparams}, max_length {args.max_length}, {len(test_pairs)} sentences, beam 4, "
-        f"batch 32, {args.threads} threads, median of {args.rounds} round(s)"
+        f"\n{args.preset or args.hparams}, max_length {args.max_length}, "
+        f"{len(test_pairs)} sentences, beam 4, batch 32, {args.threads} threads, "
+        f"median of {args.rounds} round(s)"
     )
     print(f"{'engine':<12} {'task':<10} {'seconds':>8} {'vs translate':>12}")
     for engine in tasks:
