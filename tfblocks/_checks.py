@@ -51,7 +51,7 @@ def check_rate(name, value):
 
 def check_fraction(name, value):
     """Returns `value` as a float if `0 < value < 1` (a decay), else raises ValueError."""
-    if not _finite_real(value) or not 0.0 < value < 1.0:
+    if not is_finite_real(value) or not 0.0 < value < 1.0:
         raise ValueError(f"`{name}` must be a number between 0 and 1, got {name}={value!r}.")
     return float(value)
 
@@ -59,19 +59,19 @@ def check_fraction(name, value):
 def check_positive_float(name, value):
     """Returns `value` as a float if it is a finite real number > 0, else raises ValueError
     (`inf` and `nan` are refused: a learning rate or a time of infinity is no setting)."""
-    if not _finite_real(value) or not value > 0:
+    if not is_finite_real(value) or not value > 0:
         raise ValueError(f"`{name}` must be a finite positive number, got {name}={value!r}.")
     return float(value)
 
 
 def check_non_negative_float(name, value):
     """Returns `value` as a float if it is a finite real number >= 0, else raises ValueError."""
-    if not _finite_real(value) or not value >= 0:
+    if not is_finite_real(value) or not value >= 0:
         raise ValueError(f"`{name}` must be a finite number >= 0, got {name}={value!r}.")
     return float(value)
 
 
-def _finite_real(value):
+def is_finite_real(value):
     """A real number (not a bool) that is neither infinite nor NaN."""
     return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
 

@@ -33,9 +33,6 @@ finished too).
 sentence's search ends as soon as `beam_size` hypotheses have finished.
 """
 
-import math
-import numbers
-
 import tensorflow as tf
 
 from tfblocks import _checks
@@ -319,12 +316,9 @@ class Sampling(SearchStrategy):
     max_hypotheses = None
 
     def __init__(self, temperature=1.0, top_k=0, top_p=1.0, seed=0):
-        if not _real(temperature) or not 0 < temperature < math.inf:
-            raise ValueError(
-                f"`temperature` must be a finite number > 0, got temperature={temperature!r}."
-            )
+        _checks.check_positive_float("temperature", temperature)
         _checks.check_non_negative_int("top_k", top_k)
-        if not _real(top_p) or not 0 < top_p <= 1:
+        if not _checks.is_finite_real(top_p) or not 0 < top_p <= 1:
             raise ValueError(f"`top_p` must be a number in (0, 1], got top_p={top_p!r}.")
         if not tf.is_tensor(seed) and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"`seed` must be an int or a scalar int tensor, got seed={seed!r}.")
@@ -360,10 +354,6 @@ class Sampling(SearchStrategy):
             return draw[:, 0]
 
         return _Sequential(step_fn, choose, eos_id, pad_id, length, hypotheses)
-
-
-def _real(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class BeamSearch(SearchStrategy):
@@ -402,9 +392,7 @@ class BeamSearch(SearchStrategy):
 
     def __init__(self, beam_size=4, alpha=0.6, stop_early=False):
         self.beam_size = _checks.check_positive_int("beam_size", beam_size)
-        if not _real(alpha) or not 0 <= alpha < math.inf:
-            raise ValueError(f"`alpha` must be a finite number >= 0, got alpha={alpha!r}.")
-        self.alpha = float(alpha)
+        self.alpha = _checks.check_non_negative_float("alpha", alpha)
         self.stop_early = _checks.check_bool("stop_early", stop_early)
 
     @property
