@@ -406,11 +406,21 @@ class CTranslate2Translator:
         ids = [self._target_ids.get(piece, unk) for piece in pieces]
         return self._target.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
 
-    def translate_pieces(self, texts, num_hypotheses=1):
+    def target_pieces(self, texts):
+        """CTranslate2's `target_prefix` of each text (a list of str): its target pieces
+        cut to `max_length - 1`, or None for an empty one (nothing forced)."""
+        rows = self._target.encode(list(texts))
+        pieces = [[self._target.id_to_piece(i) for i in row[: self.max_length - 1]] for row in rows]
+        return [row or None for row in pieces]
+
+    def translate_pieces(self, texts, num_hypotheses=1, target_prefix=None):
         """`(pieces, scores)` of the best hypothesis for each text (a list of str); with
-        `num_hypotheses` N > 1, a list of N pieces and of N scores per text."""
+        `num_hypotheses` N > 1, a list of N pieces and of N scores per text; with
+        `target_prefix` (as many str), each hypothesis starts with its prefix's pieces."""
+        prefixes = None if target_prefix is None else self.target_pieces(target_prefix)
         results = self.translator.translate_batch(
             self.tokenize(texts),
+            prefixes,
             beam_size=self.beam_size,
             num_hypotheses=num_hypotheses,
             length_penalty=self.length_penalty,
@@ -424,24 +434,30 @@ class CTranslate2Translator:
             return [r.hypotheses for r in results], [r.scores for r in results]
         return [r.hypotheses[0] for r in results], [r.scores[0] for r in results]
 
-    def __call__(self, texts):
-        """Translations of `texts` (a list of str), a list of str."""
-        return [row[0].text for row in self._search(_texts("texts", texts), 1)]
+    def __call__(self, texts, target_prefix=None):
+        """Translations of `texts` (a list of str), a list of str; with `target_prefix`
+        (as many str), each starts with its prefix ("" forces nothing)."""
+        return [row[0].text for row in self._search(texts, 1, target_prefix)]
 
-    def n_best(self, texts):
+    def n_best(self, texts, target_prefix=None):
         """The `num_hypotheses` best translations of each of `texts` (a list of str), as
         `tfblocks.Translator.n_best` returns them: a list per text of
         `Hypothesis(text, score)`, best first (CTranslate2's scores; a blank text gets
-        `("", 0.0)` each time)."""
-        return self._search(_texts("texts", texts), self.num_hypotheses)
+        `("", 0.0)` each time); `target_prefix` as for calling it."""
+        return self._search(texts, self.num_hypotheses, target_prefix)
 
-    def _search(self, texts, n):
+    def _search(self, texts, n, target_prefix=None):
         """`n` `Hypothesis` per text. A blank line (only Unicode whitespace: what
         `str.strip()` removes, the SavedModel's `BLANK`) is not translated: it gets ""."""
+        texts = _texts("texts", texts)
+        if target_prefix is not None:
+            target_prefix = _texts("target_prefix", target_prefix)
+            _check_same_length(("texts", texts), ("target_prefix", target_prefix))
         chosen = [i for i, text in enumerate(texts) if text.strip()]
         out = [[Hypothesis("", 0.0)] * n for _ in texts]
         if chosen:
-            pieces, scores = self.translate_pieces([texts[i] for i in chosen], n)
+            prefixes = None if target_prefix is None else [target_prefix[i] for i in chosen]
+            pieces, scores = self.translate_pieces([texts[i] for i in chosen], n, prefixes)
             if n == 1:
                 pieces, scores = [[row] for row in pieces], [[score] for score in scores]
             for i, rows, values in zip(chosen, pieces, scores, strict=True):
@@ -460,11 +476,7 @@ class CTranslate2Translator:
         over the whole vocabulary, `<pad>` and `<s>` included (see the module docstring).
         """
         sources, targets = _texts("sources", sources), _texts("targets", targets)
-        if len(sources) != len(targets):
-            raise ValueError(
-                "`sources` and `targets` must have the same length, got "
-                f"{len(sources)} sources and {len(targets)} targets."
-            )
+        _check_same_length(("sources", sources), ("targets", targets))
         if not sources:
             return [] if per_token else np.zeros([0], np.float32)
         target_pieces = [
@@ -480,6 +492,16 @@ class CTranslate2Translator:
         if per_token:
             return values
         return np.array([v.sum() for v in values], np.float32)
+
+
+def _check_same_length(first, second):
+    """A ValueError unless the `(name, list)` pairs `first` and `second` are as long."""
+    (name_a, a), (name_b, b) = first, second
+    if len(a) != len(b):
+        raise ValueError(
+            f"`{name_a}` and `{name_b}` must have the same length, got "
+            f"{len(a)} {name_a} and {len(b)} {name_b}."
+        )
 
 
 def _texts(name, texts):

@@ -15,6 +15,9 @@ are
     score(source: tf.string [None], target: tf.string [None])
         -> {"score": tf.float32 [None], "token_scores": tf.float32 [None, None],
             "length": tf.int32 [None]}
+    prefix(text: tf.string [None], target_prefix: tf.string [None])
+        -> {"translation": tf.string [None], "score": tf.float32 [None],
+            "translations": tf.string [None, K], "scores": tf.float32 [None, K]}
     n_best(text: tf.string [None]) -> {"translations": tf.string [None, K],
                                        "scores": tf.float32 [None, K]}
 
@@ -27,7 +30,9 @@ spaces, tabs, U+00A0, U+3000, U+2028, …, what Python's `str.strip()` removes)
 translates to an empty string with score 0 (each of its `n_best` rows too), in the
 graph (`BLANK`), as `CTranslate2Translator` does. Scoring has no such rule: a blank
 source or target is scored like any other (an empty target is its EOS alone), and a
-target is never truncated.
+target is never truncated. A target prefix is tokenized as a target (without EOS) and
+cut to its first `max_length - 1` subwords; its subwords are forced, so they add
+nothing to the score (`score(source, translation)` counts them).
 
 Speed (`Translator`): a batch's sources are padded to the first of a few length buckets
 that holds its longest source (`source_buckets`, by default 8, 16, 32, … up to
@@ -114,15 +119,16 @@ def _check_text_batch(texts, name="texts"):
     return texts
 
 
-def check_pairs(sources, targets):
+def check_pairs(sources, targets, names=("sources", "targets")):
     """`(sources, targets)` as 1-D string tensors of one length, else a ValueError naming
-    them (what `score` takes, in both engines)."""
-    sources = _check_text_batch(sources, "sources")
-    targets = _check_text_batch(targets, "targets")
+    them (`names`): what `score` takes in both engines, and texts with their
+    `target_prefix`."""
+    sources = _check_text_batch(sources, names[0])
+    targets = _check_text_batch(targets, names[1])
     if sources.shape[0] != targets.shape[0]:
         raise ValueError(
-            "`sources` and `targets` must have the same length, got "
-            f"{sources.shape[0]} sources and {targets.shape[0]} targets."
+            f"`{names[0]}` and `{names[1]}` must have the same length, got "
+            f"{sources.shape[0]} {names[0]} and {targets.shape[0]} {names[1]}."
         )
     return sources, targets
 
@@ -259,7 +265,10 @@ class Translator(_TextModule):
         name: the module's name.
 
     Besides translating (`translator(texts)`), it returns the n best translations
-    (`n_best(texts)`) and scores given translations (`score(sources, targets)`).
+    (`n_best(texts)`) and scores given translations (`score(sources, targets)`). Both
+    `translator(texts, target_prefix=...)` and `n_best` take a target prefix per text:
+    each translation starts with its prefix's subwords (forced), then decodes freely; an
+    empty prefix forces nothing.
 
     Example (training elided; any `build_transformer` model works):
 
@@ -273,6 +282,8 @@ class Translator(_TextModule):
     TensorShape([2])
     >>> translator.score(["今日のランチはカレーだ。"], ["Today's lunch is curry."]).shape
     (1,)
+    >>> translator(["今日のランチはカレーだ。"], target_prefix=["Today's"]).shape
+    TensorShape([1])
     """
 
     OUTPUT = "translation"
@@ -328,6 +339,12 @@ class Translator(_TextModule):
         ids = tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)  # [B, longest]
         return _pad_to_bucket(ids, self.source_buckets)
 
+    def encode_prefix(self, text):
+        """Target prefix ids `[B, P]` (0-padded, no EOS), each cut to its first
+        `max_length - 1` subwords; an empty (or blank) prefix is a row of PAD."""
+        ids = self.target_tokenizer.tokenize(text)[:, :-1][:, : self.max_length - 1]
+        return ids.to_tensor(default_value=PAD_ID)
+
     def encode_target(self, text):
         """Target ids `[B, T]` (0-padded, EOS-terminated, never truncated), T the first
         of `source_buckets` that holds the longest (or that length when none does)."""
@@ -335,26 +352,46 @@ class Translator(_TextModule):
         return _pad_to_bucket(ids, self.source_buckets)
 
     def _signatures(self):
-        signatures = {"serving_default": self.serve, "score": self.serve_score}
+        signatures = {
+            "serving_default": self.serve,
+            "score": self.serve_score,
+            "prefix": self.serve_prefix,
+        }
         if self.num_hypotheses > 1:
             signatures["n_best"] = self.serve_n_best
         return signatures
 
-    def n_best(self, texts):
+    def __call__(self, texts, target_prefix=None):
+        """Translations of `texts` (a list of str or a 1-D string tensor), a string
+        tensor; with `target_prefix` (as many str), each starts with its prefix."""
+        if target_prefix is None:
+            return super().__call__(texts)
+        texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
+        return self.serve_prefix(texts, target_prefix)["translation"]
+
+    def n_best(self, texts, target_prefix=None):
         """The `num_hypotheses` best translations of each of `texts`, best first.
 
         Args:
             texts: a list of str (or a 1-D string tensor).
+            target_prefix: None, or as many str: the words each translation of the
+                text starts with ("" forces nothing).
 
         Returns:
             A list with, for each text, a list of `num_hypotheses` `Hypothesis(text,
             score)` (a blank text: as many `("", 0.0)`). The first is the translation
-            `translator(texts)` gives.
+            `translator(texts)` (with the same `target_prefix`) gives.
         """
-        texts = _check_text_batch(texts)
+        if target_prefix is None:
+            texts = _check_text_batch(texts)
+        else:
+            texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
         if texts.shape[0] == 0:
             return []
-        out = self.serve_n_best(texts)
+        if target_prefix is None:
+            out = self.serve_n_best(texts)
+        else:
+            out = self.serve_prefix(texts, target_prefix)
         rows = zip(out["translations"].numpy(), out["scores"].numpy(), strict=True)
         return [
             [Hypothesis(t.decode("utf-8"), float(v)) for t, v in zip(*row, strict=True)]
@@ -410,11 +447,34 @@ class Translator(_TextModule):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve_n_best(self, text):
         """The `n_best` signature: `{"translations", "scores"}`, `[B, num_hypotheses]`."""
+        return self._n_best(text)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="text"),
+            tf.TensorSpec([None], tf.string, name="target_prefix"),
+        ],
+        autograph=False,
+    )
+    def serve_prefix(self, text, target_prefix):
+        """The `prefix` signature: each translation starts with its `target_prefix`
+        ("" forces nothing): `{"translation" [B], "score" [B], "translations" [B, K],
+        "scores" [B, K]}` (K = `num_hypotheses`; the first column is the translation)."""
+        tf.debugging.assert_equal(
+            tf.shape(text)[0], tf.shape(target_prefix)[0],
+            message="`text` and `target_prefix` must hold as many strings",
+        )  # fmt: skip
+        out = self._n_best(text, self.encode_prefix(target_prefix))
+        return {"translation": out["translations"][:, 0], "score": out["scores"][:, 0], **out}
+
+    def _n_best(self, text, prefix=None):
+        """`{"translations", "scores"}` `[B, num_hypotheses]` of `text`, each translation
+        starting with its row of `prefix` ids (None: no prefix)."""
         k = self.num_hypotheses
         blank = blank_lines(text)
         source = self.encode_source(tf.where(blank, "", text))
         ids, scores = self._decoder.decode(
-            self.strategy, source, extra_length=self.extra_length, num_hypotheses=k
+            self.strategy, source, prefix, extra_length=self.extra_length, num_hypotheses=k
         )  # [B, K, L], [B, K]
         texts = self.target_tokenizer.detokenize(tf.reshape(ids, [-1, tf.shape(ids)[2]]))
         texts = tf.reshape(texts, [-1, k])  # [B, K]

@@ -41,9 +41,12 @@ def load_translate(
     notice=_say,
     n_best=None,
     stop_early=False,
+    prefix=False,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
     `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first).
+    With `prefix`, `translate` takes `(text, target_prefix)` pairs instead of texts: each
+    translation starts with its prefix ("" forces nothing).
 
     A run folder or preset is preferred to its SavedModel (its beam size can be set, and
     Keras' safe mode loads it); a SavedModel translates with the beam it was exported
@@ -61,39 +64,53 @@ def load_translate(
             f"`--n-best` must be at most the beam size {beam}, got --n-best={n_best}; "
             f"give --beam-size {n_best} or more."
         )
-    if kind == "ctranslate2":
-        from tfblocks.serving import ctranslate2 as ct2  # the optional extra
+    if kind in ("ctranslate2", "preset"):
+        if kind == "ctranslate2":
+            from tfblocks.serving import ctranslate2 as ct2  # the optional extra
 
-        translator = ct2.CTranslate2Translator(
-            found, beam_size=beam, length_penalty=alpha, num_hypotheses=count
-        )
-        what = f"CTranslate2 model {found} (beam {beam})"
-        return (translator if n_best is None else translator.n_best), what
-    if kind == "preset":
-        from tfblocks.decoding import beam_or_greedy
+            translator = ct2.CTranslate2Translator(
+                found, beam_size=beam, length_penalty=alpha, num_hypotheses=count
+            )
+            what = f"CTranslate2 model {found} (beam {beam})"
+        else:
+            from tfblocks.decoding import beam_or_greedy
 
-        strategy = beam_or_greedy(beam, alpha, stop_early)
-        translator, length = _preset_translator(found, max_length, strategy, count)
-        what = f"model {found} (beam {beam}, max_length {length})"
+            strategy = beam_or_greedy(beam, alpha, stop_early)
+            translator, length = _preset_translator(found, max_length, strategy, count)
+            what = f"model {found} (beam {beam}, max_length {length})"
         if n_best is not None:
-            return translator.n_best, what
-        return _strings(translator), what
+            return _with_prefix(translator.n_best, prefix), what
+        return _with_prefix(_strings(translator), prefix), what
     if beam_size is not None or max_length is not None or stop_early:
         raise ValueError(
             f"--model={path!r} is a SavedModel: its beam size, stopping rule and max_length "
             "were fixed at export; drop --beam-size/--stop-early/--max-length or give the "
             "run folder."
         )
-    if n_best is None:
+    if prefix:
+        serve = _signature(found, path, "prefix", "translations", notice, "a newer tfblocks")
+
+        def call(pairs):
+            texts, prefixes = _unzip(pairs)
+            return serve(text=_strings_in(texts), target_prefix=_strings_in(prefixes))
+
+        if n_best is None:
+            return lambda pairs: _decoded(call(pairs)["translation"]), f"SavedModel {found}"
+    elif n_best is None:
         serve = _signature(found, path, "serving_default", "translation", notice)
 
         def translate(lines):
             return _decoded(serve(text=_strings_in(lines))["translation"])
 
         return translate, f"SavedModel {found}"
-    serve = _signature(
-        found, path, "n_best", "translations", notice, "Translator(num_hypotheses=K)'s export"
-    )
+    else:
+        serve = _signature(
+            found, path, "n_best", "translations", notice, "Translator(num_hypotheses=K)'s export"
+        )
+
+        def call(lines):
+            return serve(text=_strings_in(lines))
+
     exported = serve.structured_outputs["translations"].shape[1]
     if exported is not None and n_best > exported:
         raise ValueError(
@@ -104,7 +121,7 @@ def load_translate(
     def translate_n_best(lines):
         from tfblocks.serving import Hypothesis
 
-        out = serve(text=_strings_in(lines))
+        out = call(lines)
         texts = out["translations"].numpy()[:, :n_best]
         scores = out["scores"].numpy()[:, :n_best]
         return [
@@ -219,5 +236,29 @@ def _decoded(tensor):
 
 
 def _strings(translator):
-    """`translate(list[str]) -> list[str]` of a `Translator`."""
-    return lambda lines: _decoded(translator(lines))
+    """`translate(list[str], target_prefix=None) -> list[str]` of a `Translator` (or a
+    `CTranslate2Translator`, whose results are lists already)."""
+
+    def translate(lines, target_prefix=None):
+        out = translator(lines, target_prefix=target_prefix)
+        return out if isinstance(out, list) else _decoded(out)
+
+    return translate
+
+
+def _with_prefix(translate, prefix):
+    """`translate(texts, target_prefix=...)` as a function of `(text, prefix)` pairs
+    (with `prefix`), or of texts."""
+    if not prefix:
+        return translate
+
+    def translate_pairs(pairs):
+        texts, prefixes = _unzip(pairs)
+        return translate(texts, target_prefix=prefixes)
+
+    return translate_pairs
+
+
+def _unzip(pairs):
+    """`(firsts, seconds)` lists of a list of pairs (two empty lists for none)."""
+    return [a for a, _ in pairs], [b for _, b in pairs]

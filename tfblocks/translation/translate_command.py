@@ -9,6 +9,8 @@ With `--n-best K` it writes the K best translations of each line in Moses' n-bes
 `INDEX ||| translation ||| score` (INDEX the 0-based line number), K lines per input
 line, in input order. With `--score TARGETS` it translates nothing: it writes the
 log-probability of each line of TARGETS given the input's line, one number per line.
+With `--target-prefix FILE` the translation of each line starts with the words of the
+same line of FILE (interactive translation, terminology); an empty line forces nothing.
 
 Pre-tokenized Japanese is joined as `tfblocks-train` joins a corpus: the spaces between
 the tokens of a file named *.ja (small_parallel_enja's test.ja) are removed
@@ -20,6 +22,7 @@ Examples:
   tfblocks-translate --model runs/enja --beam-size 1 --japanese-spaces remove < test.ja
   tfblocks-translate --model runs/enja --n-best 4 --input test.ja --output test.nbest
   tfblocks-translate --model runs/enja --input test.ja --score test.en --output test.scores
+  tfblocks-translate --model runs/enja --input test.ja --target-prefix starts.en
 """
 
 import argparse
@@ -66,6 +69,12 @@ def parse_args(argv=None):
         help="translate nothing: write the log-probability of each line of TARGETS (as "
         "many lines as the input) given the input's line",
     )
+    parser.add_argument(
+        "--target-prefix",
+        metavar="FILE",
+        help="start the translation of each input line with the words of the same line of "
+        "FILE (forced), then decode freely; an empty line forces nothing",
+    )
     parser.add_argument("--max-length", type=int, default=None, help="subwords per sentence")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
@@ -94,6 +103,7 @@ def check_output_arguments(parser, args):
                 ("--n-best", args.n_best),
                 ("--beam-size", args.beam_size),
                 ("--stop-early", args.stop_early or None),
+                ("--target-prefix", args.target_prefix),
             )
             if value is not None
         ]
@@ -247,30 +257,28 @@ def _n_best_lines(index, hypotheses):
 def main(argv=None):
     args = parse_args(argv)
     check_paths(args.input, args.output, args.overwrite)  # before TensorFlow loads
-    if args.score is not None and not os.path.isfile(args.score):
-        raise ValueError(f"--score={args.score!r} is not a file")
+    for flag, path in (("--score", args.score), ("--target-prefix", args.target_prefix)):
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"{flag}={path!r} is not a file")
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
 
     lines = read_input(args.input, args.japanese_spaces)
     notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
     if args.score is not None:
-        # Read as tfblocks-evaluate reads --ref: the *.ja rule, no advice.
-        targets = read_input(args.score, "auto", advise=False)
-        if len(targets) != len(lines):
-            name = "standard input" if args.input is None else repr(args.input)
-            raise ValueError(
-                f"--score={args.score!r} has {len(targets)} lines but the input ({name}) "
-                f"has {len(lines)}; give one target per input line"
-            )
+        targets = _read_aligned(args, "--score", args.score, len(lines))
         run, what = engines.load_score(args.model, args.max_length, args.engine, notice)
         items, doing, length = list(zip(lines, targets, strict=True)), "scoring", _pair_length
     else:
+        prefix = args.target_prefix is not None
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
-            n_best=args.n_best, stop_early=args.stop_early,
+            n_best=args.n_best, stop_early=args.stop_early, prefix=prefix,
         )  # fmt: skip
         items, doing, length = lines, "translating", len
+        if prefix:
+            prefixes = _read_aligned(args, "--target-prefix", args.target_prefix, len(lines))
+            items, length = list(zip(lines, prefixes, strict=True)), _source_length
     print(f"{doing} {len(lines)} lines with {what}", file=sys.stderr)
 
     def progress(done, total):
@@ -294,6 +302,25 @@ def main(argv=None):
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def _read_aligned(args, flag, path, count):
+    """The lines of `path` (the file of `flag`), one per input line, read as
+    tfblocks-evaluate reads `--ref` (the *.ja rule, no advice); a ValueError naming
+    both when the counts differ."""
+    lines = read_input(path, "auto", advise=False)
+    if len(lines) != count:
+        name = "standard input" if args.input is None else repr(args.input)
+        raise ValueError(
+            f"{flag}={path!r} has {len(lines)} lines but the input ({name}) has {count}; "
+            "give one line per input line"
+        )
+    return lines
+
+
+def _source_length(pair):
+    """The characters of a (text, target prefix) pair's text: batches go by the text."""
+    return len(pair[0])
 
 
 def _pair_length(pair):
