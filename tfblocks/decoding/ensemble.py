@@ -41,15 +41,15 @@ class Ensemble(tf.Module):
     >>> import numpy as np
     >>> import keras
     >>> import tfblocks
-    >>> from tfblocks.decoding import BeamSearch, Decoder
+    >>> from tfblocks.decoding import Decoder, Greedy
     >>> hp = tfblocks.hparams("transformer_tiny", vocab_size=30)
     >>> keras.utils.set_random_seed(1)
     >>> members = [tfblocks.build_transformer(hp) for _ in range(2)]
     >>> ensemble = tfblocks.Ensemble(members)
-    >>> ids, scores = Decoder(ensemble, max_length=6).decode(
-    ...     BeamSearch(beam_size=2), np.array([[5, 6, 7, 1]], "int32"))
+    >>> decoder = Decoder(ensemble, max_length=4, jit_compile=False, drop_finished=False)
+    >>> ids, scores = decoder.decode(Greedy(), np.array([[5, 6, 7, 1]], "int32"))
     >>> tuple(ids.shape), ensemble.vocab_size, ensemble.has_input
-    ((1, 6), 30, True)
+    ((1, 4), 30, True)
     """
 
     def __init__(self, models, name="ensemble"):
