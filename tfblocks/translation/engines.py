@@ -216,16 +216,19 @@ def _load_presets(presets):
     if not isinstance(presets, list):
         return load_preset(presets)
     from tfblocks.decoding import Ensemble
+    from tfblocks.models.preset import TransformerTokenizer
 
-    loaded = [load_preset(preset) for preset in presets]
-    tokenizer = loaded[0].tokenizer
-    for preset, other in zip(presets[1:], loaded[1:], strict=True):
-        if other.tokenizer.proto != tokenizer.proto:
+    # The tokenizers first: a mismatch is reported before any model loads.
+    protos = [TransformerTokenizer.from_preset(preset).proto for preset in presets]
+    for preset, proto in zip(presets[1:], protos[1:], strict=True):
+        if proto != protos[0]:
             raise ValueError(
                 f"--model={preset!r} has another tokenizer than --model={presets[0]!r} (their "
                 "SentencePiece models differ): the models of an ensemble must share one."
             )
-    return Ensemble([preset.model for preset in loaded]), tokenizer, loaded[0].hparams
+    loaded = [load_preset(preset) for preset in presets]
+    model = Ensemble([preset.model for preset in loaded])
+    return model, loaded[0].tokenizer, loaded[0].hparams
 
 
 def _preset_translator(preset, max_length, strategy=None, num_hypotheses=1):
