@@ -41,7 +41,8 @@ class Decoder:
 
     Args:
         model: a trained `Transformer` (from `build_transformer` /
-            `build_language_model`, or reloaded from `.keras`).
+            `build_language_model`, or reloaded from `.keras`), or a
+            `tfblocks.Ensemble` of them.
         max_length: the most tokens to generate (EOS included; for a language
             model, prompt included).
         jit_compile: compile each search with XLA. When False, a search called

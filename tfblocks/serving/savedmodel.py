@@ -229,7 +229,8 @@ class Translator(_TextModule):
     """Translates a batch of strings with a trained `build_transformer` model.
 
     Args:
-        model: the trained model.
+        model: the trained model, or a `tfblocks.Ensemble` of models (one SavedModel
+            holds them all).
         source_tokenizer: a `tfblocks.text.SubwordTokenizer` for the source language.
         target_tokenizer: the target language's tokenizer (the same object for a
             shared vocabulary).

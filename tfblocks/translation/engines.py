@@ -2,7 +2,9 @@
 
 PATH may be a run folder (its `model/` preset), a preset directory (`config.json`),
 a SavedModel (`saved_model.pb`, or a folder whose `export/1` holds one), or, with
-`engine="ctranslate2"`, a CTranslate2 model directory (`model.bin`).
+`engine="ctranslate2"`, a CTranslate2 model directory (`model.bin`). A list of several
+run folders or presets is their `tfblocks.Ensemble` (one tokenizer, byte for byte);
+CTranslate2 has no ensembles.
 
 A model must be trusted: a SavedModel runs its own graph, which can read and write any
 file the user can. A preset is read with Keras' safe mode (its config names registered
@@ -77,7 +79,7 @@ def load_translate(
 
             strategy = beam_or_greedy(beam, alpha, stop_early)
             translator, length = _preset_translator(found, max_length, strategy, count)
-            what = f"model {found} (beam {beam}, max_length {length})"
+            what = f"{_described(found)} (beam {beam}, max_length {length})"
         if n_best is not None:
             return _with_prefix(translator.n_best, prefix), what
         return _with_prefix(_strings(translator), prefix), what
@@ -145,7 +147,7 @@ def load_score(path, max_length=None, engine="tensorflow", notice=_say):
     elif kind == "preset":
         translator, length = _preset_translator(found, max_length)
         scorer = translator.score
-        what = f"model {found} (max_length {length})"
+        what = f"{_described(found)} (max_length {length})"
     else:
         if max_length is not None:
             raise ValueError(
@@ -169,7 +171,13 @@ def load_score(path, max_length=None, engine="tensorflow", notice=_say):
 
 
 def _find(path, max_length, engine):
-    """`(kind, folder)` of the model at `path`: `("ctranslate2" | "preset" | "saved", ...)`."""
+    """`(kind, folder)` of the model at `path`: `("ctranslate2" | "preset" | "saved", ...)`;
+    for a list of several paths (an ensemble), `("preset", [their preset folders])`."""
+    if not isinstance(path, str | os.PathLike):
+        paths = list(path)
+        if len(paths) > 1:
+            return "preset", _ensemble_presets(paths, max_length, engine)
+        path = paths[0]
     path = os.fspath(path)
     if max_length is not None and (isinstance(max_length, bool) or max_length < 2):
         raise ValueError(f"`--max-length` must be at least 2, got --max-length={max_length!r}.")
@@ -195,19 +203,71 @@ def _find(path, max_length, engine):
     )
 
 
+def _ensemble_presets(paths, max_length, engine):
+    """The preset folders of the models at `paths`, refused (ValueError) unless every one
+    is a run folder or preset that tfblocks can load into an `Ensemble`."""
+    if engine == "ctranslate2":
+        raise ValueError(
+            f"--engine ctranslate2 takes one --model, got {len(paths)}: CTranslate2's "
+            "Translator has no ensembles of several models; ensemble them with --engine "
+            "tensorflow (the default)."
+        )
+    presets = []
+    for path in paths:
+        kind, found = _find(path, max_length, engine)
+        if kind != "preset":
+            raise ValueError(
+                f"--model={os.fspath(path)!r} is a SavedModel: an ensemble (several --model) "
+                "needs run folders or presets, whose models tfblocks loads and combines."
+            )
+        presets.append(found)
+    return presets
+
+
+def _load_presets(presets):
+    """`(model, tokenizer, hparams)` of one preset folder, or of a list of them: their
+    `Ensemble`, with the first one's tokenizer and hparams; the tokenizers must be the
+    same SentencePiece model (byte for byte), else a ValueError naming the folders."""
+    from tfblocks.models import load_preset
+
+    if not isinstance(presets, list):
+        return load_preset(presets)
+    from tfblocks.decoding import Ensemble
+    from tfblocks.models.preset import TransformerTokenizer
+
+    # The tokenizers first: a mismatch is reported before any model loads.
+    protos = [TransformerTokenizer.from_preset(preset).proto for preset in presets]
+    for preset, proto in zip(presets[1:], protos[1:], strict=True):
+        if proto != protos[0]:
+            raise ValueError(
+                f"--model={preset!r} has another tokenizer than --model={presets[0]!r} (their "
+                "SentencePiece models differ): the models of an ensemble must share one."
+            )
+    loaded = [load_preset(preset) for preset in presets]
+    model = Ensemble([preset.model for preset in loaded])
+    return model, loaded[0].tokenizer, loaded[0].hparams
+
+
 def _preset_translator(preset, max_length, strategy=None, num_hypotheses=1):
     """`(Translator, max_length)` of the preset at `preset` (its run's `max_length`
-    unless `max_length` is given)."""
-    from tfblocks.models import load_preset
+    unless `max_length` is given), or of the `Ensemble` of a list of presets (the
+    first one's `max_length`)."""
     from tfblocks.serving import Translator
 
-    model, tokenizer, hp = load_preset(preset)
+    model, tokenizer, hp = _load_presets(preset)
     default = hp.max_length if hp is not None else 256
     length = default if max_length is None else max_length
     translator = Translator(
         model, tokenizer, tokenizer, length, strategy=strategy, num_hypotheses=num_hypotheses
     )
     return translator, length
+
+
+def _described(preset):
+    """ "model FOLDER", or for a list of folders "an ensemble of N models (A, B)"."""
+    if isinstance(preset, list):
+        return f"an ensemble of {len(preset)} models ({', '.join(preset)})"
+    return f"model {preset}"
 
 
 def _signature(saved, path, name, output, notice, made_by="a tfblocks.Translator export"):

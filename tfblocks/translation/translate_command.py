@@ -23,6 +23,7 @@ Examples:
   tfblocks-translate --model runs/enja --n-best 4 --input test.ja --output test.nbest
   tfblocks-translate --model runs/enja --input test.ja --score test.en --output test.scores
   tfblocks-translate --model runs/enja --input test.ja --target-prefix starts.en
+  tfblocks-translate --model runs/enja --model runs/enja-seed2 --input test.ja
 """
 
 import argparse
@@ -116,9 +117,12 @@ def add_model_argument(parser):
     parser.add_argument(
         "--model",
         required=True,
+        action="append",
         help="run folder, preset or SavedModel; a run folder's preset (model/) is loaded "
         "when it has one, a SavedModel (export/1) otherwise: a SavedModel runs its own "
-        "graph, which can read and write files, so give only models you trust",
+        "graph, which can read and write files, so give only models you trust; repeat "
+        "--model to decode with the ensemble of several run folders or presets (the mean "
+        "of their log-probabilities; one tokenizer)",
     )
 
 
