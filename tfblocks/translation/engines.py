@@ -41,9 +41,13 @@ def load_translate(
     notice=_say,
     n_best=None,
     stop_early=False,
+    alignments=False,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
-    `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first).
+    `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first),
+    or with `alignments`, `translate(list[str]) -> list[(translation, alignment)]` (the
+    word alignment in Pharaoh format, `Translator.align`; a SavedModel's `align`
+    signature).
 
     A run folder or preset is preferred to its SavedModel (its beam size can be set, and
     Keras' safe mode loads it); a SavedModel translates with the beam it was exported
@@ -54,6 +58,8 @@ def load_translate(
     """
     if n_best is not None and (isinstance(n_best, bool) or not n_best >= 1):
         raise ValueError(f"`--n-best` must be a positive integer, got --n-best={n_best!r}.")
+    if alignments and n_best is not None:
+        raise ValueError("`--alignments` aligns the best translation only; drop --n-best.")
     kind, found = _find(path, max_length, engine)
     beam, count = beam_size or 4, n_best or 1
     if kind != "saved" and count > beam:
@@ -68,6 +74,8 @@ def load_translate(
             found, beam_size=beam, length_penalty=alpha, num_hypotheses=count
         )
         what = f"CTranslate2 model {found} (beam {beam})"
+        if alignments:
+            return _aligned(translator, translator.align), what
         return (translator if n_best is None else translator.n_best), what
     if kind == "preset":
         from tfblocks.decoding import beam_or_greedy
@@ -77,6 +85,8 @@ def load_translate(
         what = f"model {found} (beam {beam}, max_length {length})"
         if n_best is not None:
             return translator.n_best, what
+        if alignments:
+            return _aligned(_strings(translator), translator.align), what
         return _strings(translator), what
     if beam_size is not None or max_length is not None or stop_early:
         raise ValueError(
@@ -90,6 +100,16 @@ def load_translate(
         def translate(lines):
             return _decoded(serve(text=_strings_in(lines))["translation"])
 
+        if alignments:  # the same SavedModel, loaded again: said once
+            serve_align = _signature(
+                found, path, "align", "alignment", lambda _: None, "a newer tfblocks"
+            )
+
+            def align(sources, targets):
+                out = serve_align(source=_strings_in(sources), target=_strings_in(targets))
+                return _decoded(out["alignment"])
+
+            return _aligned(translate, align), f"SavedModel {found}"
         return translate, f"SavedModel {found}"
     serve = _signature(
         found, path, "n_best", "translations", notice, "Translator(num_hypotheses=K)'s export"
@@ -216,6 +236,17 @@ def _strings_in(lines):
 
 def _decoded(tensor):
     return [t.decode("utf-8") for t in tensor.numpy()]
+
+
+def _aligned(translate, align):
+    """`translate(list[str]) -> list[(translation, alignment)]` from a `translate` and
+    an `align(sources, targets)` of the same model."""
+
+    def translate_and_align(lines):
+        translations = list(translate(lines))
+        return list(zip(translations, align(list(lines), translations), strict=True))
+
+    return translate_and_align
 
 
 def _strings(translator):
