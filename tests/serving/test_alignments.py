@@ -12,7 +12,6 @@ import tensorflow as tf
 import tfblocks
 from tests.layers import reference
 from tfblocks.decoding import Greedy, alignment
-from tfblocks.models import save_preset
 from tfblocks.text import load_phrasebook, train_tokenizer
 from tfblocks.translation import engines
 from tfblocks.translation import translate_command as translate_cli
@@ -41,9 +40,11 @@ def parts():
         max_length=MAX_LENGTH,
     )
     model = tfblocks.build_transformer(hp)
+    # The simplest search to trace (one loop, no XLA): the alignments do not depend on it.
     translator = tfblocks.Translator(
-        model, tokenizer, tokenizer, MAX_LENGTH, strategy=Greedy(), jit_compile=False
-    )
+        model, tokenizer, tokenizer, MAX_LENGTH, strategy=Greedy(), jit_compile=False,
+        cache_lengths=None, drop_finished=False,
+    )  # fmt: skip
     return model, tokenizer, hp, translator
 
 
@@ -138,21 +139,25 @@ def test_alignment_does_not_depend_on_batch_mates(parts):
 
 
 def test_saved_model_align_signature(parts, tmp_path):
-    # The `align` signature alone (`export` saves it with the others: test_savedmodel.py),
-    # reloaded and called without the Python object.
+    # The `align` signature alone, in a module that holds the model's variables (`export`
+    # saves it with the other signatures: test_savedmodel.py), reloaded and called
+    # without the Python objects.
     translator = parts[3]
     assert translator._signatures()["align"] is translator.serve_align
+    module = tf.Module()
+    module.variables_ = [v.value for v in translator.model.variables]
     path = str(tmp_path / "align")
-    tf.saved_model.save(translator, path, signatures={"align": translator.serve_align})
+    tf.saved_model.save(module, path, signatures={"align": translator.serve_align})
     align = tf.saved_model.load(path).signatures["align"]
     out = align(source=tf.constant(SOURCES), target=tf.constant(TARGETS))["alignment"]
     assert [row.decode() for row in out.numpy()] == translator.align(SOURCES, TARGETS)
 
 
 def test_translate_command_alignments(parts, tmp_path, monkeypatch, capsys):
-    model, tokenizer, hp, translator = parts
-    preset = save_preset(model, tokenizer, tmp_path / "preset", hp)
-    # The preset's Translator is this one (not compiled with XLA again for the test).
+    # A run folder whose Translator is this one (not built and compiled again here).
+    translator = parts[3]
+    preset = str(tmp_path / "run")
+    monkeypatch.setattr(engines, "_find", lambda *a: ("preset", preset))
     monkeypatch.setattr(engines, "_preset_translator", lambda *a, **k: (translator, MAX_LENGTH))
     source = tmp_path / "source.txt"
     source.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
