@@ -154,25 +154,34 @@ def test_saved_model_align_signature(parts, tmp_path):
 
 
 def test_translate_command_alignments(parts, tmp_path, monkeypatch, capsys):
-    # A run folder whose Translator is this one (not built and compiled again here).
+    # A run folder whose Translator is this one (not built and compiled again here), then
+    # a SavedModel whose signatures are this Translator's functions (the SavedModel's own
+    # `align` signature: test_saved_model_align_signature).
     translator = parts[3]
-    preset = str(tmp_path / "run")
-    monkeypatch.setattr(engines, "_find", lambda *a: ("preset", preset))
+    run = str(tmp_path / "run")
+    signatures = {"serving_default": translator.serve, "align": translator.serve_align}
     monkeypatch.setattr(engines, "_preset_translator", lambda *a, **k: (translator, MAX_LENGTH))
+    monkeypatch.setattr(
+        engines, "_signatures", lambda saved, path, outputs, *a: [signatures[n] for n in outputs]
+    )
     source = tmp_path / "source.txt"
     source.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
-    translate_cli.main(["--model", preset, "--input", str(source), "--alignments",
-                        "--beam-size", "1", "--batch-size", "2"])  # fmt: skip
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(SOURCES)
-    rows = [line.split(" ||| ") for line in lines]
-    assert all(len(row) == 2 and PHARAOH.match(row[1]) for row in rows), lines
-    translations = [row[0] for row in rows]
-    assert translations == [t.decode() for t in translator(SOURCES).numpy()]
-    assert [row[1] for row in rows] == translator.align(SOURCES, translations)
+    want = None
+    for kind in ("preset", "saved"):
+        monkeypatch.setattr(engines, "_find", lambda *a, kind=kind: (kind, run))
+        translate_cli.main(["--model", run, "--input", str(source), "--alignments",
+                            "--batch-size", "2"])  # fmt: skip
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == len(SOURCES)
+        rows = [line.split(" ||| ") for line in lines]
+        assert all(len(row) == 2 and PHARAOH.match(row[1]) for row in rows), lines
+        translations = [row[0] for row in rows]
+        assert translations == [t.decode() for t in translator(SOURCES).numpy()]
+        want = want or [row[1] for row in rows]
+        assert want == translator.align(SOURCES, translations) == [row[1] for row in rows]
     for flags in (("--n-best", "1"), ("--score", str(source))):
         with pytest.raises(SystemExit):
-            translate_cli.parse_args(["--model", preset, "--alignments", *flags])
+            translate_cli.parse_args(["--model", run, "--alignments", *flags])
         assert "--alignments" in capsys.readouterr().err
 
 

@@ -95,22 +95,21 @@ def load_translate(
             "run folder."
         )
     if n_best is None:
-        serve = _signature(found, path, "serving_default", "translation", notice)
+        names = {"serving_default": "translation", **({"align": "alignment"} if alignments else {})}
+        made_by = "a tfblocks.Translator export" + (" of this version" if alignments else "")
+        serve, *serve_align = _signatures(found, path, names, notice, made_by)
 
         def translate(lines):
             return _decoded(serve(text=_strings_in(lines))["translation"])
 
-        if alignments:  # the same SavedModel, loaded again: said once
-            serve_align = _signature(
-                found, path, "align", "alignment", lambda _: None, "a newer tfblocks"
-            )
+        if not alignments:
+            return translate, f"SavedModel {found}"
 
-            def align(sources, targets):
-                out = serve_align(source=_strings_in(sources), target=_strings_in(targets))
-                return _decoded(out["alignment"])
+        def align(sources, targets):
+            out = serve_align[0](source=_strings_in(sources), target=_strings_in(targets))
+            return _decoded(out["alignment"])
 
-            return _aligned(translate, align), f"SavedModel {found}"
-        return translate, f"SavedModel {found}"
+        return _aligned(translate, align), f"SavedModel {found}"
     serve = _signature(
         found, path, "n_best", "translations", notice, "Translator(num_hypotheses=K)'s export"
     )
@@ -216,16 +215,25 @@ def _preset_translator(preset, max_length, strategy=None, num_hypotheses=1):
 def _signature(saved, path, name, output, notice, made_by="a tfblocks.Translator export"):
     """The SavedModel `saved`'s signature `name` (with the output `output`), after
     `notice` said that the SavedModel runs its own graph; a ValueError when it has none."""
+    return _signatures(saved, path, {name: output}, notice, made_by)[0]
+
+
+def _signatures(saved, path, outputs, notice, made_by):
+    """`_signature` of each `{name: output}` of `outputs`, a list, the SavedModel loaded once."""
     import tensorflow as tf
 
     notice(f"loading the SavedModel {saved} (it runs its own graph: use only models you trust)")
-    serve = tf.saved_model.load(saved).signatures.get(name)
-    if serve is None or output not in serve.structured_outputs:
-        raise ValueError(
-            f"--model={path!r}: the SavedModel {saved} has no `{name}` signature with a "
-            f"`{output}` output ({made_by} has one)."
-        )
-    return serve
+    signatures = tf.saved_model.load(saved).signatures
+    found = []
+    for name, output in outputs.items():
+        serve = signatures.get(name)
+        if serve is None or output not in serve.structured_outputs:
+            raise ValueError(
+                f"--model={path!r}: the SavedModel {saved} has no `{name}` signature with a "
+                f"`{output}` output ({made_by} has one)."
+            )
+        found.append(serve)
+    return found
 
 
 def _strings_in(lines):
