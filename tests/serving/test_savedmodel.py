@@ -67,8 +67,8 @@ TARGETS = ["Today's lunch is curry.", "Kenta reads a book at school.", ""]
 
 def test_export_traces_each_signature_once(exported):
     # Inside `tf.saved_model.save` only: a trace before it would be one more (the save
-    # context is part of the tracing cache key). serving_default, n_best, score and align.
-    assert len(EXPORT_TRACES) == 4
+    # context is part of the tracing cache key). serving_default, n_best and score.
+    assert len(EXPORT_TRACES) == 3
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_reloaded_without_tfblocks_gives_the_same_strings(exported, served):
     np.testing.assert_allclose(served["score"], want["score"].numpy(), rtol=1e-5)
     assert served["blank"] == ["", "", ""]  # the export keeps the blank-line rule
     # The n-best and score signatures: [batch, K] strings and scores; per-token values.
-    assert served["signatures"] == ["align", "n_best", "score", "serving_default"]
+    assert served["signatures"] == ["n_best", "score", "serving_default"]
     n_best = translator.n_best([*SENTENCES, BLANKS[0]])
     assert served["n_best"] == [[h.text for h in row] for row in n_best]
     np.testing.assert_allclose(served["n_best_scores"], [[h.score for h in row] for row in n_best],

@@ -20,8 +20,9 @@ are
     align(source: tf.string [None], target: tf.string [None])
         -> {"alignment": tf.string [None]}
 
-(`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `align`: word alignments in
-Pharaoh format, `tfblocks.decoding.alignment`; `Generator`: `serving_default` only,
+(`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `align`, word alignments in
+Pharaoh format (`tfblocks.decoding.alignment`), only with `Translator(alignments=True)`;
+`Generator`: `serving_default` only,
 `{"continuation", "score"}`.)
 
 Input handling: a source longer than `max_length` subwords is truncated to its first
@@ -262,6 +263,8 @@ class Translator(_TextModule):
         alignment_layer: the decoder layer whose cross-attention (averaged over its
             heads) `align` reads: an int (negative counts from the last), or None for
             the penultimate layer (`tfblocks.decoding.alignment`).
+        alignments: the SavedModel also has an `align` signature (`align` works
+            either way; the signature costs a few seconds of export).
         name: the module's name.
 
     Besides translating (`translator(texts)`), it returns the n best translations
@@ -298,6 +301,7 @@ class Translator(_TextModule):
         drop_finished=True,
         num_hypotheses=1,
         alignment_layer=None,
+        alignments=False,
         name=None,
     ):
         super().__init__(name=name)
@@ -324,6 +328,7 @@ class Translator(_TextModule):
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.alignment_layer = alignment.alignment_layer(alignment_layer, model.num_decoder_layers)
+        self.alignments = _checks.check_bool("alignments", alignments)
         self._word_starts = [
             alignment.tokenizer_word_starts(tokenizer, model.vocab_size)
             for tokenizer in (source_tokenizer, target_tokenizer)
@@ -348,13 +353,11 @@ class Translator(_TextModule):
         return _pad_to_bucket(ids, self.source_buckets)
 
     def _signatures(self):
-        signatures = {
-            "serving_default": self.serve,
-            "score": self.serve_score,
-            "align": self.serve_align,
-        }
+        signatures = {"serving_default": self.serve, "score": self.serve_score}
         if self.num_hypotheses > 1:
             signatures["n_best"] = self.serve_n_best
+        if self.alignments:
+            signatures["align"] = self.serve_align
         return signatures
 
     def n_best(self, texts):

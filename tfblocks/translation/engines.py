@@ -96,7 +96,7 @@ def load_translate(
         )
     if n_best is None:
         names = {"serving_default": "translation", **({"align": "alignment"} if alignments else {})}
-        made_by = "a tfblocks.Translator export" + (" of this version" if alignments else "")
+        made_by = "Translator(alignments=True)'s export" if alignments else "a Translator export"
         serve, *serve_align = _signatures(found, path, names, notice, made_by)
 
         def translate(lines):
