@@ -471,8 +471,9 @@ class CTranslate2Translator:
         """Word alignments of each target with its source, as `tfblocks.Translator.align`
         gives them (Pharaoh format, `tfblocks.decoding.alignment.pharaoh`), from the
         attention CTranslate2 returns when it decodes the target as a forced prefix
-        (`return_attention`): the layer and heads `export_ctranslate2` stored. Sources are
-        cut as for translating; a blank source or target gives `""`.
+        (`return_attention`): the layer and heads `export_ctranslate2` stored (a model
+        exported by an earlier tfblocks has CTranslate2's default, the last layer's first
+        head). Sources are cut as for translating; a blank source or target gives `""`.
         """
         sources, targets = _texts("sources", sources), _texts("targets", targets)
         if len(sources) != len(targets):
