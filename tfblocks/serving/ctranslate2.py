@@ -23,6 +23,10 @@ from a trained encoder–decoder `tfblocks.Transformer` and its SentencePiece to
   tokenizer's pieces get placeholder tokens `<tfblocks_unused_i>`. The decoder starts
   from `<s>` (BOS) and the source gets `</s>` appended (`add_source_eos`), as
   `Translator` does.
+- Alignments: the decoder's `alignment_layer` is the layer `tfblocks.Translator.align`
+  reads (the penultimate) with `alignment_heads=0` (all heads averaged), so
+  CTranslate2's `return_attention`, and `CTranslate2Translator.align`, give that layer's
+  attention (CTranslate2's own default is the last layer's first head).
 
 Differences that remain: CTranslate2's beam search scores hypotheses with its own
 length normalization (`log p / length ** length_penalty`; with `length_penalty=0` the
@@ -42,6 +46,7 @@ import os
 import numpy as np
 
 from tfblocks import _checks, _files
+from tfblocks.decoding import alignment
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.layers.embedding import timing_signal
 from tfblocks.models.transformer import LAYER_NORM_EPSILON
@@ -181,7 +186,12 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
     relative = getattr(model, "max_relative_position", None) is not None
     common = dict(num_heads=model.num_heads, pre_norm=model.norm_first, relative_position=relative)
     encoder = specs.TransformerEncoderSpec(model.num_encoder_layers, **common)
-    decoder = specs.TransformerDecoderSpec(model.num_decoder_layers, **common)
+    decoder = specs.TransformerDecoderSpec(
+        model.num_decoder_layers,
+        alignment_layer=alignment.alignment_layer(None, model.num_decoder_layers),
+        alignment_heads=0,  # all heads, averaged
+        **common,
+    )
     spec = specs.TransformerSpec(encoder, decoder)
     spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON
     spec.config.add_source_eos = True
@@ -387,6 +397,12 @@ class CTranslate2Translator:
         self._target_ids = {
             self._target.id_to_piece(i): i for i in range(self._target.get_piece_size())
         }
+        self._word_starts = [
+            alignment.word_starts(
+                [p.id_to_piece(i) for i in range(p.get_piece_size())], p.get_piece_size()
+            )
+            for p in (self._source, self._target)
+        ]  # [V] bool each: which pieces start a word (`align`)
         self.translator = ctranslate2.Translator(
             model_dir,
             device=device,
@@ -465,6 +481,53 @@ class CTranslate2Translator:
                     Hypothesis(self.detokenize(row), float(v))
                     for row, v in zip(rows, values, strict=True)
                 ]
+        return out
+
+    def align(self, sources, targets):
+        """Word alignments of each target with its source, as `tfblocks.Translator.align`
+        gives them (Pharaoh format, `tfblocks.decoding.alignment.pharaoh`), from the
+        attention CTranslate2 returns when it decodes the target as a forced prefix
+        (`return_attention`): the layer and heads `export_ctranslate2` stored (a model
+        exported by an earlier tfblocks has CTranslate2's default, the last layer's first
+        head). Sources are cut as for translating; a blank source or target gives `""`.
+        """
+        sources, targets = _texts("sources", sources), _texts("targets", targets)
+        if len(sources) != len(targets):
+            raise ValueError(
+                "`sources` and `targets` must have the same length, got "
+                f"{len(sources)} sources and {len(targets)} targets."
+            )
+        chosen = [
+            i
+            for i, (s, t) in enumerate(zip(sources, targets, strict=True))
+            if s.strip() and t.strip()
+        ]
+        out = [""] * len(sources)
+        if not chosen:
+            return out
+        source_ids = [self._source.encode(sources[i])[: self.max_length - 1] for i in chosen]
+        target_ids = [self._target.encode(targets[i]) for i in chosen]
+        results = self.translator.translate_batch(
+            [[self._source.id_to_piece(i) for i in row] for row in source_ids],
+            target_prefix=[[self._target.id_to_piece(i) for i in row] for row in target_ids],
+            beam_size=1,
+            max_batch_size=self.max_batch_size,
+            max_decoding_length=max(map(len, target_ids)) + 1,
+            min_decoding_length=0,
+            return_attention=True,
+        )
+        # Padded batch of the ids with their EOS, and the attention rows of the targets.
+        rows, s, t = len(chosen), max(map(len, source_ids)) + 1, max(map(len, target_ids)) + 1
+        sources_, targets_ = np.zeros([rows, s], np.int32), np.zeros([rows, t], np.int32)
+        weights = np.zeros([rows, t, s], np.float32)
+        for b, (src, tgt, result) in enumerate(zip(source_ids, target_ids, results, strict=True)):
+            sources_[b, : len(src) + 1] = [*src, EOS_ID]
+            targets_[b, : len(tgt) + 1] = [*tgt, EOS_ID]
+            attention = np.asarray(result.attention[0], np.float32)[: len(tgt)]  # [T_b, S_b]
+            weights[b, : len(attention), : attention.shape[1]] = attention
+        links = alignment.pharaoh(weights, sources_, targets_, *self._word_starts)
+        for i, row in zip(chosen, links.numpy(), strict=True):
+            out[i] = row.decode("utf-8")
         return out
 
     def score(self, sources, targets, per_token=False):

@@ -20,9 +20,13 @@ are
             "translations": tf.string [None, K], "scores": tf.float32 [None, K]}
     n_best(text: tf.string [None]) -> {"translations": tf.string [None, K],
                                        "scores": tf.float32 [None, K]}
+    align(source: tf.string [None], target: tf.string [None])
+        -> {"alignment": tf.string [None]}
 
-(`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `Generator`: `serving_default`
-only, `{"continuation", "score"}`.)
+(`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `align`, word alignments in
+Pharaoh format (`tfblocks.decoding.alignment`), only with `Translator(alignments=True)`;
+`Generator`: `serving_default` only,
+`{"continuation", "score"}`.)
 
 Input handling: a source longer than `max_length` subwords is truncated to its first
 `max_length - 1` subwords plus EOS; a blank string (empty, or only Unicode whitespace:
@@ -67,7 +71,7 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks._files import replace_directory
-from tfblocks.decoding import BeamSearch, Decoder, Greedy
+from tfblocks.decoding import BeamSearch, Decoder, Greedy, alignment
 from tfblocks.decoding.search import check_strategy
 from tfblocks.ids import EOS_ID, PAD_ID
 
@@ -87,6 +91,12 @@ def blank_lines(text):
     array([ True,  True,  True, False, False])
     """
     return tf.strings.regex_full_match(text, BLANK)
+
+
+# The string inputs of the signatures.
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+_SOURCE = tf.TensorSpec([None], tf.string, name="source")
+_TARGET = tf.TensorSpec([None], tf.string, name="target")
 
 
 class Hypothesis(NamedTuple):
@@ -178,6 +188,16 @@ class _TextModule(tf.Module):
         """The SavedModel's signatures: `{name: tf.function}`."""
         return {"serving_default": self.serve}
 
+    def _optional(self, name, fn, input_signature):
+        """`fn` as a `tf.function` of `input_signature`, made on first use and kept out of
+        the module's tracked attributes: `tf.saved_model.save` traces every `tf.function`
+        attribute of a module, so a signature that only some exports have (`n_best`,
+        `align`) is kept here and saved only when `_signatures` names it."""
+        functions = self.__dict__.setdefault("_optional_functions", {})  # not tracked
+        if name not in functions:
+            functions[name] = tf.function(fn, input_signature=input_signature, autograph=False)
+        return functions[name]
+
     def _set_decoding(self, model, max_length, strategy, jit_compile, **decoder_options):
         """What both modules keep for decoding: checked, stored, and their `Decoder`."""
         _check_max_length(max_length)
@@ -263,10 +283,16 @@ class Translator(_TextModule):
             beam size; 1 for `Greedy`; any number of `Sampling`'s samples). With K > 1
             the SavedModel also has an `n_best` signature. Calling the translator
             still returns the best translation only.
+        alignment_layer: the decoder layer whose cross-attention (averaged over its
+            heads) `align` reads: an int (negative counts from the last), or None for
+            the penultimate layer (`tfblocks.decoding.alignment`).
+        alignments: the SavedModel also has an `align` signature (`align` works
+            either way; the signature costs a few seconds of export).
         name: the module's name.
 
     Besides translating (`translator(texts)`), it returns the n best translations
-    (`n_best(texts)`) and scores given translations (`score(sources, targets)`). Both
+    (`n_best(texts)`), scores given translations (`score(sources, targets)`) and aligns
+    their words (`align(sources, targets)`). Both
     `translator(texts, target_prefix=...)` and `n_best` take a target prefix per text:
     each translation starts with its prefix's subwords (forced), then decodes freely; an
     empty prefix forces nothing.
@@ -302,6 +328,8 @@ class Translator(_TextModule):
         cache_lengths="auto",
         drop_finished=True,
         num_hypotheses=1,
+        alignment_layer=None,
+        alignments=False,
         name=None,
     ):
         super().__init__(name=name)
@@ -327,6 +355,12 @@ class Translator(_TextModule):
         )
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
+        self.alignment_layer = alignment.alignment_layer(alignment_layer, model.num_decoder_layers)
+        self.alignments = _checks.check_bool("alignments", alignments)
+        self._word_starts = [
+            alignment.tokenizer_word_starts(tokenizer, model.vocab_size)
+            for tokenizer in (source_tokenizer, target_tokenizer)
+        ]  # [V] bool each
 
     def encode_source(self, text):
         """Source ids `[B, S]` (0-padded, EOS-terminated), S from `source_buckets`.
@@ -359,7 +393,9 @@ class Translator(_TextModule):
             "prefix": self.serve_prefix,
         }
         if self.num_hypotheses > 1:
-            signatures["n_best"] = self.serve_n_best
+            signatures["n_best"] = self._optional("n_best", self._n_best, [_TEXT])
+        if self.alignments:
+            signatures["align"] = self._optional("align", self._align, [_SOURCE, _TARGET])
         return signatures
 
     def __call__(self, texts, target_prefix=None):
@@ -430,6 +466,32 @@ class Translator(_TextModule):
         rows = zip(out["token_scores"].numpy(), out["length"].numpy(), strict=True)
         return [values[:length] for values, length in rows]
 
+    def align(self, sources, targets):
+        """Word alignments of each target (e.g. its translation) with its source.
+
+        Pharaoh format, `"i-j ..."`: source word i (0-based, the i-th
+        whitespace-separated word as SentencePiece splits it) aligned to target word j,
+        from the cross-attention of decoder layer `alignment_layer` in a teacher-forced
+        pass, averaged over its heads (`tfblocks.decoding.alignment`). Sources are read
+        as `translator(texts)` reads them (cut to `max_length`), targets as `score`
+        reads them; a blank source or target gives `""`. Pairs are aligned in one batch.
+
+        Args:
+            sources: a list of str (or a 1-D string tensor).
+            targets: as many target texts.
+
+        Returns:
+            A list of str, one per pair.
+
+        Raises:
+            ValueError: `sources` and `targets` of different lengths, or not strings.
+        """
+        sources, targets = check_pairs(sources, targets)
+        if sources.shape[0] == 0:
+            return []
+        out = self.serve_align(sources, targets)["alignment"].numpy()
+        return [row.decode("utf-8") for row in out]
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
@@ -445,10 +507,9 @@ class Translator(_TextModule):
             "score": tf.where(blank, 0.0, scores),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve_n_best(self, text):
         """The `n_best` signature: `{"translations", "scores"}`, `[B, num_hypotheses]`."""
-        return self._n_best(text)
+        return self._optional("n_best", self._n_best, [_TEXT])(text)
 
     @tf.function(
         input_signature=[
@@ -506,6 +567,24 @@ class Translator(_TextModule):
             "token_scores": token_scores,
             "length": tf.reduce_sum(tf.cast(tf.not_equal(target_ids, PAD_ID), tf.int32), axis=1),
         }
+
+    def serve_align(self, source, target):
+        """The `align` signature: `{"alignment" [B]}`, each pair's word alignment in
+        Pharaoh format (`align`)."""
+        return self._optional("align", self._align, [_SOURCE, _TARGET])(source, target)
+
+    def _align(self, source, target):
+        tf.debugging.assert_equal(
+            tf.shape(source)[0], tf.shape(target)[0],
+            message="`source` and `target` must hold as many strings",
+        )  # fmt: skip
+        blank = blank_lines(source)
+        source_ids = self.encode_source(tf.where(blank, "", source))
+        target_ids = self.encode_target(target)
+        links = alignment.align(
+            self.model, self.alignment_layer, source_ids, target_ids, *self._word_starts
+        )
+        return {"alignment": links}
 
 
 class Generator(_TextModule):

@@ -44,21 +44,27 @@ def load_translate(
     n_best=None,
     stop_early=False,
     prefix=False,
+    alignments=False,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
-    `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first).
-    With `prefix`, `translate` takes `(text, target_prefix)` pairs instead of texts: each
-    translation starts with its prefix ("" forces nothing).
+    `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first),
+    or with `alignments`, `translate(list[str]) -> list[(translation, alignment)]` (the
+    word alignment in Pharaoh format, `Translator.align`; a SavedModel's `align`
+    signature). With `prefix`, `translate` takes `(text, target_prefix)` pairs instead of
+    texts: each translation starts with its prefix ("" forces nothing).
 
     A run folder or preset is preferred to its SavedModel (its beam size can be set, and
     Keras' safe mode loads it); a SavedModel translates with the beam it was exported
     with (`beam_size` must then be None, and `stop_early` False), and `notice(message)`
     is called first with a line saying that it runs its own graph; for `n_best` it needs
-    an `n_best` signature of at least K. Raises ValueError naming `path` when nothing
-    there can translate, and naming `--n-best` when K is more than the beam keeps.
+    an `n_best` signature of at least K (`prefix`: its `prefix` signature; `alignments`:
+    its `align` signature). Raises ValueError naming `path` when nothing there can
+    translate, and naming `--n-best` when K is more than the beam keeps.
     """
     if n_best is not None and (isinstance(n_best, bool) or not n_best >= 1):
         raise ValueError(f"`--n-best` must be a positive integer, got --n-best={n_best!r}.")
+    if alignments and n_best is not None:
+        raise ValueError("`--alignments` aligns the best translation only; drop --n-best.")
     kind, found = _find(path, max_length, engine)
     beam, count = beam_size or 4, n_best or 1
     if kind != "saved" and count > beam:
@@ -80,58 +86,67 @@ def load_translate(
             strategy = beam_or_greedy(beam, alpha, stop_early)
             translator, length = _preset_translator(found, max_length, strategy, count)
             what = f"{_described(found)} (beam {beam}, max_length {length})"
-        if n_best is not None:
-            return _with_prefix(translator.n_best, prefix), what
-        return _with_prefix(_strings(translator), prefix), what
+        translate = translator.n_best if n_best is not None else _strings(translator)
+        if alignments:
+            translate = _aligned(translate, translator.align)
+        return _with_prefix(translate, prefix), what
     if beam_size is not None or max_length is not None or stop_early:
         raise ValueError(
             f"--model={path!r} is a SavedModel: its beam size, stopping rule and max_length "
             "were fixed at export; drop --beam-size/--stop-early/--max-length or give the "
             "run folder."
         )
+    return _saved_translate(found, path, notice, n_best, prefix, alignments)
+
+
+def _saved_translate(found, path, notice, n_best, prefix, alignments):
+    """`load_translate`'s `(translate, description)` of the SavedModel `found`, through
+    the signatures its options need (the SavedModel loaded once)."""
+    from tfblocks.serving import Hypothesis
+
     if prefix:
-        serve = _signature(found, path, "prefix", "translations", notice, "a newer tfblocks")
-
-        def call(pairs):
-            texts, prefixes = _unzip(pairs)
-            return serve(text=_strings_in(texts), target_prefix=_strings_in(prefixes))
-
-        if n_best is None:
-            return lambda pairs: _decoded(call(pairs)["translation"]), f"SavedModel {found}"
+        main = ("prefix", "translations", "a newer tfblocks")
     elif n_best is None:
-        serve = _signature(found, path, "serving_default", "translation", notice)
-
-        def translate(lines):
-            return _decoded(serve(text=_strings_in(lines))["translation"])
-
-        return translate, f"SavedModel {found}"
+        main = ("serving_default", "translation", "a tfblocks.Translator export")
     else:
-        serve = _signature(
-            found, path, "n_best", "translations", notice, "Translator(num_hypotheses=K)'s export"
+        main = ("n_best", "translations", "Translator(num_hypotheses=K)'s export")
+    wanted = {main[0]: main[1:]}
+    if alignments:
+        wanted["align"] = ("alignment", "Translator(alignments=True)'s export")
+    serve, *serve_align = _signatures(found, path, wanted, notice)
+    if n_best is not None:
+        exported = serve.structured_outputs["translations"].shape[1]
+        if exported is not None and n_best > exported:
+            raise ValueError(
+                f"`--n-best` must be at most the {exported} hypotheses the SavedModel {found} "
+                f"returns, got --n-best={n_best}."
+            )
+
+    def translate(lines, target_prefix=None):
+        texts = _strings_in(lines)
+        if prefix:
+            out = serve(text=texts, target_prefix=_strings_in(target_prefix))
+        else:
+            out = serve(text=texts)
+        if n_best is None:
+            return _decoded(out["translation"])
+        rows = zip(
+            out["translations"].numpy()[:, :n_best], out["scores"].numpy()[:, :n_best], strict=True
         )
-
-        def call(lines):
-            return serve(text=_strings_in(lines))
-
-    exported = serve.structured_outputs["translations"].shape[1]
-    if exported is not None and n_best > exported:
-        raise ValueError(
-            f"`--n-best` must be at most the {exported} hypotheses the SavedModel {found} "
-            f"returns, got --n-best={n_best}."
-        )
-
-    def translate_n_best(lines):
-        from tfblocks.serving import Hypothesis
-
-        out = call(lines)
-        texts = out["translations"].numpy()[:, :n_best]
-        scores = out["scores"].numpy()[:, :n_best]
         return [
             [Hypothesis(t.decode("utf-8"), float(v)) for t, v in zip(*row, strict=True)]
-            for row in zip(texts, scores, strict=True)
+            for row in rows
         ]
 
-    return translate_n_best, f"SavedModel {found} (n_best)"
+    if alignments:
+
+        def align(sources, targets):
+            out = serve_align[0](source=_strings_in(sources), target=_strings_in(targets))
+            return _decoded(out["alignment"])
+
+        translate = _aligned(translate, align)
+    what = f"SavedModel {found}" + ("" if n_best is None else " (n_best)")
+    return _with_prefix(translate, prefix), what
 
 
 def load_score(path, max_length=None, engine="tensorflow", notice=_say):
@@ -273,16 +288,26 @@ def _described(preset):
 def _signature(saved, path, name, output, notice, made_by="a tfblocks.Translator export"):
     """The SavedModel `saved`'s signature `name` (with the output `output`), after
     `notice` said that the SavedModel runs its own graph; a ValueError when it has none."""
+    return _signatures(saved, path, {name: (output, made_by)}, notice)[0]
+
+
+def _signatures(saved, path, wanted, notice):
+    """`_signature` of each `{name: (output, made_by)}` of `wanted`, a list, the SavedModel
+    loaded once."""
     import tensorflow as tf
 
     notice(f"loading the SavedModel {saved} (it runs its own graph: use only models you trust)")
-    serve = tf.saved_model.load(saved).signatures.get(name)
-    if serve is None or output not in serve.structured_outputs:
-        raise ValueError(
-            f"--model={path!r}: the SavedModel {saved} has no `{name}` signature with a "
-            f"`{output}` output ({made_by} has one)."
-        )
-    return serve
+    signatures = tf.saved_model.load(saved).signatures
+    found = []
+    for name, (output, made_by) in wanted.items():
+        serve = signatures.get(name)
+        if serve is None or output not in serve.structured_outputs:
+            raise ValueError(
+                f"--model={path!r}: the SavedModel {saved} has no `{name}` signature with a "
+                f"`{output}` output ({made_by} has one)."
+            )
+        found.append(serve)
+    return found
 
 
 def _strings_in(lines):
@@ -304,6 +329,17 @@ def _strings(translator):
         return out if isinstance(out, list) else _decoded(out)
 
     return translate
+
+
+def _aligned(translate, align):
+    """`translate(list[str], **options) -> list[(translation, alignment)]` from a
+    `translate` and an `align(sources, targets)` of the same model."""
+
+    def translate_and_align(lines, **options):
+        translations = list(translate(lines, **options))
+        return list(zip(translations, align(list(lines), translations), strict=True))
+
+    return translate_and_align
 
 
 def _with_prefix(translate, prefix):

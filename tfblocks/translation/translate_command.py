@@ -7,7 +7,9 @@ an empty line. Input and output are UTF-8. Progress goes to standard error.
 
 With `--n-best K` it writes the K best translations of each line in Moses' n-best format,
 `INDEX ||| translation ||| score` (INDEX the 0-based line number), K lines per input
-line, in input order. With `--score TARGETS` it translates nothing: it writes the
+line, in input order. With `--alignments` each line is `translation ||| alignment`, the
+word alignment in Pharaoh format (`i-j`: 0-based source word i, target word j; words
+as whitespace separates them). With `--score TARGETS` it translates nothing: it writes the
 log-probability of each line of TARGETS given the input's line, one number per line.
 With `--target-prefix FILE` the translation of each line starts with the words of the
 same line of FILE (interactive translation, terminology); an empty line forces nothing.
@@ -24,6 +26,7 @@ Examples:
   tfblocks-translate --model runs/enja --input test.ja --score test.en --output test.scores
   tfblocks-translate --model runs/enja --input test.ja --target-prefix starts.en
   tfblocks-translate --model runs/enja --model runs/enja-seed2 --input test.ja
+  tfblocks-translate --model runs/enja --alignments --input test.ja --output test.aligned
 """
 
 import argparse
@@ -65,6 +68,13 @@ def parse_args(argv=None):
         "Moses' n-best format: INDEX ||| translation ||| score",
     )
     parser.add_argument(
+        "--alignments",
+        action="store_true",
+        help="write `translation ||| alignment`: the word alignment in Pharaoh format "
+        "(i-j: 0-based source word i, target word j), from a decoder layer's "
+        "cross-attention",
+    )
+    parser.add_argument(
         "--score",
         metavar="TARGETS",
         help="translate nothing: write the log-probability of each line of TARGETS (as "
@@ -97,10 +107,13 @@ def check_output_arguments(parser, args):
             f"--n-best must be at most --beam-size, got --n-best={args.n_best} and "
             f"--beam-size={args.beam_size}"
         )
+    if args.alignments and args.n_best is not None:
+        parser.error("--alignments aligns the best translation only: drop --n-best")
     if args.score is not None:
         given = [
             flag
             for flag, value in (
+                ("--alignments", args.alignments or None),
                 ("--n-best", args.n_best),
                 ("--beam-size", args.beam_size),
                 ("--stop-early", args.stop_early or None),
@@ -278,6 +291,7 @@ def main(argv=None):
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
             n_best=args.n_best, stop_early=args.stop_early, prefix=prefix,
+            alignments=args.alignments,
         )  # fmt: skip
         items, doing, length = lines, "translating", len
         if prefix:
@@ -293,6 +307,8 @@ def main(argv=None):
         text = "".join(f"{score:.6f}\n" for score in out)
     elif args.n_best is not None:
         text = "".join(_n_best_lines(i, hypotheses) for i, hypotheses in enumerate(out))
+    elif args.alignments:
+        text = "".join(f"{_one_line(line)} ||| {links}\n" for line, links in out)
     else:
         text = "".join(_one_line(line) + "\n" for line in out)
     if args.output not in (None, "-"):
