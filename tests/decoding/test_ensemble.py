@@ -152,6 +152,11 @@ def test_members_are_checked(parts):
         Ensemble([a, a]).logits(tf.zeros([1, 1, 32]))
     with pytest.raises(ValueError, match="`model` must be an encoder–decoder"):
         Translator(Ensemble([lm]), tokenizer, tokenizer)
+    # Alignments read one model's cross-attention: an ensemble has none to offer.
+    with pytest.raises(ValueError, match="An Ensemble has no one cross-attention"):
+        Translator(Ensemble([a, a]), tokenizer, tokenizer, alignments=True)
+    with pytest.raises(ValueError, match="align with a Translator of one of its models"):
+        Translator(Ensemble([a, a]), tokenizer, tokenizer).align(["a"], ["b"])
 
 
 def test_exported_as_one_saved_model(parts, tmp_path):

@@ -355,8 +355,16 @@ class Translator(_TextModule):
         )
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
-        self.alignment_layer = alignment.alignment_layer(alignment_layer, model.num_decoder_layers)
         self.alignments = _checks.check_bool("alignments", alignments)
+        layers = getattr(model, "num_decoder_layers", None)  # None: an Ensemble
+        if layers is None and (alignments or alignment_layer is not None):
+            raise ValueError(
+                "An Ensemble has no one cross-attention to align with: align with one of its "
+                f"models, got alignments={alignments!r}, alignment_layer={alignment_layer!r}."
+            )
+        self.alignment_layer = (
+            None if layers is None else alignment.alignment_layer(alignment_layer, layers)
+        )
         self._word_starts = [
             alignment.tokenizer_word_starts(tokenizer, model.vocab_size)
             for tokenizer in (source_tokenizer, target_tokenizer)
@@ -486,6 +494,9 @@ class Translator(_TextModule):
         Raises:
             ValueError: `sources` and `targets` of different lengths, or not strings.
         """
+        if self.alignment_layer is None:
+            raise ValueError("An Ensemble has no one cross-attention to align with: align "
+                             "with a Translator of one of its models.")  # fmt: skip
         sources, targets = check_pairs(sources, targets)
         if sources.shape[0] == 0:
             return []
