@@ -3,8 +3,10 @@
 Layout of `--output DIR` (everything in it is written by tfblocks; nothing else there is
 touched):
 
-    DIR/run.json                 what the folder was made with: corpus fingerprint,
-                                 tokenizer (vocab size, model type), HParams, seed
+    DIR/run.json                 what the folder was made with: corpus fingerprint, source
+                                 and target languages (`run_languages`; tfblocks-translate
+                                 and -evaluate follow them), tokenizer (vocab size, model
+                                 type), HParams, seed
     DIR/tokenizer.model          the shared SentencePiece model
     DIR/state/training.weights.h5   model + optimizer after the last finished epoch
     DIR/state/variables.npz      under LoRA: the model's variables as they are (the .h5
@@ -306,6 +308,29 @@ def check_output(path):
                 f"{RUN_FILE}), got output={path!r}; choose an empty or new folder."
             )
     return absolute
+
+
+def run_languages(path):
+    """`(source, target)`: the languages recorded by the run whose folder is `path`, or
+    whose `model/` or `export/N` is `path`; None when unknown (no run folder there, or
+    one that recorded no languages). Reads only `run.json`."""
+    path = os.path.abspath(os.fspath(path))
+    folders = [path]
+    parent = os.path.dirname(path)
+    if os.path.basename(path) == "model":
+        folders.append(parent)
+    if os.path.basename(parent) == "export":
+        folders.append(os.path.dirname(parent))
+    for folder in folders:
+        try:
+            with open(os.path.join(folder, RUN_FILE), encoding="utf-8") as f:
+                settings = json.load(f).get("settings") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        languages = (settings.get("source_lang"), settings.get("target_lang"))
+        if all(isinstance(language, str) for language in languages):
+            return languages
+    return None
 
 
 def _lock(lock_path, path):

@@ -19,6 +19,13 @@ Examples:
       --hparams transformer_small --epochs 20 --output runs/enja
   tfblocks-train --corpus-dir new_domain --init-from runs/enja --epochs 5 --output runs/ft
   tfblocks-train --corpus-dir new_domain --init-from runs/enja --lora-rank 8 --output runs/lora
+  tfblocks-train --source-lang de --target-lang en --corpus-dir wmt_de_en --output runs/deen
+  tfblocks-train --source-lang de --target-lang en \\
+      --train-source 'wmt/train.de-*' --train-target 'wmt/train.en-*' \\
+      --dev-source wmt/dev.de.gz --dev-target wmt/dev.en.gz \\
+      --test-source wmt/test.de --test-target wmt/test.en --output runs/deen
+  tfblocks-train --tsv pairs.tsv --source-lang fr --target-lang en \\
+      --source-column 1 --target-column 0 --output runs/fren
 """
 
 import argparse
@@ -26,6 +33,7 @@ import os
 import tempfile
 
 from tfblocks import _checks
+from tfblocks.text.corpus import MANYTHINGS_COLUMNS, SPLITS, check_language
 from tfblocks.text.dataset import SHAPES
 from tfblocks.training.precision import POLICIES
 from tfblocks.translation.console import run_command
@@ -39,9 +47,39 @@ def parse_args(argv=None):
         epilog=__doc__.split("\n\n", 1)[1],
     )
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
-    data = parser.add_mutually_exclusive_group()
-    data.add_argument("--corpus-dir", help="folder with {train,dev,test}.{ja,en}")
-    data.add_argument("--tsv", help="Tatoeba/manythings file: English<TAB>Japanese<TAB>...")
+    data = parser.add_argument_group(
+        "corpus",
+        "Line-aligned files of the pair --source-lang -> --target-lang (pre-tokenized "
+        "Japanese is joined, spaces between its tokens removed, only on a side whose "
+        "language is ja), or a TSV file; none: the embedded ja->en phrasebook. Each file "
+        "may be gzipped (NAME.gz) or split into shards (NAME-00000-of-00008, ...).",
+    )
+    data.add_argument("--source-lang", default="ja", help="source language (default ja)")
+    data.add_argument("--target-lang", default="en", help="target language (default en)")
+    data.add_argument(
+        "--corpus-dir",
+        help="folder with {train,dev,test}.{SOURCE,TARGET}, named by the languages",
+    )
+    for split in SPLITS:
+        for side in ("source", "target"):
+            data.add_argument(
+                f"--{split}-{side}", metavar="FILES",
+                help=f"the {split} split's {side} files: paths or globs, comma-separated, "
+                f"read in order (instead of --corpus-dir's {split}.*)",
+            )  # fmt: skip
+    data.add_argument(
+        "--tsv",
+        help="tab-separated pairs, 2 %% held out for dev and test (default columns: "
+        "manythings' English<TAB>Japanese<TAB>...); rows are read as they are",
+    )
+    data.add_argument(
+        "--source-column", type=int, default=None, metavar="N",
+        help="--tsv column (0-based) of the source sentences (default: manythings')",
+    )  # fmt: skip
+    data.add_argument(
+        "--target-column", type=int, default=None, metavar="M",
+        help="--tsv column (0-based) of the target sentences (default: manythings')",
+    )  # fmt: skip
     parser.add_argument("--hparams", default="transformer_tiny", help="t2t preset name")
     parser.add_argument(
         "--hparams-override",
@@ -111,10 +149,96 @@ def parse_args(argv=None):
     parser.add_argument("--limit-test", type=int, default=None, help="evaluate only N pairs")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    for name in ("output", "init_from", "corpus_dir", "tsv"):  # `~/runs/x` as a shell would
+    for name in PATH_FLAGS:  # `~/runs/x` as a shell would
         if getattr(args, name):
             setattr(args, name, os.path.expanduser(getattr(args, name)))
     return args
+
+
+# The flags that name paths (`~` is expanded in each; a list's items by `expand_paths`).
+FILE_FLAGS = tuple(f"{split}_{side}" for split in SPLITS for side in ("source", "target"))
+PATH_FLAGS = ("output", "init_from", "corpus_dir", "tsv")
+
+
+def _flag(name):
+    return f"--{name.replace('_', '-')}"
+
+
+def check_corpus_arguments(args):
+    """Refuses a corpus that the options cannot describe: languages, files, TSV columns."""
+    check_language("--source-lang", args.source_lang)
+    check_language("--target-lang", args.target_lang)
+    if args.source_lang == args.target_lang:
+        raise ValueError(
+            "`--source-lang` and `--target-lang` must differ, got "
+            f"--source-lang={args.source_lang!r} and --target-lang={args.target_lang!r}."
+        )
+    for split in SPLITS:
+        given = [getattr(args, f"{split}_{side}") is not None for side in ("source", "target")]
+        if given[0] != given[1]:
+            missing = _flag(f"{split}_{'target' if given[0] else 'source'}")
+            present = _flag(f"{split}_{'source' if given[0] else 'target'}")
+            raise ValueError(
+                f"`{present}` needs `{missing}` (both sides of the {split} split), got "
+                f"{present}={getattr(args, present[2:].replace('-', '_'))!r} without {missing}."
+            )
+    files = [flag for flag in FILE_FLAGS if getattr(args, flag) is not None]
+    if not files and args.corpus_dir is None and args.tsv is None:
+        languages = (args.source_lang, args.target_lang)
+        if languages != ("ja", "en"):
+            raise ValueError(
+                "the embedded phrasebook is ja->en: give a corpus (--corpus-dir, --train-source "
+                f"..., --tsv) for --source-lang={languages[0]!r} --target-lang={languages[1]!r}."
+            )
+    if args.tsv is not None and (files or args.corpus_dir is not None):
+        other = _flag(files[0]) if files else "--corpus-dir"
+        raise ValueError(
+            f"`--tsv` holds the whole corpus: give either --tsv or line-aligned files, got "
+            f"--tsv={args.tsv!r} and {other}."
+        )
+    if files and args.corpus_dir is None:
+        lacking = [s for s in SPLITS if getattr(args, f"{s}_source") is None]
+        if lacking:
+            raise ValueError(
+                f"the {lacking[0]} split has no files: give --{lacking[0]}-source and "
+                f"--{lacking[0]}-target, or --corpus-dir, got {_flag(files[0])}="
+                f"{getattr(args, files[0])!r} alone."
+            )
+    for flag in ("source_column", "target_column"):
+        value = getattr(args, flag)
+        if value is not None:
+            if args.tsv is None:
+                raise ValueError(
+                    f"`{_flag(flag)}` is a --tsv column, got {_flag(flag)}={value} without --tsv."
+                )
+            _checks.check_non_negative_int(_flag(flag), value)
+    if args.tsv is not None:
+        columns = (args.source_column, args.target_column)
+        languages = (args.source_lang, args.target_lang)
+        for flag, column, language in zip(
+            ("--source-column", "--target-column"), columns, languages, strict=True
+        ):
+            if column is None and language not in MANYTHINGS_COLUMNS:
+                raise ValueError(
+                    f"`{flag}` is needed: a manythings file has no {language!r} column "
+                    f"(it has {', '.join(MANYTHINGS_COLUMNS)}), got --tsv={args.tsv!r}."
+                )
+        source, target = tsv_columns(args)
+        if source == target:
+            raise ValueError(
+                f"`--source-column` and `--target-column` must differ, both are {source}."
+            )
+
+
+def tsv_columns(args):
+    """`(source, target)` columns of `--tsv`: the given ones, else manythings'."""
+    return tuple(
+        MANYTHINGS_COLUMNS[language] if column is None else column
+        for column, language in (
+            (args.source_column, args.source_lang),
+            (args.target_column, args.target_lang),
+        )
+    )
 
 
 def check_arguments(args):
@@ -148,11 +272,11 @@ def check_arguments(args):
             "`--early-stopping` needs dev BLEU, got --early-stopping="
             f"{args.early_stopping} with --dev-sentences=0."
         )
-    for flag in ("output", "init_from", "corpus_dir", "tsv"):
+    for flag in PATH_FLAGS + FILE_FLAGS:
         value = getattr(args, flag)
         if value is not None and not value.strip():
-            name = f"--{flag.replace('_', '-')}"
-            raise ValueError(f"`{name}` must name a path, got {name}={value!r}.")
+            raise ValueError(f"`{_flag(flag)}` must name a path, got {_flag(flag)}={value!r}.")
+    check_corpus_arguments(args)
 
 
 def check_hparams(hp, overrides, batch_tokens):
@@ -177,15 +301,43 @@ def check_hparams(hp, overrides, batch_tokens):
         )
 
 
+def corpus_origin(args, split):
+    """Where `split` of the corpus comes from, for messages."""
+    files = tuple(getattr(args, f"{split}_{side}") for side in ("source", "target"))
+    if files[0] is not None:
+        return f"--{split}-source={files[0]!r} / --{split}-target={files[1]!r}"
+    if args.corpus_dir:
+        names = f"{split}.{args.source_lang}, {split}.{args.target_lang}"
+        return f"--corpus-dir={args.corpus_dir!r} ({names})"
+    return f"--tsv={args.tsv!r}" if args.tsv else "the phrasebook"
+
+
 def check_splits(splits, args):
     """Refuses a corpus with an empty train, dev or test split (after the limits)."""
-    source = (
-        f"--corpus-dir={args.corpus_dir!r}" if args.corpus_dir
-        else f"--tsv={args.tsv!r}" if args.tsv else "the phrasebook"
-    )  # fmt: skip
-    for split in ("train", "dev", "test"):
+    for split in SPLITS:
         if not splits[split]:
-            raise ValueError(f"the {split} split of {source} has no sentence pairs.")
+            raise ValueError(
+                f"the {split} split of {corpus_origin(args, split)} has no sentence pairs."
+            )
+
+
+def read_corpus(args):
+    """The train/dev/test pairs the options name (every file found before one is read)."""
+    from tfblocks.text import load_splits
+    from tfblocks.text.lines import expand_paths
+
+    files = {}
+    for split in SPLITS:
+        source, target = (f"{split}_source", f"{split}_target")
+        if getattr(args, source) is not None:
+            files[split] = (
+                expand_paths(_flag(source), getattr(args, source)),
+                expand_paths(_flag(target), getattr(args, target)),
+            )
+    return load_splits(
+        args.corpus_dir, args.tsv, source=args.source_lang, target=args.target_lang,
+        seed=args.seed, files=files, tsv_columns=tsv_columns(args) if args.tsv else None,
+    )  # fmt: skip
 
 
 def main(argv=None):
@@ -193,7 +345,6 @@ def main(argv=None):
     check_arguments(args)
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
-    from tfblocks import text
     from tfblocks.decoding import beam_or_greedy
     from tfblocks.models import hparams, load_preset
     from tfblocks.models.hparams import parse_overrides
@@ -225,7 +376,7 @@ def main(argv=None):
     timer = job.Timer()
 
     with timer("data"):
-        splits = text.load_splits(args.corpus_dir, args.tsv, seed=args.seed)
+        splits = read_corpus(args)
         splits["train"] = splits["train"][: args.limit_train]
         splits["test"] = splits["test"][: args.limit_test]
         check_splits(splits, args)
@@ -256,6 +407,8 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
     with timer("data"):
         settings = {
             "corpus": job.corpus_fingerprint(splits["train"]),
+            "source_lang": args.source_lang,
+            "target_lang": args.target_lang,
             "vocab_size": args.vocab_size,
             "tokenizer_model": args.tokenizer_model,
             "hparams": args.hparams,
@@ -303,7 +456,9 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
     print("test translations (first 3):")
     for (source, reference), hypothesis in list(zip(splits["test"], hypotheses, strict=True))[:3]:
         print(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")
-    samples = [text.RUNNING_EXAMPLE[0]] + [source for source, _ in splits["test"][:2]]
+    samples = [source for source, _ in splits["test"][:2]]
+    if args.source_lang == "ja":  # the seed notes' running example
+        samples.insert(0, text.RUNNING_EXAMPLE[0])
 
     with timer("export"):
         save_preset(model, tokenizer, folder.join("model"), hp)
@@ -338,7 +493,7 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
         if key in report:
             metrics[key] = report[key]
     metrics_path = job.write_metrics(folder.path, metrics)
-    phrasebook = args.corpus_dir is None and args.tsv is None
+    phrasebook = corpus_origin(args, "train") == "the phrasebook"
     print(summary(metrics, report, folder, path, metrics_path, exact_match=phrasebook))
     return metrics
 
