@@ -2,13 +2,16 @@
 or touched, so the corrected command works; `~` in a path is the home folder; a folder
 another run holds is refused. `main` runs in this process, with tiny settings."""
 
+import gzip
 import json
+import random
 import re
 
 import pytest
 
-from tests.translation.test_commands import TINY, TRAIN
+from tests.translation.test_commands import TINY, TRAIN, in_process
 from tfblocks import text
+from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation import train_command
 from tfblocks.translation.run_folder import RunFolder
 
@@ -69,25 +72,58 @@ def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, me
     assert not output.exists()
 
 
-def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch):
+def made_up_pairs(n, seed):
+    """Pairs of a made-up language pair xx -> yy: each xx word is written backwards and
+    capitalised in yy, in the same order (`ka mo` -> `Ak Om`)."""
+    rng = random.Random(seed)
+    words = ["ka", "mo", "ri", "tesu", "nabo", "luki", "sef", "ong"]
+    pairs = []
+    for _ in range(n):
+        sentence = [rng.choice(words) for _ in range(rng.randint(2, 5))]
+        pairs.append((" ".join(sentence), " ".join(w[::-1].capitalize() for w in sentence)))
+    return pairs
+
+
+# A model that learns the made-up pair in two short epochs (peak learning rate ~5e-3).
+LEARNS = (
+    "hidden_size=64,filter_size=128,num_heads=2,num_encoder_layers=1,num_decoder_layers=1,"
+    "max_length=16,learning_rate_warmup_steps=50,learning_rate_constant=0.3,"
+    "layer_prepostprocess_dropout=0.0"
+)
+
+
+def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch, capsys):
+    # A made-up pair xx -> yy, its train split in two shards (gzipped on the xx side): the
+    # run learns it, and tfblocks-evaluate on the run folder reads its files as training
+    # did, to the same test BLEU.
     monkeypatch.setenv("HOME", str(tmp_path))  # `~` is tmp_path
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    splits = text.load_phrasebook(size=1000)
-    for split, size in (("train", 100), ("dev", 4), ("test", 2)):
-        pairs = splits[split][:size]
-        for side, language in enumerate(("ja", "en")):
-            if (split, language) != ("dev", "en"):  # missing: the first command fails
-                lines = "".join(pair[side] + "\n" for pair in pairs)
-                (corpus / f"{split}.{language}").write_text(lines, encoding="utf-8")
-    command = [*FAST, "--corpus-dir", "~/corpus", "--output", "~/run"]
-    with pytest.raises(FileNotFoundError, match=re.escape(str(corpus / "dev.en"))):
+    splits = {"train": made_up_pairs(2000, 0), "dev": made_up_pairs(8, 1)}
+    splits["test"] = made_up_pairs(30, 2)
+    for split, pairs in splits.items():
+        parts = [pairs[:1200], pairs[1200:]] if split == "train" else [pairs]
+        for side, language in enumerate(("xx", "yy")):
+            if (split, language) == ("dev", "yy"):  # missing: the first command fails
+                continue
+            for i, part in enumerate(parts):
+                data = "".join(pair[side] + "\n" for pair in part).encode("utf-8")
+                name = f"{split}.{language}"
+                if split == "train":
+                    name += f"-{i:05d}-of-00002" + (".gz" if language == "xx" else "")
+                    data = gzip.compress(data) if language == "xx" else data
+                (corpus / name).write_bytes(data)
+    command = [*TRAIN, "--source-lang", "xx", "--target-lang", "yy", "--corpus-dir", "~/corpus",
+               "--epochs", "2", "--hparams-override", LEARNS, "--batch-tokens", "512",
+               "--dev-sentences", "0", "--beam-size", "1", "--vocab-size", "60",
+               "--output", "~/run"]  # fmt: skip
+    with pytest.raises(FileNotFoundError, match=re.escape(str(corpus / "dev.yy"))):
         train_command.main(command)
     assert not (tmp_path / "run").exists()  # the corpus is read first
 
     # A start that fails in the folder (before an epoch is recorded) binds nothing: the
     # next command may use other settings.
-    (corpus / "dev.en").write_text("".join(p[1] + "\n" for p in splits["dev"][:4]), "utf-8")
+    (corpus / "dev.yy").write_text("".join(p[1] + "\n" for p in splits["dev"]), "utf-8")
 
     def failing_tokenizer(*args, **kwargs):
         raise ValueError("the tokenizer failed")
@@ -103,7 +139,14 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch)
         train_command.main(command)
 
     metrics = train_command.main(command)
-    assert metrics["epochs"] == 1 and metrics["sentences"] == 2
+    assert metrics["epochs"] == 2 and metrics["sentences"] == 30
+    assert metrics["bleu"] >= 10.0, metrics  # 22.7 measured; an untrained model scores ~2
     settings = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
-    assert settings["vocab_size"] == 250 and settings["init_from"] is None
+    assert settings["vocab_size"] == 60 and settings["init_from"] is None
+    assert (settings["source_lang"], settings["target_lang"]) == ("xx", "yy")
     assert (tmp_path / "run" / "export" / "1" / "saved_model.pb").exists()
+    run, test = tmp_path / "run", ("--src", corpus / "test.xx", "--ref", corpus / "test.yy")
+    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run, *test,
+                                  "--beam-size", "1")  # fmt: skip
+    assert status == 0 and json.loads(out)["bleu"] == metrics["bleu"], err[-2000:]
+    assert list(metrics["samples"]) == [source for source, _ in splits["test"][:2]]  # no ja
