@@ -72,6 +72,16 @@ def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, me
     assert not output.exists()
 
 
+def test_init_from_a_run_of_other_languages_is_refused(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    settings = {"source_lang": "ko", "target_lang": "en"}
+    (run / "run.json").write_text(json.dumps({"format": 1, "settings": settings}))
+    with pytest.raises(ValueError, match=r"`--init-from` is a ko->en run, got .*'ja'"):
+        train_command.main([*FAST, "--init-from", str(run), "--output", str(tmp_path / "new")])
+    assert not (tmp_path / "new").exists()
+
+
 def made_up_pairs(n, seed):
     """Pairs of a made-up language pair xx -> yy: each xx word is written backwards and
     capitalised in yy, in the same order (`ka mo` -> `Ak Om`)."""

@@ -277,6 +277,16 @@ def check_arguments(args):
         if value is not None and not value.strip():
             raise ValueError(f"`{_flag(flag)}` must name a path, got {_flag(flag)}={value!r}.")
     check_corpus_arguments(args)
+    if args.init_from is not None:
+        from tfblocks.translation.run_folder import run_languages
+
+        recorded = run_languages(args.init_from)
+        if recorded is not None and recorded != (args.source_lang, args.target_lang):
+            raise ValueError(
+                f"`--init-from` is a {recorded[0]}->{recorded[1]} run, got "
+                f"--init-from={args.init_from!r} with --source-lang={args.source_lang!r} "
+                f"--target-lang={args.target_lang!r}."
+            )
 
 
 def check_hparams(hp, overrides, batch_tokens):
