@@ -63,6 +63,15 @@ FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", 
         (("--tsv", "p.tsv", "--target-column", "-1"), "--target-column=-1"),
         (("--tsv", "p.tsv", "--source-column", "0"), "must differ, both are 0"),
         (("--dev-source", " ", "--dev-target", "b"), "--dev-source=' '"),
+        (("--separate-vocab", "--init-from", "run"), "--separate-vocab with --init-from='run'"),
+        (
+            (
+                "--separate-vocab",
+                "--hparams-override",
+                f"{TINY},shared_embedding_and_softmax_weights=True",
+            ),
+            "cannot set shared_embedding",
+        ),
     ],
 )
 def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, message):
@@ -103,9 +112,9 @@ LEARNS = (
 
 
 def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch, capsys):
-    # A made-up pair xx -> yy, its train split in two shards (gzipped on the xx side): the
-    # run learns it, and tfblocks-evaluate on the run folder reads its files as training
-    # did, to the same test BLEU.
+    # A made-up pair xx -> yy, its train split in two shards (gzipped on the xx side), one
+    # vocabulary per language: the run learns it, and tfblocks-evaluate on the run folder
+    # reads its files and its two tokenizers as training did, to the same test BLEU.
     monkeypatch.setenv("HOME", str(tmp_path))  # `~` is tmp_path
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -126,7 +135,7 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
     command = [*TRAIN, "--source-lang", "xx", "--target-lang", "yy", "--corpus-dir", "~/corpus",
                "--epochs", "2", "--hparams-override", LEARNS, "--batch-tokens", "512",
                "--dev-sentences", "0", "--beam-size", "1", "--vocab-size", "60",
-               "--output", "~/run"]  # fmt: skip
+               "--separate-vocab", "--output", "~/run"]  # fmt: skip
     with pytest.raises(FileNotFoundError, match=re.escape(str(corpus / "dev.yy"))):
         train_command.main(command)
     assert not (tmp_path / "run").exists()  # the corpus is read first
@@ -150,11 +159,21 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
 
     metrics = train_command.main(command)
     assert metrics["epochs"] == 2 and metrics["sentences"] == 30
-    assert metrics["bleu"] >= 10.0, metrics  # 22.7 measured; an untrained model scores ~2
+    assert metrics["bleu"] >= 30.0, metrics  # 61.3 measured; an untrained model scores ~2
     settings = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
     assert settings["vocab_size"] == 60 and settings["init_from"] is None
     assert (settings["source_lang"], settings["target_lang"]) == ("xx", "yy")
     assert (tmp_path / "run" / "export" / "1" / "saved_model.pb").exists()
+    assert settings["separate_vocab"] is True
+    from tfblocks.models import load_preset, load_target_tokenizer
+
+    model, source_tokenizer, _ = load_preset(tmp_path / "run" / "model")
+    target_tokenizer = load_target_tokenizer(tmp_path / "run" / "model")
+    assert not model.shared_embedding_and_softmax_weights
+    ids = [
+        t.tokenize(["Oban Ak"]).flat_values.numpy() for t in (source_tokenizer, target_tokenizer)
+    ]
+    assert text.UNK_ID in ids[0] and text.UNK_ID not in ids[1]  # yy's letters are yy's own
     run, test = tmp_path / "run", ("--src", corpus / "test.xx", "--ref", corpus / "test.yy")
     status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run, *test,
                                   "--beam-size", "1")  # fmt: skip

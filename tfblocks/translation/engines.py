@@ -181,15 +181,17 @@ def _find(path, max_length, engine):
 def _preset_translator(preset, max_length, strategy=None, num_hypotheses=1):
     """`(Translator, max_length)` of the preset at `preset` (its run's `max_length`
     unless `max_length` is given)."""
-    from tfblocks.models import load_preset
+    from tfblocks.models import load_preset, load_target_tokenizer
     from tfblocks.serving import Translator
 
     model, tokenizer, hp = load_preset(preset)
+    target_tokenizer = load_target_tokenizer(preset) or tokenizer  # separate vocabularies
     default = hp.max_length if hp is not None else 256
     length = default if max_length is None else max_length
     translator = Translator(
-        model, tokenizer, tokenizer, length, strategy=strategy, num_hypotheses=num_hypotheses
-    )
+        model, tokenizer, target_tokenizer, length, strategy=strategy,
+        num_hypotheses=num_hypotheses,
+    )  # fmt: skip
     return translator, length
 
 

@@ -7,7 +7,9 @@ touched):
                                  and target languages (`run_languages`; tfblocks-translate
                                  and -evaluate follow them), tokenizer (vocab size, model
                                  type), HParams, seed
-    DIR/tokenizer.model          the shared SentencePiece model
+    DIR/tokenizer.model          the shared SentencePiece model (the source side's with
+                                 --separate-vocab)
+    DIR/target_tokenizer.model   with --separate-vocab: the target side's
     DIR/state/training.weights.h5   model + optimizer after the last finished epoch
     DIR/state/variables.npz      under LoRA: the model's variables as they are (the .h5
                                  holds merged kernels and no adapters)
@@ -60,6 +62,7 @@ except ImportError:  # Windows: no advisory locks of this kind
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
+TARGET_TOKENIZER_FILE = "target_tokenizer.model"
 LOCK_FILE = "run.lock"
 PROGRESS_FILE = os.path.join("state", "progress.json")
 STATE_FILE = os.path.join("state", "training.weights.h5")
