@@ -50,10 +50,10 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
     data = parser.add_argument_group(
         "corpus",
-        "Line-aligned files of the pair --source-lang -> --target-lang (pre-tokenized "
-        "Japanese is joined, spaces between its tokens removed, only on a side whose "
-        "language is ja), or a TSV file; none: the embedded ja->en phrasebook. Each file "
-        "may be gzipped (NAME.gz) or split into shards (NAME-00000-of-00008, ...).",
+        "Line-aligned files of the pair --source-lang -> --target-lang, or a TSV file;\n"
+        "none: the embedded ja->en phrasebook. Each file may be gzipped (NAME.gz) or split\n"
+        "into shards (NAME-00000-of-00008, ...). Pre-tokenized Japanese is joined (the\n"
+        "spaces between its tokens removed) only on a side whose language is ja.",
     )
     data.add_argument("--source-lang", default="ja", help="source language (default ja)")
     data.add_argument("--target-lang", default="en", help="target language (default en)")
