@@ -8,7 +8,7 @@ from tfblocks import _allocator  # noqa: F401  # isort: skip
 from tfblocks import _quiet  # noqa: F401  # isort: skip
 from tfblocks import decoding, layers, models, serving, text, training
 from tfblocks._version import __version__
-from tfblocks.decoding import Decoder
+from tfblocks.decoding import Decoder, Ensemble
 from tfblocks.layers import (
     DenseReluDense,
     HashDropout,
@@ -53,6 +53,7 @@ __all__ = [
     "CTranslate2Translator",
     "Decoder",
     "DenseReluDense",
+    "Ensemble",
     "FusedAdam",
     "Generator",
     "HParams",

@@ -131,3 +131,18 @@ def check_unicode_texts(name, texts):
                     f"{error.start}), got {name}[{i}]={text!r:.80}."
                 ) from None
     return texts
+
+
+def check_index(name, value, size, what):
+    """Returns `value` as an index in `[0, size)` if it is an int in `[-size, size)` (a
+    negative one counts from the end, as Python's), else raises ValueError; `what` names
+    the `size` things (e.g. "decoder layers")."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not -size <= value < size
+    ):
+        raise ValueError(
+            f"`{name}` must be an int in [{-size}, {size}) ({size} {what}), got {name}={value!r}."
+        )
+    return int(value) % size

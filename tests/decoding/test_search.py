@@ -866,3 +866,52 @@ def test_num_hypotheses_and_score_arguments_are_checked():
     )
     with pytest.raises(ValueError, match="`score` needs an encoder–decoder model"):
         Decoder(lm, max_length=4).score(source, source)
+
+
+# Target prefixes ---------------------------------------------------------------------------
+
+
+def test_a_target_prefix_is_forced_then_the_search_goes_on(reverser, monkeypatch):
+    # Each row's prefix: the first k ids of its reversal (k = 0 forces nothing), or (row 5)
+    # an id the reverser would not start with. The search continues each prefix as the
+    # model would: the whole reversal. Forced ids add nothing to the score: with alpha=0 a
+    # search's score is the log-probability (Decoder.score) of the ids after the prefix.
+    # Dropping finished sentences (down to one row: MIN_ROWS=1; the prefix shrinks with
+    # the batch) gives the same results (beam search: greedy's dropping is the same code).
+    monkeypatch.setattr(dropping_module, "MIN_ROWS", 1)
+    source = _sources(np.random.default_rng(5), 6)
+    lengths = np.argmax(source == tfblocks.EOS_ID, axis=1)
+    reversal = np.zeros((6, 10), "int32")
+    for row, n in enumerate(lengths):
+        reversal[row, :n] = source[row, :n][::-1]
+        reversal[row, n] = tfblocks.EOS_ID
+    forced = [2, 0, 1, 3, 0, 1]
+    prefix = np.zeros((6, 3), "int32")
+    for row, k in enumerate(forced):
+        prefix[row, :k] = reversal[row, :k]
+    prefix[5, 0] = 4 if reversal[5, 0] != 4 else 5
+    whole = Decoder(reverser, max_length=10, jit_compile=False, drop_finished=False)
+    dropping = Decoder(reverser, max_length=10, jit_compile=False)
+    for strategy in (Greedy(), BeamSearch(beam_size=3, alpha=0.0)):
+        free_ids, free_scores = whole.decode(strategy, source)
+        ids, scores = whole.decode(strategy, source, prefix=prefix)
+        ids, scores = ids.numpy(), scores.numpy()
+        for row, k in enumerate(forced):
+            np.testing.assert_array_equal(ids[row, :k], prefix[row, :k], err_msg=repr(strategy))
+        np.testing.assert_array_equal(ids[:5], reversal[:5], err_msg=repr(strategy))
+        assert ids[5, 0] == prefix[5, 0] and ids[5, 0] != free_ids.numpy()[5, 0]
+        empty = [1, 4]  # no prefix: what the search gives without one
+        np.testing.assert_array_equal(ids[empty], free_ids.numpy()[empty])
+        np.testing.assert_allclose(scores[empty], free_scores.numpy()[empty], rtol=1e-5)
+        log_probs = whole.score(source, ids).numpy()
+        after = np.arange(10)[None, :] >= np.array(forced)[:, None]
+        np.testing.assert_allclose(scores, (log_probs * after).sum(-1), atol=1e-4)
+    dropped_ids, dropped_scores = dropping.decode(strategy, source, prefix=prefix)
+    np.testing.assert_array_equal(dropped_ids.numpy(), ids)
+    np.testing.assert_allclose(dropped_scores.numpy(), scores, rtol=1e-5, atol=1e-6)
+    # n-best with a prefix: every hypothesis starts with it.
+    n_ids, _ = whole.decode(strategy, source, prefix=prefix, num_hypotheses=2)
+    for row, k in enumerate(forced):
+        assert (n_ids.numpy()[row, :, :k] == prefix[row, :k]).all()
+    with pytest.raises(ValueError, match="`prefix` must hold integer token ids"):
+        whole.decode(Greedy(), source, prefix=prefix.astype("float32"))

@@ -63,12 +63,13 @@ def exported(parts, tmp_path_factory):
 
 EXPORT_TRACES = []  # one item per trace of `exported`'s signatures during its export
 TARGETS = ["Today's lunch is curry.", "Kenta reads a book at school.", ""]
+PREFIXES = ["Today's", "", "Kenta reads", "I"]  # SENTENCES and one blank text
 
 
 def test_export_traces_each_signature_once(exported):
     # Inside `tf.saved_model.save` only: a trace before it would be one more (the save
-    # context is part of the tracing cache key). serving_default, n_best and score.
-    assert len(EXPORT_TRACES) == 3
+    # context is part of the tracing cache key). serving_default, n_best, score, prefix.
+    assert len(EXPORT_TRACES) == 4
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,7 @@ def served(exported):
         import tensorflow as tf
         import tensorflow_text  # registers the SentencePiece ops
         path, texts, blanks = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-        targets = json.loads(sys.argv[4])
+        targets, PREFIXES = json.loads(sys.argv[4]), json.loads(sys.argv[5])
         loaded = tf.saved_model.load(path)
         serve = loaded.signatures["serving_default"]
         result = serve(text=tf.constant(texts))
@@ -119,6 +120,9 @@ def served(exported):
         n_best = loaded.signatures["n_best"](text=tf.constant(texts + blanks[:1]))
         scored = loaded.signatures["score"](
             source=tf.constant(texts), target=tf.constant(targets)
+        )
+        prefixed = loaded.signatures["prefix"](
+            text=tf.constant(texts + blanks[:1]), target_prefix=tf.constant(PREFIXES)
         )
         try:
             serve(text=tf.constant([1, 2]))
@@ -152,6 +156,11 @@ def served(exported):
             "scores": scored["score"].numpy().tolist(),
             "token_scores": scored["token_scores"].numpy().tolist(),
             "lengths": scored["length"].numpy().tolist(),
+            "prefixed": [t.decode() for t in prefixed["translation"].numpy()],
+            "prefixed_n_best": [
+                [t.decode() for t in row] for row in prefixed["translations"].numpy()
+            ],
+            "prefixed_scores": prefixed["scores"].numpy().tolist(),
             "bad_input_error": bad_input_error,
             "shown": shown,
             "ran": ran,
@@ -162,6 +171,7 @@ def served(exported):
         json.dumps(SENTENCES),
         json.dumps(BLANKS),
         json.dumps(TARGETS),
+        json.dumps(PREFIXES),
     )
     return json.loads(out.strip().splitlines()[-1])
 
@@ -174,7 +184,7 @@ def test_reloaded_without_tfblocks_gives_the_same_strings(exported, served):
     np.testing.assert_allclose(served["score"], want["score"].numpy(), rtol=1e-5)
     assert served["blank"] == ["", "", ""]  # the export keeps the blank-line rule
     # The n-best and score signatures: [batch, K] strings and scores; per-token values.
-    assert served["signatures"] == ["n_best", "score", "serving_default"]
+    assert served["signatures"] == ["n_best", "prefix", "score", "serving_default"]
     n_best = translator.n_best([*SENTENCES, BLANKS[0]])
     assert served["n_best"] == [[h.text for h in row] for row in n_best]
     np.testing.assert_allclose(served["n_best_scores"], [[h.score for h in row] for row in n_best],
@@ -187,6 +197,20 @@ def test_reloaded_without_tfblocks_gives_the_same_strings(exported, served):
     for row, values in zip(served["token_scores"], per_token, strict=True):
         np.testing.assert_allclose(row[: len(values)], values, rtol=1e-5, atol=1e-6)
         assert not any(row[len(values) :])  # 0 after the target's EOS
+    # The prefix signature: each translation starts with its prefix ("" forces nothing:
+    # the plain translation; a blank text: ""), the n-best too, as the Translator gives them.
+    texts = [*SENTENCES, BLANKS[0]]
+    prefixed = translator.n_best(texts, target_prefix=PREFIXES)
+    assert served["prefixed_n_best"] == [[h.text for h in row] for row in prefixed]
+    want_scores = [[h.score for h in row] for row in prefixed]
+    np.testing.assert_allclose(served["prefixed_scores"], want_scores, rtol=1e-5)
+    assert served["prefixed"] == [row[0] for row in served["prefixed_n_best"]]
+    assert served["prefixed"][1] == served["translation"][1] and served["prefixed"][3] == ""
+    for got, prefix in zip(served["prefixed_n_best"][:3], PREFIXES, strict=False):
+        assert all(text.startswith(prefix) for text in got), (got, prefix)
+    assert translator(texts, target_prefix=PREFIXES).numpy().tolist() == [
+        t.encode() for t in served["prefixed"]
+    ]
     # The reloaded signature refuses what is not a string batch.
     assert served["bad_input_error"] is not None
     assert "string" in served["bad_input_error"], served["bad_input_error"]
@@ -291,6 +315,14 @@ def test_n_best_and_score(parts, translators):
     ]:
         with pytest.raises(ValueError, match=words):
             translator.score(*args)
+    for call, words in [
+        (translator, "`texts` and `target_prefix` must have the same length, got 3 texts and 1"),
+        (translator.n_best, "got 3 texts and 1 target_prefix"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            call(SENTENCES, target_prefix=["Today"])
+    with pytest.raises(ValueError, match="`target_prefix` must be a list of strings"):
+        translator(SENTENCES[:1], target_prefix="Today")
     for kwargs, words in [
         ({"strategy": BeamSearch(3), "num_hypotheses": 4}, "at most 3, the hypotheses"),
         ({"strategy": BeamSearch(3), "num_hypotheses": 0}, "num_hypotheses=0"),

@@ -129,6 +129,22 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
     status, _, err = in_process(translate_cli, monkeypatch, capsys, "--model", saved,
                                 "--n-best", "2", stdin="x\n")  # fmt: skip
     assert status == 2 and "has no `n_best` signature" in err, err
+    # --target-prefix, on the run folder and on its SavedModel (the `prefix` signature):
+    # each translation starts with its line of the file; an empty line forces nothing.
+    starts = [" ".join(want[0].split()[:1]), "", "", " ".join(want[3].split()[:2])]
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("\n".join(starts) + "\n", encoding="utf-8")
+    for model in (("--model", run, "--beam-size", "2"), ("--model", saved)):
+        status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, "--input",
+                                      source, "--target-prefix", prefixes)  # fmt: skip
+        assert status == 0, err[-3000:]
+        got = out.split("\n")[:-1]
+        assert len(got) == 4 and got[1] == "" and got[2] == want[2], (model, got)
+        assert all(text.startswith(start) for text, start in zip(got, starts, strict=True))
+    prefixes.write_text("one line\n", encoding="utf-8")
+    status, _, err = in_process(translate_cli, monkeypatch, capsys, "--model", run, "--input",
+                                source, "--target-prefix", prefixes)  # fmt: skip
+    assert status == 2 and "has 1 lines but the input" in err and "has 4" in err, err
 
     # Another vocabulary in the same folder is an error naming both, not a silent reuse.
     before = (run / "tokenizer.model").read_bytes()

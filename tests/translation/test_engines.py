@@ -86,6 +86,15 @@ def test_n_best_and_score_lines_with_ctranslate2(translators, tmp_path, monkeypa
         f"{i} ||| {text} ||| {score:.6f}" for i, row in enumerate(want) for text, score in row
     ]
     assert out.splitlines()[2:4] == ["1 |||  ||| 0.000000"] * 2  # the blank line
+    # --target-prefix through CTranslate2's own target_prefix: translations start with it.
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("Today's\nToday's\n\n", encoding="utf-8")
+    status, out, err = _translate_file(monkeypatch, capsys, tmp_path, lines, *model,
+                                       "--target-prefix", prefixes)  # fmt: skip
+    assert status == 0, err
+    got = out.split("\n")[:-1]
+    want = CTranslate2Translator(path, beam_size=4)(lines)
+    assert got[0].startswith("Today's") and got[1] == "" and got[2] == want[2], got
     targets = tmp_path / "targets.txt"
     targets.write_text("Today's lunch is curry.\n\nKenta reads.\n", encoding="utf-8")
     status, out, err = _translate_file(monkeypatch, capsys, tmp_path, lines, *model,
@@ -138,6 +147,8 @@ def test_n_best_and_score_flags(tmp_path, monkeypatch, capsys):
         (("--score", targets, "--stop-early"), "--stop-early does not apply"),
         (("--score", short), f"--score={str(short)!r} has 1 lines but the input"),
         (("--score", tmp_path / "none.txt"), "is not a file"),
+        (("--score", targets, "--target-prefix", targets), "--target-prefix does not apply"),
+        (("--target-prefix", tmp_path / "none.txt"), "--target-prefix="),
     ]:
         status, out, err = _translate_file(monkeypatch, capsys, tmp_path, lines, *model, *args)
         assert status == 2 and words in err and out == "", (args, err)

@@ -3,7 +3,8 @@
 `search` holds the strategies (`Greedy`, `Sampling`, t2t `BeamSearch`); they know
 nothing of the model. `Decoder` builds a `tfblocks.Transformer`'s step function (encoder
 once, K/V caches) and runs any strategy: `Decoder(model, max_length).decode(strategy,
-source_ids)`.
+source_ids)`. `Ensemble([model_a, model_b])` decodes several models as one (the mean of
+their log-probabilities) wherever a model is taken.
 
 Example:
 
@@ -18,6 +19,7 @@ Example:
 """
 
 from tfblocks.decoding.decoder import Decoder
+from tfblocks.decoding.ensemble import Ensemble
 from tfblocks.decoding.search import (
     BeamSearch,
     Greedy,
@@ -30,6 +32,7 @@ from tfblocks.decoding.steps import length_penalty
 __all__ = [
     "BeamSearch",
     "Decoder",
+    "Ensemble",
     "Greedy",
     "Sampling",
     "SearchStrategy",

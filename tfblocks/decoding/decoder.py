@@ -19,10 +19,12 @@ step apply the same rule to the logits (`allowed_logits`: PAD and BOS are never
 generated), so a beam's score is the sum of `score`'s values over its hypothesis (with
 `alpha=0`; divided by the length penalty otherwise).
 
-A decoder-only language model decodes from a `prefix` (the prompt's ids): while
-`index < len(prefix)` the step function forces the prompt's token (its logit is 0,
-every other one `NEG_INF`, so it adds nothing to the score), then the search takes
-over. Beam search counts the prompt's positions in the length penalty.
+A decoder-only language model decodes from a `prefix` (the prompt's ids), and an
+encoder–decoder model may get one too (a target prefix: each translation starts with
+it): while `index < len(prefix row)` the step function forces the row's token
+(`force_prefix`: its logit is 0, every other one `NEG_INF`, so it adds nothing to the
+score), then the search takes over. Beam search counts the prefix's positions in the
+length penalty.
 """
 
 import numpy as np
@@ -39,7 +41,8 @@ class Decoder:
 
     Args:
         model: a trained `Transformer` (from `build_transformer` /
-            `build_language_model`, or reloaded from `.keras`).
+            `build_language_model`, or reloaded from `.keras`), or a
+            `tfblocks.Ensemble` of them.
         max_length: the most tokens to generate (EOS included; for a language
             model, prompt included).
         jit_compile: compile each search with XLA. When False, a search called
@@ -116,10 +119,9 @@ class Decoder:
         """
         state, context = self.initial_state(source_ids, prefix, max_length)
         context = tf.nest.map_structure(lambda x: tf.repeat(x, repeat, axis=0), context)
-        forced = None if prefix is None else _forcing(prefix, repeat)
 
         def step_fn(ids, index, state):
-            return self.step(ids, index, state, context, forced)
+            return self.step(ids, index, state, context)
 
         return step_fn, state
 
@@ -127,10 +129,10 @@ class Decoder:
         """`(state, context)` of `B` rows: the self-attention caches (zeros of
         `max_length` positions, as `step_function`) and the step's fixed inputs
         (`{"cross": per-block cross-attention k/v, "source_mask": [B, S]}`; empty
-        for a decoder-only model)."""
+        for a decoder-only model; and `"prefix"`: the ids `[B, P]` to force, when given)."""
         model = self.model
         encoder_output = None
-        context = {}
+        context = {} if prefix is None else {"prefix": tf.cast(prefix, tf.int32)}
         if model.has_input:
             if source_ids is None:
                 raise ValueError("An encoder–decoder model needs `source_ids`, got None.")
@@ -153,13 +155,14 @@ class Decoder:
             context["cross"] = [cache["cross"] for cache in caches]
         return [cache["self"] for cache in caches], context
 
-    def step(self, ids, index, state, context, forced=None):
+    def step(self, ids, index, state, context):
         """One decoding step: `(logits [N, V], state)` for the ids `[N, 1]` of
-        position `index`, PAD and BOS masked (and `forced`'s prefix applied)."""
-        logits, new_state = self._model_step(ids, index, state, context)
+        position `index`, PAD and BOS masked (and `context["prefix"]` forced)."""
+        model_context = {key: value for key, value in context.items() if key != "prefix"}
+        logits, new_state = self._model_step(ids, index, state, model_context)
         logits = allowed_logits(logits)
-        if forced is not None:
-            logits = forced(logits, index)
+        if "prefix" in context:
+            logits = force_prefix(logits, index, context["prefix"])
         return logits, new_state
 
     def _model_step(self, ids, index, state, context):
@@ -213,7 +216,10 @@ class Decoder:
             strategy: e.g. `Greedy()`, `Sampling(temperature=0.8, seed=1)`,
                 `BeamSearch(beam_size=4, alpha=0.6)`.
             source_ids: int `[B, S]`, EOS-terminated and 0-padded (encoder–decoder).
-            prefix: int `[B, P]` prompt ids, 0-padded on the right (language model).
+            prefix: int `[B, P]` ids each result starts with, 0-padded on the right:
+                a language model's prompt (required), or an encoder–decoder's target
+                prefix (optional; a row of PAD alone forces nothing). Forced tokens add
+                nothing to the scores; beam search counts them in the length penalty.
             extra_length: None, or t2t's `extra_length` (see `decode_length`).
             num_hypotheses: None, or N results per sentence, best first: a beam
                 search's N best (N at most its `beam_size`) or N samples.
@@ -256,7 +262,7 @@ class Decoder:
                 num_hypotheses=num_hypotheses,
             )  # fmt: skip
 
-        def dropping(state, context, length, start):
+        def dropping(state, context, length, start):  # context holds the prefix, if any
             return strategy.search(
                 self.step, state, start, length, EOS_ID, PAD_ID, **self._growth(),
                 context=context, drop_finished=True, jit_compile=self.jit_compile,
@@ -265,7 +271,7 @@ class Decoder:
 
         key = (strategy.key(), extra_length, num_hypotheses)
         if self.drop_finished and source_ids is not None and strategy.can_drop_finished:
-            return self._dropping(key, run, dropping, source_ids, extra_length)
+            return self._dropping(key, run, dropping, source_ids, prefix, extra_length)
         return self._run(key, run, source_ids, prefix, *traced)
 
     def score(self, source_ids, target_ids):
@@ -327,30 +333,31 @@ class Decoder:
         log_probs = chosen - tf.reduce_logsumexp(logits, axis=-1)  # [B, T]
         return tf.where(tf.not_equal(target_ids, PAD_ID), log_probs, 0.0)
 
-    def _dropping(self, key, run, searcher, source_ids, extra_length):
-        """A search over `source_ids` whose finished sentences leave the batch:
-        `searcher(state, context, length, start_ids)` after the encoder and the initial
-        state (compiled apart: the search's own loop is not), or, for one sentence
-        (nothing can leave early), the one compiled loop `run(source_ids, None)`."""
+    def _dropping(self, key, run, searcher, source_ids, prefix, extra_length):
+        """A search over `source_ids` (and a target `prefix`, or None) whose finished
+        sentences leave the batch: `searcher(state, context, length, start_ids)` after
+        the encoder and the initial state (compiled apart: the search's own loop is not;
+        the prefix travels in the context, which shrinks with the batch), or, for one
+        sentence (nothing can leave early), the one compiled loop `run(source_ids, prefix)`."""
 
-        def initial(source_ids):
+        def initial(source_ids, prefix):
             length = self.decode_length(source_ids, extra_length)
-            return self.initial_state(source_ids, max_length=self._cache(length))
+            return self.initial_state(source_ids, prefix, max_length=self._cache(length))
 
-        def dropping(source_ids):
+        def dropping(source_ids, prefix):
             prepare = self._function(("initial", extra_length), initial, self.jit_compile)
-            state, context = prepare(source_ids)
+            state, context = prepare(source_ids, prefix)
             length = self.decode_length(source_ids, extra_length)
             return searcher(state, context, length, _start_ids(source_ids, None))
 
-        def one_or_many(source_ids):
+        def one_or_many(source_ids, prefix):
             return tf.cond(
                 tf.shape(source_ids)[0] > 1,
-                lambda: dropping(source_ids),
-                lambda: self._run(key, run, source_ids, None),
+                lambda: dropping(source_ids, prefix),
+                lambda: self._run(key, run, source_ids, prefix),
             )
 
-        return self._run((*key, "dropping"), one_or_many, source_ids, jit_compile=False)
+        return self._run((*key, "dropping"), one_or_many, source_ids, prefix, jit_compile=False)
 
     def _cache(self, length):
         """The initial cache length for a search of at most `length` tokens."""
@@ -451,16 +458,12 @@ def _start_ids(source_ids, prefix):
     return tf.fill([batch], BOS_ID)
 
 
-def _forcing(prefix, repeat):
-    """A function that forces `prefix[:, index]` while `index < len(prefix row)`."""
-    prefix = tf.repeat(tf.cast(prefix, tf.int32), repeat, axis=0)  # [N, P]
+def force_prefix(logits, index, prefix):
+    """`logits` `[N, V]` of position `index`, with row n forced to `prefix[n, index]`
+    (its logit 0, every other `NEG_INF`: it adds nothing to the score) while `index` is
+    below the row's prefix length (its ids before the 0-padding); other rows unchanged."""
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix, PAD_ID), tf.int32), axis=1)  # [N]
-    prefix = tf.pad(prefix, [[0, 0], [0, 1]])  # [N, P + 1]: index P is always valid
-    last = tf.shape(prefix)[1] - 1
-
-    def force(logits, index):
-        token = tf.gather(prefix, tf.minimum(index, last), axis=1)  # [N]
-        only = tf.where(tf.one_hot(token, tf.shape(logits)[-1]) > 0, 0.0, search.NEG_INF)
-        return tf.where((index < lengths)[:, None], only, logits)
-
-    return force
+    padded = tf.pad(prefix, [[0, 0], [0, 1]])  # [N, P + 1]: index P is always valid
+    token = tf.gather(padded, tf.minimum(index, tf.shape(prefix)[1]), axis=1)  # [N]
+    only = tf.where(tf.one_hot(token, tf.shape(logits)[-1]) > 0, 0.0, search.NEG_INF)
+    return tf.where((index < lengths)[:, None], only, logits)

@@ -23,6 +23,10 @@ from a trained encoder–decoder `tfblocks.Transformer` and its SentencePiece to
   tokenizer's pieces get placeholder tokens `<tfblocks_unused_i>`. The decoder starts
   from `<s>` (BOS) and the source gets `</s>` appended (`add_source_eos`), as
   `Translator` does.
+- Alignments: the decoder's `alignment_layer` is the layer `tfblocks.Translator.align`
+  reads (the penultimate) with `alignment_heads=0` (all heads averaged), so
+  CTranslate2's `return_attention`, and `CTranslate2Translator.align`, give that layer's
+  attention (CTranslate2's own default is the last layer's first head).
 
 Differences that remain: CTranslate2's beam search scores hypotheses with its own
 length normalization (`log p / length ** length_penalty`; with `length_penalty=0` the
@@ -42,6 +46,7 @@ import os
 import numpy as np
 
 from tfblocks import _checks, _files
+from tfblocks.decoding import alignment
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.layers.embedding import timing_signal
 from tfblocks.models.transformer import LAYER_NORM_EPSILON
@@ -181,7 +186,12 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
     relative = getattr(model, "max_relative_position", None) is not None
     common = dict(num_heads=model.num_heads, pre_norm=model.norm_first, relative_position=relative)
     encoder = specs.TransformerEncoderSpec(model.num_encoder_layers, **common)
-    decoder = specs.TransformerDecoderSpec(model.num_decoder_layers, **common)
+    decoder = specs.TransformerDecoderSpec(
+        model.num_decoder_layers,
+        alignment_layer=alignment.alignment_layer(None, model.num_decoder_layers),
+        alignment_heads=0,  # all heads, averaged
+        **common,
+    )
     spec = specs.TransformerSpec(encoder, decoder)
     spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON
     spec.config.add_source_eos = True
@@ -387,6 +397,12 @@ class CTranslate2Translator:
         self._target_ids = {
             self._target.id_to_piece(i): i for i in range(self._target.get_piece_size())
         }
+        self._word_starts = [
+            alignment.word_starts(
+                [p.id_to_piece(i) for i in range(p.get_piece_size())], p.get_piece_size()
+            )
+            for p in (self._source, self._target)
+        ]  # [V] bool each: which pieces start a word (`align`)
         self.translator = ctranslate2.Translator(
             model_dir,
             device=device,
@@ -406,11 +422,21 @@ class CTranslate2Translator:
         ids = [self._target_ids.get(piece, unk) for piece in pieces]
         return self._target.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
 
-    def translate_pieces(self, texts, num_hypotheses=1):
+    def target_pieces(self, texts):
+        """CTranslate2's `target_prefix` of each text (a list of str): its target pieces
+        cut to `max_length - 1`, or None for an empty one (nothing forced)."""
+        rows = self._target.encode(list(texts))
+        pieces = [[self._target.id_to_piece(i) for i in row[: self.max_length - 1]] for row in rows]
+        return [row or None for row in pieces]
+
+    def translate_pieces(self, texts, num_hypotheses=1, target_prefix=None):
         """`(pieces, scores)` of the best hypothesis for each text (a list of str); with
-        `num_hypotheses` N > 1, a list of N pieces and of N scores per text."""
+        `num_hypotheses` N > 1, a list of N pieces and of N scores per text; with
+        `target_prefix` (as many str), each hypothesis starts with its prefix's pieces."""
+        prefixes = None if target_prefix is None else self.target_pieces(target_prefix)
         results = self.translator.translate_batch(
             self.tokenize(texts),
+            prefixes,
             beam_size=self.beam_size,
             num_hypotheses=num_hypotheses,
             length_penalty=self.length_penalty,
@@ -424,24 +450,30 @@ class CTranslate2Translator:
             return [r.hypotheses for r in results], [r.scores for r in results]
         return [r.hypotheses[0] for r in results], [r.scores[0] for r in results]
 
-    def __call__(self, texts):
-        """Translations of `texts` (a list of str), a list of str."""
-        return [row[0].text for row in self._search(_texts("texts", texts), 1)]
+    def __call__(self, texts, target_prefix=None):
+        """Translations of `texts` (a list of str), a list of str; with `target_prefix`
+        (as many str), each starts with its prefix ("" forces nothing)."""
+        return [row[0].text for row in self._search(texts, 1, target_prefix)]
 
-    def n_best(self, texts):
+    def n_best(self, texts, target_prefix=None):
         """The `num_hypotheses` best translations of each of `texts` (a list of str), as
         `tfblocks.Translator.n_best` returns them: a list per text of
         `Hypothesis(text, score)`, best first (CTranslate2's scores; a blank text gets
-        `("", 0.0)` each time)."""
-        return self._search(_texts("texts", texts), self.num_hypotheses)
+        `("", 0.0)` each time); `target_prefix` as for calling it."""
+        return self._search(texts, self.num_hypotheses, target_prefix)
 
-    def _search(self, texts, n):
+    def _search(self, texts, n, target_prefix=None):
         """`n` `Hypothesis` per text. A blank line (only Unicode whitespace: what
         `str.strip()` removes, the SavedModel's `BLANK`) is not translated: it gets ""."""
+        texts = _texts("texts", texts)
+        if target_prefix is not None:
+            target_prefix = _texts("target_prefix", target_prefix)
+            _check_same_length(("texts", texts), ("target_prefix", target_prefix))
         chosen = [i for i, text in enumerate(texts) if text.strip()]
         out = [[Hypothesis("", 0.0)] * n for _ in texts]
         if chosen:
-            pieces, scores = self.translate_pieces([texts[i] for i in chosen], n)
+            prefixes = None if target_prefix is None else [target_prefix[i] for i in chosen]
+            pieces, scores = self.translate_pieces([texts[i] for i in chosen], n, prefixes)
             if n == 1:
                 pieces, scores = [[row] for row in pieces], [[score] for score in scores]
             for i, rows, values in zip(chosen, pieces, scores, strict=True):
@@ -449,6 +481,53 @@ class CTranslate2Translator:
                     Hypothesis(self.detokenize(row), float(v))
                     for row, v in zip(rows, values, strict=True)
                 ]
+        return out
+
+    def align(self, sources, targets):
+        """Word alignments of each target with its source, as `tfblocks.Translator.align`
+        gives them (Pharaoh format, `tfblocks.decoding.alignment.pharaoh`), from the
+        attention CTranslate2 returns when it decodes the target as a forced prefix
+        (`return_attention`): the layer and heads `export_ctranslate2` stored (a model
+        exported by an earlier tfblocks has CTranslate2's default, the last layer's first
+        head). Sources are cut as for translating; a blank source or target gives `""`.
+        """
+        sources, targets = _texts("sources", sources), _texts("targets", targets)
+        if len(sources) != len(targets):
+            raise ValueError(
+                "`sources` and `targets` must have the same length, got "
+                f"{len(sources)} sources and {len(targets)} targets."
+            )
+        chosen = [
+            i
+            for i, (s, t) in enumerate(zip(sources, targets, strict=True))
+            if s.strip() and t.strip()
+        ]
+        out = [""] * len(sources)
+        if not chosen:
+            return out
+        source_ids = [self._source.encode(sources[i])[: self.max_length - 1] for i in chosen]
+        target_ids = [self._target.encode(targets[i]) for i in chosen]
+        results = self.translator.translate_batch(
+            [[self._source.id_to_piece(i) for i in row] for row in source_ids],
+            target_prefix=[[self._target.id_to_piece(i) for i in row] for row in target_ids],
+            beam_size=1,
+            max_batch_size=self.max_batch_size,
+            max_decoding_length=max(map(len, target_ids)) + 1,
+            min_decoding_length=0,
+            return_attention=True,
+        )
+        # Padded batch of the ids with their EOS, and the attention rows of the targets.
+        rows, s, t = len(chosen), max(map(len, source_ids)) + 1, max(map(len, target_ids)) + 1
+        sources_, targets_ = np.zeros([rows, s], np.int32), np.zeros([rows, t], np.int32)
+        weights = np.zeros([rows, t, s], np.float32)
+        for b, (src, tgt, result) in enumerate(zip(source_ids, target_ids, results, strict=True)):
+            sources_[b, : len(src) + 1] = [*src, EOS_ID]
+            targets_[b, : len(tgt) + 1] = [*tgt, EOS_ID]
+            attention = np.asarray(result.attention[0], np.float32)[: len(tgt)]  # [T_b, S_b]
+            weights[b, : len(attention), : attention.shape[1]] = attention
+        links = alignment.pharaoh(weights, sources_, targets_, *self._word_starts)
+        for i, row in zip(chosen, links.numpy(), strict=True):
+            out[i] = row.decode("utf-8")
         return out
 
     def score(self, sources, targets, per_token=False):
@@ -460,11 +539,7 @@ class CTranslate2Translator:
         over the whole vocabulary, `<pad>` and `<s>` included (see the module docstring).
         """
         sources, targets = _texts("sources", sources), _texts("targets", targets)
-        if len(sources) != len(targets):
-            raise ValueError(
-                "`sources` and `targets` must have the same length, got "
-                f"{len(sources)} sources and {len(targets)} targets."
-            )
+        _check_same_length(("sources", sources), ("targets", targets))
         if not sources:
             return [] if per_token else np.zeros([0], np.float32)
         target_pieces = [
@@ -480,6 +555,16 @@ class CTranslate2Translator:
         if per_token:
             return values
         return np.array([v.sum() for v in values], np.float32)
+
+
+def _check_same_length(first, second):
+    """A ValueError unless the `(name, list)` pairs `first` and `second` are as long."""
+    (name_a, a), (name_b, b) = first, second
+    if len(a) != len(b):
+        raise ValueError(
+            f"`{name_a}` and `{name_b}` must have the same length, got "
+            f"{len(a)} {name_a} and {len(b)} {name_b}."
+        )
 
 
 def _texts(name, texts):

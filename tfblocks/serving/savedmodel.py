@@ -15,11 +15,18 @@ are
     score(source: tf.string [None], target: tf.string [None])
         -> {"score": tf.float32 [None], "token_scores": tf.float32 [None, None],
             "length": tf.int32 [None]}
+    prefix(text: tf.string [None], target_prefix: tf.string [None])
+        -> {"translation": tf.string [None], "score": tf.float32 [None],
+            "translations": tf.string [None, K], "scores": tf.float32 [None, K]}
     n_best(text: tf.string [None]) -> {"translations": tf.string [None, K],
                                        "scores": tf.float32 [None, K]}
+    align(source: tf.string [None], target: tf.string [None])
+        -> {"alignment": tf.string [None]}
 
-(`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `Generator`: `serving_default`
-only, `{"continuation", "score"}`.)
+(`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `align`, word alignments in
+Pharaoh format (`tfblocks.decoding.alignment`), only with `Translator(alignments=True)`;
+`Generator`: `serving_default` only,
+`{"continuation", "score"}`.)
 
 Input handling: a source longer than `max_length` subwords is truncated to its first
 `max_length - 1` subwords plus EOS; a blank string (empty, or only Unicode whitespace:
@@ -27,7 +34,9 @@ spaces, tabs, U+00A0, U+3000, U+2028, …, what Python's `str.strip()` removes)
 translates to an empty string with score 0 (each of its `n_best` rows too), in the
 graph (`BLANK`), as `CTranslate2Translator` does. Scoring has no such rule: a blank
 source or target is scored like any other (an empty target is its EOS alone), and a
-target is never truncated.
+target is never truncated. A target prefix is tokenized as a target (without EOS) and
+cut to its first `max_length - 1` subwords; its subwords are forced, so they add
+nothing to the score (`score(source, translation)` counts them).
 
 Speed (`Translator`): a batch's sources are padded to the first of a few length buckets
 that holds its longest source (`source_buckets`, by default 8, 16, 32, … up to
@@ -62,7 +71,7 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks._files import replace_directory
-from tfblocks.decoding import BeamSearch, Decoder, Greedy
+from tfblocks.decoding import BeamSearch, Decoder, Greedy, alignment
 from tfblocks.decoding.search import check_strategy
 from tfblocks.ids import EOS_ID, PAD_ID
 
@@ -82,6 +91,12 @@ def blank_lines(text):
     array([ True,  True,  True, False, False])
     """
     return tf.strings.regex_full_match(text, BLANK)
+
+
+# The string inputs of the signatures.
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+_SOURCE = tf.TensorSpec([None], tf.string, name="source")
+_TARGET = tf.TensorSpec([None], tf.string, name="target")
 
 
 class Hypothesis(NamedTuple):
@@ -114,15 +129,16 @@ def _check_text_batch(texts, name="texts"):
     return texts
 
 
-def check_pairs(sources, targets):
+def check_pairs(sources, targets, names=("sources", "targets")):
     """`(sources, targets)` as 1-D string tensors of one length, else a ValueError naming
-    them (what `score` takes, in both engines)."""
-    sources = _check_text_batch(sources, "sources")
-    targets = _check_text_batch(targets, "targets")
+    them (`names`): what `score` takes in both engines, and texts with their
+    `target_prefix`."""
+    sources = _check_text_batch(sources, names[0])
+    targets = _check_text_batch(targets, names[1])
     if sources.shape[0] != targets.shape[0]:
         raise ValueError(
-            "`sources` and `targets` must have the same length, got "
-            f"{sources.shape[0]} sources and {targets.shape[0]} targets."
+            f"`{names[0]}` and `{names[1]}` must have the same length, got "
+            f"{sources.shape[0]} {names[0]} and {targets.shape[0]} {names[1]}."
         )
     return sources, targets
 
@@ -171,6 +187,16 @@ class _TextModule(tf.Module):
     def _signatures(self):
         """The SavedModel's signatures: `{name: tf.function}`."""
         return {"serving_default": self.serve}
+
+    def _optional(self, name, fn, input_signature):
+        """`fn` as a `tf.function` of `input_signature`, made on first use and kept out of
+        the module's tracked attributes: `tf.saved_model.save` traces every `tf.function`
+        attribute of a module, so a signature that only some exports have (`n_best`,
+        `align`) is kept here and saved only when `_signatures` names it."""
+        functions = self.__dict__.setdefault("_optional_functions", {})  # not tracked
+        if name not in functions:
+            functions[name] = tf.function(fn, input_signature=input_signature, autograph=False)
+        return functions[name]
 
     def _set_decoding(self, model, max_length, strategy, jit_compile, **decoder_options):
         """What both modules keep for decoding: checked, stored, and their `Decoder`."""
@@ -223,7 +249,8 @@ class Translator(_TextModule):
     """Translates a batch of strings with a trained `build_transformer` model.
 
     Args:
-        model: the trained model.
+        model: the trained model, or a `tfblocks.Ensemble` of models (one SavedModel
+            holds them all).
         source_tokenizer: a `tfblocks.text.SubwordTokenizer` for the source language.
         target_tokenizer: the target language's tokenizer (the same object for a
             shared vocabulary).
@@ -256,10 +283,19 @@ class Translator(_TextModule):
             beam size; 1 for `Greedy`; any number of `Sampling`'s samples). With K > 1
             the SavedModel also has an `n_best` signature. Calling the translator
             still returns the best translation only.
+        alignment_layer: the decoder layer whose cross-attention (averaged over its
+            heads) `align` reads: an int (negative counts from the last), or None for
+            the penultimate layer (`tfblocks.decoding.alignment`).
+        alignments: the SavedModel also has an `align` signature (`align` works
+            either way; the signature costs a few seconds of export).
         name: the module's name.
 
     Besides translating (`translator(texts)`), it returns the n best translations
-    (`n_best(texts)`) and scores given translations (`score(sources, targets)`).
+    (`n_best(texts)`), scores given translations (`score(sources, targets)`) and aligns
+    their words (`align(sources, targets)`). Both
+    `translator(texts, target_prefix=...)` and `n_best` take a target prefix per text:
+    each translation starts with its prefix's subwords (forced), then decodes freely; an
+    empty prefix forces nothing.
 
     Example (training elided; any `build_transformer` model works):
 
@@ -273,6 +309,8 @@ class Translator(_TextModule):
     TensorShape([2])
     >>> translator.score(["今日のランチはカレーだ。"], ["Today's lunch is curry."]).shape
     (1,)
+    >>> translator(["今日のランチはカレーだ。"], target_prefix=["Today's"]).shape
+    TensorShape([1])
     """
 
     OUTPUT = "translation"
@@ -290,6 +328,8 @@ class Translator(_TextModule):
         cache_lengths="auto",
         drop_finished=True,
         num_hypotheses=1,
+        alignment_layer=None,
+        alignments=False,
         name=None,
     ):
         super().__init__(name=name)
@@ -315,6 +355,12 @@ class Translator(_TextModule):
         )
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
+        self.alignment_layer = alignment.alignment_layer(alignment_layer, model.num_decoder_layers)
+        self.alignments = _checks.check_bool("alignments", alignments)
+        self._word_starts = [
+            alignment.tokenizer_word_starts(tokenizer, model.vocab_size)
+            for tokenizer in (source_tokenizer, target_tokenizer)
+        ]  # [V] bool each
 
     def encode_source(self, text):
         """Source ids `[B, S]` (0-padded, EOS-terminated), S from `source_buckets`.
@@ -328,6 +374,12 @@ class Translator(_TextModule):
         ids = tf.concat([ids, eos], axis=1).to_tensor(default_value=PAD_ID)  # [B, longest]
         return _pad_to_bucket(ids, self.source_buckets)
 
+    def encode_prefix(self, text):
+        """Target prefix ids `[B, P]` (0-padded, no EOS), each cut to its first
+        `max_length - 1` subwords; an empty (or blank) prefix is a row of PAD."""
+        ids = self.target_tokenizer.tokenize(text)[:, :-1][:, : self.max_length - 1]
+        return ids.to_tensor(default_value=PAD_ID)
+
     def encode_target(self, text):
         """Target ids `[B, T]` (0-padded, EOS-terminated, never truncated), T the first
         of `source_buckets` that holds the longest (or that length when none does)."""
@@ -335,26 +387,48 @@ class Translator(_TextModule):
         return _pad_to_bucket(ids, self.source_buckets)
 
     def _signatures(self):
-        signatures = {"serving_default": self.serve, "score": self.serve_score}
+        signatures = {
+            "serving_default": self.serve,
+            "score": self.serve_score,
+            "prefix": self.serve_prefix,
+        }
         if self.num_hypotheses > 1:
-            signatures["n_best"] = self.serve_n_best
+            signatures["n_best"] = self._optional("n_best", self._n_best, [_TEXT])
+        if self.alignments:
+            signatures["align"] = self._optional("align", self._align, [_SOURCE, _TARGET])
         return signatures
 
-    def n_best(self, texts):
+    def __call__(self, texts, target_prefix=None):
+        """Translations of `texts` (a list of str or a 1-D string tensor), a string
+        tensor; with `target_prefix` (as many str), each starts with its prefix."""
+        if target_prefix is None:
+            return super().__call__(texts)
+        texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
+        return self.serve_prefix(texts, target_prefix)["translation"]
+
+    def n_best(self, texts, target_prefix=None):
         """The `num_hypotheses` best translations of each of `texts`, best first.
 
         Args:
             texts: a list of str (or a 1-D string tensor).
+            target_prefix: None, or as many str: the words each translation of the
+                text starts with ("" forces nothing).
 
         Returns:
             A list with, for each text, a list of `num_hypotheses` `Hypothesis(text,
             score)` (a blank text: as many `("", 0.0)`). The first is the translation
-            `translator(texts)` gives.
+            `translator(texts)` (with the same `target_prefix`) gives.
         """
-        texts = _check_text_batch(texts)
+        if target_prefix is None:
+            texts = _check_text_batch(texts)
+        else:
+            texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
         if texts.shape[0] == 0:
             return []
-        out = self.serve_n_best(texts)
+        if target_prefix is None:
+            out = self.serve_n_best(texts)
+        else:
+            out = self.serve_prefix(texts, target_prefix)
         rows = zip(out["translations"].numpy(), out["scores"].numpy(), strict=True)
         return [
             [Hypothesis(t.decode("utf-8"), float(v)) for t, v in zip(*row, strict=True)]
@@ -392,6 +466,32 @@ class Translator(_TextModule):
         rows = zip(out["token_scores"].numpy(), out["length"].numpy(), strict=True)
         return [values[:length] for values, length in rows]
 
+    def align(self, sources, targets):
+        """Word alignments of each target (e.g. its translation) with its source.
+
+        Pharaoh format, `"i-j ..."`: source word i (0-based, the i-th
+        whitespace-separated word as SentencePiece splits it) aligned to target word j,
+        from the cross-attention of decoder layer `alignment_layer` in a teacher-forced
+        pass, averaged over its heads (`tfblocks.decoding.alignment`). Sources are read
+        as `translator(texts)` reads them (cut to `max_length`), targets as `score`
+        reads them; a blank source or target gives `""`. Pairs are aligned in one batch.
+
+        Args:
+            sources: a list of str (or a 1-D string tensor).
+            targets: as many target texts.
+
+        Returns:
+            A list of str, one per pair.
+
+        Raises:
+            ValueError: `sources` and `targets` of different lengths, or not strings.
+        """
+        sources, targets = check_pairs(sources, targets)
+        if sources.shape[0] == 0:
+            return []
+        out = self.serve_align(sources, targets)["alignment"].numpy()
+        return [row.decode("utf-8") for row in out]
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
@@ -407,14 +507,36 @@ class Translator(_TextModule):
             "score": tf.where(blank, 0.0, scores),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def serve_n_best(self, text):
         """The `n_best` signature: `{"translations", "scores"}`, `[B, num_hypotheses]`."""
+        return self._optional("n_best", self._n_best, [_TEXT])(text)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="text"),
+            tf.TensorSpec([None], tf.string, name="target_prefix"),
+        ],
+        autograph=False,
+    )
+    def serve_prefix(self, text, target_prefix):
+        """The `prefix` signature: each translation starts with its `target_prefix`
+        ("" forces nothing): `{"translation" [B], "score" [B], "translations" [B, K],
+        "scores" [B, K]}` (K = `num_hypotheses`; the first column is the translation)."""
+        tf.debugging.assert_equal(
+            tf.shape(text)[0], tf.shape(target_prefix)[0],
+            message="`text` and `target_prefix` must hold as many strings",
+        )  # fmt: skip
+        out = self._n_best(text, self.encode_prefix(target_prefix))
+        return {"translation": out["translations"][:, 0], "score": out["scores"][:, 0], **out}
+
+    def _n_best(self, text, prefix=None):
+        """`{"translations", "scores"}` `[B, num_hypotheses]` of `text`, each translation
+        starting with its row of `prefix` ids (None: no prefix)."""
         k = self.num_hypotheses
         blank = blank_lines(text)
         source = self.encode_source(tf.where(blank, "", text))
         ids, scores = self._decoder.decode(
-            self.strategy, source, extra_length=self.extra_length, num_hypotheses=k
+            self.strategy, source, prefix, extra_length=self.extra_length, num_hypotheses=k
         )  # [B, K, L], [B, K]
         texts = self.target_tokenizer.detokenize(tf.reshape(ids, [-1, tf.shape(ids)[2]]))
         texts = tf.reshape(texts, [-1, k])  # [B, K]
@@ -445,6 +567,24 @@ class Translator(_TextModule):
             "token_scores": token_scores,
             "length": tf.reduce_sum(tf.cast(tf.not_equal(target_ids, PAD_ID), tf.int32), axis=1),
         }
+
+    def serve_align(self, source, target):
+        """The `align` signature: `{"alignment" [B]}`, each pair's word alignment in
+        Pharaoh format (`align`)."""
+        return self._optional("align", self._align, [_SOURCE, _TARGET])(source, target)
+
+    def _align(self, source, target):
+        tf.debugging.assert_equal(
+            tf.shape(source)[0], tf.shape(target)[0],
+            message="`source` and `target` must hold as many strings",
+        )  # fmt: skip
+        blank = blank_lines(source)
+        source_ids = self.encode_source(tf.where(blank, "", source))
+        target_ids = self.encode_target(target)
+        links = alignment.align(
+            self.model, self.alignment_layer, source_ids, target_ids, *self._word_starts
+        )
+        return {"alignment": links}
 
 
 class Generator(_TextModule):

@@ -2,7 +2,9 @@
 
 PATH may be a run folder (its `model/` preset), a preset directory (`config.json`),
 a SavedModel (`saved_model.pb`, or a folder whose `export/1` holds one), or, with
-`engine="ctranslate2"`, a CTranslate2 model directory (`model.bin`).
+`engine="ctranslate2"`, a CTranslate2 model directory (`model.bin`). A list of several
+run folders or presets is their `tfblocks.Ensemble` (one tokenizer, byte for byte);
+CTranslate2 has no ensembles.
 
 A model must be trusted: a SavedModel runs its own graph, which can read and write any
 file the user can. A preset is read with Keras' safe mode (its config names registered
@@ -41,19 +43,28 @@ def load_translate(
     notice=_say,
     n_best=None,
     stop_early=False,
+    prefix=False,
+    alignments=False,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
-    `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first).
+    `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first),
+    or with `alignments`, `translate(list[str]) -> list[(translation, alignment)]` (the
+    word alignment in Pharaoh format, `Translator.align`; a SavedModel's `align`
+    signature). With `prefix`, `translate` takes `(text, target_prefix)` pairs instead of
+    texts: each translation starts with its prefix ("" forces nothing).
 
     A run folder or preset is preferred to its SavedModel (its beam size can be set, and
     Keras' safe mode loads it); a SavedModel translates with the beam it was exported
     with (`beam_size` must then be None, and `stop_early` False), and `notice(message)`
     is called first with a line saying that it runs its own graph; for `n_best` it needs
-    an `n_best` signature of at least K. Raises ValueError naming `path` when nothing
-    there can translate, and naming `--n-best` when K is more than the beam keeps.
+    an `n_best` signature of at least K (`prefix`: its `prefix` signature; `alignments`:
+    its `align` signature). Raises ValueError naming `path` when nothing there can
+    translate, and naming `--n-best` when K is more than the beam keeps.
     """
     if n_best is not None and (isinstance(n_best, bool) or not n_best >= 1):
         raise ValueError(f"`--n-best` must be a positive integer, got --n-best={n_best!r}.")
+    if alignments and n_best is not None:
+        raise ValueError("`--alignments` aligns the best translation only; drop --n-best.")
     kind, found = _find(path, max_length, engine)
     beam, count = beam_size or 4, n_best or 1
     if kind != "saved" and count > beam:
@@ -61,58 +72,81 @@ def load_translate(
             f"`--n-best` must be at most the beam size {beam}, got --n-best={n_best}; "
             f"give --beam-size {n_best} or more."
         )
-    if kind == "ctranslate2":
-        from tfblocks.serving import ctranslate2 as ct2  # the optional extra
+    if kind in ("ctranslate2", "preset"):
+        if kind == "ctranslate2":
+            from tfblocks.serving import ctranslate2 as ct2  # the optional extra
 
-        translator = ct2.CTranslate2Translator(
-            found, beam_size=beam, length_penalty=alpha, num_hypotheses=count
-        )
-        what = f"CTranslate2 model {found} (beam {beam})"
-        return (translator if n_best is None else translator.n_best), what
-    if kind == "preset":
-        from tfblocks.decoding import beam_or_greedy
+            translator = ct2.CTranslate2Translator(
+                found, beam_size=beam, length_penalty=alpha, num_hypotheses=count
+            )
+            what = f"CTranslate2 model {found} (beam {beam})"
+        else:
+            from tfblocks.decoding import beam_or_greedy
 
-        strategy = beam_or_greedy(beam, alpha, stop_early)
-        translator, length = _preset_translator(found, max_length, strategy, count)
-        what = f"model {found} (beam {beam}, max_length {length})"
-        if n_best is not None:
-            return translator.n_best, what
-        return _strings(translator), what
+            strategy = beam_or_greedy(beam, alpha, stop_early)
+            translator, length = _preset_translator(found, max_length, strategy, count)
+            what = f"{_described(found)} (beam {beam}, max_length {length})"
+        translate = translator.n_best if n_best is not None else _strings(translator)
+        if alignments:
+            translate = _aligned(translate, translator.align)
+        return _with_prefix(translate, prefix), what
     if beam_size is not None or max_length is not None or stop_early:
         raise ValueError(
             f"--model={path!r} is a SavedModel: its beam size, stopping rule and max_length "
             "were fixed at export; drop --beam-size/--stop-early/--max-length or give the "
             "run folder."
         )
-    if n_best is None:
-        serve = _signature(found, path, "serving_default", "translation", notice)
+    return _saved_translate(found, path, notice, n_best, prefix, alignments)
 
-        def translate(lines):
-            return _decoded(serve(text=_strings_in(lines))["translation"])
 
-        return translate, f"SavedModel {found}"
-    serve = _signature(
-        found, path, "n_best", "translations", notice, "Translator(num_hypotheses=K)'s export"
-    )
-    exported = serve.structured_outputs["translations"].shape[1]
-    if exported is not None and n_best > exported:
-        raise ValueError(
-            f"`--n-best` must be at most the {exported} hypotheses the SavedModel {found} "
-            f"returns, got --n-best={n_best}."
+def _saved_translate(found, path, notice, n_best, prefix, alignments):
+    """`load_translate`'s `(translate, description)` of the SavedModel `found`, through
+    the signatures its options need (the SavedModel loaded once)."""
+    from tfblocks.serving import Hypothesis
+
+    if prefix:
+        main = ("prefix", "translations", "a newer tfblocks")
+    elif n_best is None:
+        main = ("serving_default", "translation", "a tfblocks.Translator export")
+    else:
+        main = ("n_best", "translations", "Translator(num_hypotheses=K)'s export")
+    wanted = {main[0]: main[1:]}
+    if alignments:
+        wanted["align"] = ("alignment", "Translator(alignments=True)'s export")
+    serve, *serve_align = _signatures(found, path, wanted, notice)
+    if n_best is not None:
+        exported = serve.structured_outputs["translations"].shape[1]
+        if exported is not None and n_best > exported:
+            raise ValueError(
+                f"`--n-best` must be at most the {exported} hypotheses the SavedModel {found} "
+                f"returns, got --n-best={n_best}."
+            )
+
+    def translate(lines, target_prefix=None):
+        texts = _strings_in(lines)
+        if prefix:
+            out = serve(text=texts, target_prefix=_strings_in(target_prefix))
+        else:
+            out = serve(text=texts)
+        if n_best is None:
+            return _decoded(out["translation"])
+        rows = zip(
+            out["translations"].numpy()[:, :n_best], out["scores"].numpy()[:, :n_best], strict=True
         )
-
-    def translate_n_best(lines):
-        from tfblocks.serving import Hypothesis
-
-        out = serve(text=_strings_in(lines))
-        texts = out["translations"].numpy()[:, :n_best]
-        scores = out["scores"].numpy()[:, :n_best]
         return [
             [Hypothesis(t.decode("utf-8"), float(v)) for t, v in zip(*row, strict=True)]
-            for row in zip(texts, scores, strict=True)
+            for row in rows
         ]
 
-    return translate_n_best, f"SavedModel {found} (n_best)"
+    if alignments:
+
+        def align(sources, targets):
+            out = serve_align[0](source=_strings_in(sources), target=_strings_in(targets))
+            return _decoded(out["alignment"])
+
+        translate = _aligned(translate, align)
+    what = f"SavedModel {found}" + ("" if n_best is None else " (n_best)")
+    return _with_prefix(translate, prefix), what
 
 
 def load_score(path, max_length=None, engine="tensorflow", notice=_say):
@@ -128,7 +162,7 @@ def load_score(path, max_length=None, engine="tensorflow", notice=_say):
     elif kind == "preset":
         translator, length = _preset_translator(found, max_length)
         scorer = translator.score
-        what = f"model {found} (max_length {length})"
+        what = f"{_described(found)} (max_length {length})"
     else:
         if max_length is not None:
             raise ValueError(
@@ -152,7 +186,13 @@ def load_score(path, max_length=None, engine="tensorflow", notice=_say):
 
 
 def _find(path, max_length, engine):
-    """`(kind, folder)` of the model at `path`: `("ctranslate2" | "preset" | "saved", ...)`."""
+    """`(kind, folder)` of the model at `path`: `("ctranslate2" | "preset" | "saved", ...)`;
+    for a list of several paths (an ensemble), `("preset", [their preset folders])`."""
+    if not isinstance(path, str | os.PathLike):
+        paths = list(path)
+        if len(paths) > 1:
+            return "preset", _ensemble_presets(paths, max_length, engine)
+        path = paths[0]
     path = os.fspath(path)
     if max_length is not None and (isinstance(max_length, bool) or max_length < 2):
         raise ValueError(f"`--max-length` must be at least 2, got --max-length={max_length!r}.")
@@ -178,14 +218,73 @@ def _find(path, max_length, engine):
     )
 
 
+def _ensemble_presets(paths, max_length, engine):
+    """The preset folders of the models at `paths`, refused (ValueError) unless every one
+    is a run folder or preset that tfblocks can load into an `Ensemble`."""
+    if engine == "ctranslate2":
+        raise ValueError(
+            f"--engine ctranslate2 takes one --model, got {len(paths)}: CTranslate2's "
+            "Translator has no ensembles of several models; ensemble them with --engine "
+            "tensorflow (the default)."
+        )
+    presets = []
+    for path in paths:
+        kind, found = _find(path, max_length, engine)
+        if kind != "preset":
+            raise ValueError(
+                f"--model={os.fspath(path)!r} is a SavedModel: an ensemble (several --model) "
+                "needs run folders or presets, whose models tfblocks loads and combines."
+            )
+        presets.append(found)
+    return presets
+
+
+def _load_presets(presets):
+    """`(model, tokenizer, hparams)` of one preset folder, or of a list of them: their
+    `Ensemble`, with the first one's tokenizer and hparams; the tokenizers must be the
+    same SentencePiece model (byte for byte), else a ValueError naming the folders."""
+    from tfblocks.models import load_preset
+
+    if not isinstance(presets, list):
+        return load_preset(presets)
+    from tfblocks.decoding import Ensemble
+    from tfblocks.models.preset import TransformerTokenizer
+
+    # The tokenizers first (with separate vocabularies, the target's too): a mismatch is
+    # reported before any model loads.
+    protos = [
+        (TransformerTokenizer.from_preset(preset).proto, _target_proto(preset))
+        for preset in presets
+    ]
+    for preset, proto in zip(presets[1:], protos[1:], strict=True):
+        if proto != protos[0]:
+            raise ValueError(
+                f"--model={preset!r} has another tokenizer than --model={presets[0]!r} (their "
+                "SentencePiece models differ): the models of an ensemble must share one."
+            )
+    loaded = [load_preset(preset) for preset in presets]
+    model = Ensemble([preset.model for preset in loaded])
+    return model, loaded[0].tokenizer, loaded[0].hparams
+
+
+def _target_proto(preset):
+    """The bytes of a preset's target tokenizer (separate vocabularies), or None."""
+    from tfblocks.models import load_target_tokenizer
+
+    target = load_target_tokenizer(preset)
+    return None if target is None else target.proto
+
+
 def _preset_translator(preset, max_length, strategy=None, num_hypotheses=1):
     """`(Translator, max_length)` of the preset at `preset` (its run's `max_length`
-    unless `max_length` is given)."""
-    from tfblocks.models import load_preset, load_target_tokenizer
+    unless `max_length` is given), or of the `Ensemble` of a list of presets (the
+    first one's `max_length`)."""
+    from tfblocks.models import load_target_tokenizer
     from tfblocks.serving import Translator
 
-    model, tokenizer, hp = load_preset(preset)
-    target_tokenizer = load_target_tokenizer(preset) or tokenizer  # separate vocabularies
+    model, tokenizer, hp = _load_presets(preset)
+    first = preset[0] if isinstance(preset, list) else preset
+    target_tokenizer = load_target_tokenizer(first) or tokenizer  # separate vocabularies
     default = hp.max_length if hp is not None else 256
     length = default if max_length is None else max_length
     translator = Translator(
@@ -195,19 +294,36 @@ def _preset_translator(preset, max_length, strategy=None, num_hypotheses=1):
     return translator, length
 
 
+def _described(preset):
+    """ "model FOLDER", or for a list of folders "an ensemble of N models (A, B)"."""
+    if isinstance(preset, list):
+        return f"an ensemble of {len(preset)} models ({', '.join(preset)})"
+    return f"model {preset}"
+
+
 def _signature(saved, path, name, output, notice, made_by="a tfblocks.Translator export"):
     """The SavedModel `saved`'s signature `name` (with the output `output`), after
     `notice` said that the SavedModel runs its own graph; a ValueError when it has none."""
+    return _signatures(saved, path, {name: (output, made_by)}, notice)[0]
+
+
+def _signatures(saved, path, wanted, notice):
+    """`_signature` of each `{name: (output, made_by)}` of `wanted`, a list, the SavedModel
+    loaded once."""
     import tensorflow as tf
 
     notice(f"loading the SavedModel {saved} (it runs its own graph: use only models you trust)")
-    serve = tf.saved_model.load(saved).signatures.get(name)
-    if serve is None or output not in serve.structured_outputs:
-        raise ValueError(
-            f"--model={path!r}: the SavedModel {saved} has no `{name}` signature with a "
-            f"`{output}` output ({made_by} has one)."
-        )
-    return serve
+    signatures = tf.saved_model.load(saved).signatures
+    found = []
+    for name, (output, made_by) in wanted.items():
+        serve = signatures.get(name)
+        if serve is None or output not in serve.structured_outputs:
+            raise ValueError(
+                f"--model={path!r}: the SavedModel {saved} has no `{name}` signature with a "
+                f"`{output}` output ({made_by} has one)."
+            )
+        found.append(serve)
+    return found
 
 
 def _strings_in(lines):
@@ -221,5 +337,40 @@ def _decoded(tensor):
 
 
 def _strings(translator):
-    """`translate(list[str]) -> list[str]` of a `Translator`."""
-    return lambda lines: _decoded(translator(lines))
+    """`translate(list[str], target_prefix=None) -> list[str]` of a `Translator` (or a
+    `CTranslate2Translator`, whose results are lists already)."""
+
+    def translate(lines, target_prefix=None):
+        out = translator(lines, target_prefix=target_prefix)
+        return out if isinstance(out, list) else _decoded(out)
+
+    return translate
+
+
+def _aligned(translate, align):
+    """`translate(list[str], **options) -> list[(translation, alignment)]` from a
+    `translate` and an `align(sources, targets)` of the same model."""
+
+    def translate_and_align(lines, **options):
+        translations = list(translate(lines, **options))
+        return list(zip(translations, align(list(lines), translations), strict=True))
+
+    return translate_and_align
+
+
+def _with_prefix(translate, prefix):
+    """`translate(texts, target_prefix=...)` as a function of `(text, prefix)` pairs
+    (with `prefix`), or of texts."""
+    if not prefix:
+        return translate
+
+    def translate_pairs(pairs):
+        texts, prefixes = _unzip(pairs)
+        return translate(texts, target_prefix=prefixes)
+
+    return translate_pairs
+
+
+def _unzip(pairs):
+    """`(firsts, seconds)` lists of a list of pairs (two empty lists for none)."""
+    return [a for a, _ in pairs], [b for _, b in pairs]

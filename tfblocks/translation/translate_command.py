@@ -7,8 +7,12 @@ an empty line. Input and output are UTF-8. Progress goes to standard error.
 
 With `--n-best K` it writes the K best translations of each line in Moses' n-best format,
 `INDEX ||| translation ||| score` (INDEX the 0-based line number), K lines per input
-line, in input order. With `--score TARGETS` it translates nothing: it writes the
+line, in input order. With `--alignments` each line is `translation ||| alignment`, the
+word alignment in Pharaoh format (`i-j`: 0-based source word i, target word j; words
+as whitespace separates them). With `--score TARGETS` it translates nothing: it writes the
 log-probability of each line of TARGETS given the input's line, one number per line.
+With `--target-prefix FILE` the translation of each line starts with the words of the
+same line of FILE (interactive translation, terminology); an empty line forces nothing.
 
 Pre-tokenized Japanese is joined as `tfblocks-train` joins a corpus: when the model's run
 folder records Japanese (ja) as its source language, the spaces between the tokens of the
@@ -21,6 +25,9 @@ Examples:
   tfblocks-translate --model runs/enja --beam-size 1 --japanese-spaces remove < test.ja
   tfblocks-translate --model runs/enja --n-best 4 --input test.ja --output test.nbest
   tfblocks-translate --model runs/enja --input test.ja --score test.en --output test.scores
+  tfblocks-translate --model runs/enja --input test.ja --target-prefix starts.en
+  tfblocks-translate --model runs/enja --model runs/enja-seed2 --input test.ja
+  tfblocks-translate --model runs/enja --alignments --input test.ja --output test.aligned
 """
 
 import argparse
@@ -62,10 +69,23 @@ def parse_args(argv=None):
         "Moses' n-best format: INDEX ||| translation ||| score",
     )
     parser.add_argument(
+        "--alignments",
+        action="store_true",
+        help="write `translation ||| alignment`: the word alignment in Pharaoh format "
+        "(i-j: 0-based source word i, target word j), from a decoder layer's "
+        "cross-attention",
+    )
+    parser.add_argument(
         "--score",
         metavar="TARGETS",
         help="translate nothing: write the log-probability of each line of TARGETS (as "
         "many lines as the input) given the input's line",
+    )
+    parser.add_argument(
+        "--target-prefix",
+        metavar="FILE",
+        help="start the translation of each input line with the words of the same line of "
+        "FILE (forced), then decode freely; an empty line forces nothing",
     )
     parser.add_argument("--max-length", type=int, default=None, help="subwords per sentence")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -88,13 +108,17 @@ def check_output_arguments(parser, args):
             f"--n-best must be at most --beam-size, got --n-best={args.n_best} and "
             f"--beam-size={args.beam_size}"
         )
+    if args.alignments and args.n_best is not None:
+        parser.error("--alignments aligns the best translation only: drop --n-best")
     if args.score is not None:
         given = [
             flag
             for flag, value in (
+                ("--alignments", args.alignments or None),
                 ("--n-best", args.n_best),
                 ("--beam-size", args.beam_size),
                 ("--stop-early", args.stop_early or None),
+                ("--target-prefix", args.target_prefix),
             )
             if value is not None
         ]
@@ -107,9 +131,12 @@ def add_model_argument(parser):
     parser.add_argument(
         "--model",
         required=True,
+        action="append",
         help="run folder, preset or SavedModel; a run folder's preset (model/) is loaded "
         "when it has one, a SavedModel (export/1) otherwise: a SavedModel runs its own "
-        "graph, which can read and write files, so give only models you trust",
+        "graph, which can read and write files, so give only models you trust; repeat "
+        "--model to decode with the ensemble of several run folders or presets (the mean "
+        "of their log-probabilities; one tokenizer)",
     )
 
 
@@ -155,11 +182,12 @@ def add_japanese_spaces_argument(parser, what):
     )
 
 
-def model_languages(model):
-    """`(source, target)` languages recorded by the run of `--model`, or None."""
+def model_languages(models):
+    """`(source, target)` languages recorded by the run of the (first) `--model`, or None."""
     from tfblocks.translation.run_folder import run_languages
 
-    return run_languages(model)
+    models = [models] if isinstance(models, str | os.PathLike) else list(models)
+    return run_languages(models[0]) if models else None
 
 
 def read_input(path, japanese_spaces, advise=True, language=None):
@@ -262,8 +290,9 @@ def _n_best_lines(index, hypotheses):
 def main(argv=None):
     args = parse_args(argv)
     check_paths(args.input, args.output, args.overwrite)  # before TensorFlow loads
-    if args.score is not None and not os.path.isfile(args.score):
-        raise ValueError(f"--score={args.score!r} is not a file")
+    for flag, path in (("--score", args.score), ("--target-prefix", args.target_prefix)):
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"{flag}={path!r} is not a file")
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
 
@@ -271,22 +300,22 @@ def main(argv=None):
     lines = read_input(args.input, args.japanese_spaces, language=languages[0])
     notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
     if args.score is not None:
-        # Read as tfblocks-evaluate reads --ref: the target language (or *.ja), no advice.
-        targets = read_input(args.score, "auto", advise=False, language=languages[1])
-        if len(targets) != len(lines):
-            name = "standard input" if args.input is None else repr(args.input)
-            raise ValueError(
-                f"--score={args.score!r} has {len(targets)} lines but the input ({name}) "
-                f"has {len(lines)}; give one target per input line"
-            )
+        targets = _read_aligned(args, "--score", args.score, len(lines), languages[1])
         run, what = engines.load_score(args.model, args.max_length, args.engine, notice)
         items, doing, length = list(zip(lines, targets, strict=True)), "scoring", _pair_length
     else:
+        prefix = args.target_prefix is not None
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
-            n_best=args.n_best, stop_early=args.stop_early,
+            n_best=args.n_best, stop_early=args.stop_early, prefix=prefix,
+            alignments=args.alignments,
         )  # fmt: skip
         items, doing, length = lines, "translating", len
+        if prefix:
+            prefixes = _read_aligned(
+                args, "--target-prefix", args.target_prefix, len(lines), languages[1]
+            )
+            items, length = list(zip(lines, prefixes, strict=True)), _source_length
     print(f"{doing} {len(lines)} lines with {what}", file=sys.stderr)
 
     def progress(done, total):
@@ -297,6 +326,8 @@ def main(argv=None):
         text = "".join(f"{score:.6f}\n" for score in out)
     elif args.n_best is not None:
         text = "".join(_n_best_lines(i, hypotheses) for i, hypotheses in enumerate(out))
+    elif args.alignments:
+        text = "".join(f"{_one_line(line)} ||| {links}\n" for line, links in out)
     else:
         text = "".join(_one_line(line) + "\n" for line in out)
     if args.output not in (None, "-"):
@@ -310,6 +341,25 @@ def main(argv=None):
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def _read_aligned(args, flag, path, count, language=None):
+    """The lines of `path` (the file of `flag`, target-side text), one per input line, read
+    as tfblocks-evaluate reads `--ref` (the run's target `language`, or the *.ja rule, no
+    advice); a ValueError naming both when the counts differ."""
+    lines = read_input(path, "auto", advise=False, language=language)
+    if len(lines) != count:
+        name = "standard input" if args.input is None else repr(args.input)
+        raise ValueError(
+            f"{flag}={path!r} has {len(lines)} lines but the input ({name}) has {count}; "
+            "give one line per input line"
+        )
+    return lines
+
+
+def _source_length(pair):
+    """The characters of a (text, target prefix) pair's text: batches go by the text."""
+    return len(pair[0])
 
 
 def _pair_length(pair):
