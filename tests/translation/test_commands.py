@@ -282,3 +282,34 @@ def test_translate_and_evaluate_join_japanese_files_as_training_does(tmp_path, m
     status, _, err = in_process(evaluate_cli, monkeypatch, capsys, *model, *args[:4],
                                 "--japanese-spaces", "maybe")  # fmt: skip
     assert status == 2 and "--japanese-spaces" in err and "'maybe'" in err
+
+
+def test_translate_and_evaluate_follow_the_languages_of_the_run(tmp_path, monkeypatch, capsys):
+    # A run folder records its languages; Japanese is joined on the side it names as ja,
+    # whatever the file is called (standard input too), and never on another language.
+    from tfblocks.translation import engines
+
+    monkeypatch.setattr(engines, "load_translate", lambda *a, **k: (list, "an identity"))
+    spaced, joined = "今日 の ランチ は カレー だ 。\n", "今日のランチはカレーだ。\n"
+    for name in ("test.ja", "test.ko", "ref.ja"):
+        (tmp_path / name).write_text(spaced, encoding="utf-8")
+    for source, target, run_file in [("ja", "en", "run.json"), ("ko", "ja", "run.json"),
+                                     ("ja", "en", "nothing.json")]:  # fmt: skip
+        run = tmp_path / f"{source}-{target}-{run_file}"
+        (run / "model").mkdir(parents=True)
+        settings = {"source_lang": source, "target_lang": target}
+        (run / run_file).write_text(json.dumps({"format": 1, "settings": settings}))
+        recorded = run_file == "run.json"
+        for model in (run, run / "model"):  # the run folder or its preset
+            for args in (("--input", tmp_path / "test.ko"), ()):
+                status, out, err = in_process(translate_cli, monkeypatch, capsys, "--model",
+                                              model, *args, stdin=spaced)  # fmt: skip
+                want = joined if recorded and source == "ja" else spaced
+                assert status == 0 and out == want, (model, args, err)
+                assert ("warning" in err) == (not recorded), err  # unknown: advised
+            status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", model,
+                                          "--src", tmp_path / "test.ja", "--ref",
+                                          tmp_path / "ref.ja")  # fmt: skip
+            # The reference is joined when the target is Japanese (or, unrecorded, by name).
+            exact = (source == "ja") == (target == "ja" or not recorded)
+            assert status == 0 and json.loads(out)["exact_match"] == exact, (model, err)

@@ -106,6 +106,39 @@ def test_train_reports_unusable_output_and_missing_corpus_files(tmp_path, monkey
     assert f"No such file or directory: '{corpus / 'dev.ja'}'" in err, err
 
 
+def test_train_reports_unreadable_corpora_in_one_line_before_the_folder(
+    tmp_path, monkeypatch, capsys
+):
+    corpus, run = tmp_path / "corpus", tmp_path / "run"
+    corpus.mkdir()
+    for split in ("train", "dev", "test"):
+        (corpus / f"{split}.de").write_text("eins\nzwei\n", encoding="utf-8")
+        (corpus / f"{split}.en").write_text("one\ntwo\n", encoding="utf-8")
+    pair = ("--source-lang", "de", "--target-lang", "en", "--corpus-dir", corpus)
+    (corpus / "train.en").write_text("one\n", encoding="utf-8")
+    uneven = f"{corpus / 'train.en'} ends after line 1; {corpus / 'train.de'} goes on at line 2"
+    (corpus / "dev.de").write_bytes(b"eins\nzw\xe4i\n")
+    (corpus / "test.en").unlink()
+    (corpus / "test.en.gz").write_text("not gzip\n")
+    for fix, words in [
+        (None, uneven),
+        (("train.en", "one\ntwo\n"), f"{corpus / 'dev.de'}, line 2: invalid UTF-8"),
+        (("dev.de", "eins\nzwei\n"), f"{corpus / 'test.en.gz'} is named .gz but is not gzip"),
+    ]:
+        if fix is not None:
+            (corpus / fix[0]).write_text(fix[1], encoding="utf-8")
+        status, _, err = in_process(train_cli, monkeypatch, capsys, *pair, "--output", run)
+        _one_error_line(status, err, "train")
+        assert words in err and not run.exists(), err
+    (corpus / "test.en.gz").unlink()
+    (corpus / "test.en").write_text("", encoding="utf-8")
+    (corpus / "test.de").write_text("", encoding="utf-8")
+    status, _, err = in_process(train_cli, monkeypatch, capsys, *pair, "--output", run)
+    _one_error_line(status, err, "train")
+    assert f"the test split of --corpus-dir={str(corpus)!r} (test.de, test.en) has no " in err
+    assert not run.exists()
+
+
 def test_evaluate_refuses_empty_files_naming_them(tmp_path, monkeypatch, capsys):
     # A BLEU of no sentences is no score: an error, before any model is loaded.
     src, ref = tmp_path / "test.ja", tmp_path / "test.en"

@@ -2,13 +2,16 @@
 or touched, so the corrected command works; `~` in a path is the home folder; a folder
 another run holds is refused. `main` runs in this process, with tiny settings."""
 
+import gzip
 import json
+import random
 import re
 
 import pytest
 
-from tests.translation.test_commands import TINY, TRAIN
+from tests.translation.test_commands import TINY, TRAIN, in_process
 from tfblocks import text
+from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation import train_command
 from tfblocks.translation.run_folder import RunFolder
 
@@ -45,6 +48,30 @@ FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", 
         (("--lora-rank", "2"), "--lora-rank=2 without --init-from"),
         (("--init-from", "run", "--lora-rank", "0"), "--lora-rank=0"),
         (("--lora-ffn",), "--lora-ffn without --lora-rank"),
+        (("--source-lang", "de"), "the embedded phrasebook is ja->en"),
+        (("--source-lang", "x/y"), "--source-lang='x/y'"),
+        (
+            ("--target-lang", "ja", "--tsv", "p.tsv"),
+            "got --source-lang='ja' and --target-lang='ja'",
+        ),
+        (("--train-source", "a.de"), "`--train-source` needs `--train-target`"),
+        (("--train-source", "a", "--train-target", "b"), "the dev split has no files"),
+        (("--tsv", "p.tsv", "--test-source", "a", "--test-target", "b"), "either --tsv or"),
+        (("--tsv", "p.tsv", "--corpus-dir", "c"), "got --tsv='p.tsv' and --corpus-dir"),
+        (("--source-column", "1"), "--source-column=1 without --tsv"),
+        (("--tsv", "p.tsv", "--source-lang", "de"), "`--source-column` is needed"),
+        (("--tsv", "p.tsv", "--target-column", "-1"), "--target-column=-1"),
+        (("--tsv", "p.tsv", "--source-column", "0"), "must differ, both are 0"),
+        (("--dev-source", " ", "--dev-target", "b"), "--dev-source=' '"),
+        (("--separate-vocab", "--init-from", "run"), "--separate-vocab with --init-from='run'"),
+        (
+            (
+                "--separate-vocab",
+                "--hparams-override",
+                f"{TINY},shared_embedding_and_softmax_weights=True",
+            ),
+            "cannot set shared_embedding",
+        ),
     ],
 )
 def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, message):
@@ -54,25 +81,68 @@ def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, me
     assert not output.exists()
 
 
-def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch):
+def test_init_from_a_run_of_other_languages_is_refused(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    settings = {"source_lang": "ko", "target_lang": "en"}
+    (run / "run.json").write_text(json.dumps({"format": 1, "settings": settings}))
+    with pytest.raises(ValueError, match=r"`--init-from` is a ko->en run, got .*'ja'"):
+        train_command.main([*FAST, "--init-from", str(run), "--output", str(tmp_path / "new")])
+    assert not (tmp_path / "new").exists()
+
+
+def made_up_pairs(n, seed):
+    """Pairs of a made-up language pair xx -> yy: each xx word is written backwards and
+    capitalised in yy, in the same order (`ka mo` -> `Ak Om`)."""
+    rng = random.Random(seed)
+    words = ["ka", "mo", "ri", "tesu", "nabo", "luki", "sef", "ong"]
+    pairs = []
+    for _ in range(n):
+        sentence = [rng.choice(words) for _ in range(rng.randint(2, 5))]
+        pairs.append((" ".join(sentence), " ".join(w[::-1].capitalize() for w in sentence)))
+    return pairs
+
+
+# A model that learns the made-up pair in two short epochs (peak learning rate ~5e-3).
+LEARNS = (
+    "hidden_size=64,filter_size=128,num_heads=2,num_encoder_layers=1,num_decoder_layers=1,"
+    "max_length=16,learning_rate_warmup_steps=50,learning_rate_constant=0.3,"
+    "layer_prepostprocess_dropout=0.0"
+)
+
+
+def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch, capsys):
+    # A made-up pair xx -> yy, its train split in two shards (gzipped on the xx side), one
+    # vocabulary per language: the run learns it, and tfblocks-evaluate on the run folder
+    # reads its files and its two tokenizers as training did, to the same test BLEU.
     monkeypatch.setenv("HOME", str(tmp_path))  # `~` is tmp_path
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    splits = text.load_phrasebook(size=1000)
-    for split, size in (("train", 100), ("dev", 4), ("test", 2)):
-        pairs = splits[split][:size]
-        for side, language in enumerate(("ja", "en")):
-            if (split, language) != ("dev", "en"):  # missing: the first command fails
-                lines = "".join(pair[side] + "\n" for pair in pairs)
-                (corpus / f"{split}.{language}").write_text(lines, encoding="utf-8")
-    command = [*FAST, "--corpus-dir", "~/corpus", "--output", "~/run"]
-    with pytest.raises(FileNotFoundError, match=re.escape(str(corpus / "dev.en"))):
+    splits = {"train": made_up_pairs(2000, 0), "dev": made_up_pairs(8, 1)}
+    splits["test"] = made_up_pairs(30, 2)
+    for split, pairs in splits.items():
+        parts = [pairs[:1200], pairs[1200:]] if split == "train" else [pairs]
+        for side, language in enumerate(("xx", "yy")):
+            if (split, language) == ("dev", "yy"):  # missing: the first command fails
+                continue
+            for i, part in enumerate(parts):
+                data = "".join(pair[side] + "\n" for pair in part).encode("utf-8")
+                name = f"{split}.{language}"
+                if split == "train":
+                    name += f"-{i:05d}-of-00002" + (".gz" if language == "xx" else "")
+                    data = gzip.compress(data) if language == "xx" else data
+                (corpus / name).write_bytes(data)
+    command = [*TRAIN, "--source-lang", "xx", "--target-lang", "yy", "--corpus-dir", "~/corpus",
+               "--epochs", "2", "--hparams-override", LEARNS, "--batch-tokens", "512",
+               "--dev-sentences", "0", "--beam-size", "1", "--vocab-size", "60",
+               "--separate-vocab", "--output", "~/run"]  # fmt: skip
+    with pytest.raises(FileNotFoundError, match=re.escape(str(corpus / "dev.yy"))):
         train_command.main(command)
     assert not (tmp_path / "run").exists()  # the corpus is read first
 
     # A start that fails in the folder (before an epoch is recorded) binds nothing: the
     # next command may use other settings.
-    (corpus / "dev.en").write_text("".join(p[1] + "\n" for p in splits["dev"][:4]), "utf-8")
+    (corpus / "dev.yy").write_text("".join(p[1] + "\n" for p in splits["dev"]), "utf-8")
 
     def failing_tokenizer(*args, **kwargs):
         raise ValueError("the tokenizer failed")
@@ -88,7 +158,24 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch)
         train_command.main(command)
 
     metrics = train_command.main(command)
-    assert metrics["epochs"] == 1 and metrics["sentences"] == 2
+    assert metrics["epochs"] == 2 and metrics["sentences"] == 30
+    assert metrics["bleu"] >= 30.0, metrics  # 61.3 measured; an untrained model scores ~2
     settings = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
-    assert settings["vocab_size"] == 250 and settings["init_from"] is None
+    assert settings["vocab_size"] == 60 and settings["init_from"] is None
+    assert (settings["source_lang"], settings["target_lang"]) == ("xx", "yy")
     assert (tmp_path / "run" / "export" / "1" / "saved_model.pb").exists()
+    assert settings["separate_vocab"] is True
+    from tfblocks.models import load_preset, load_target_tokenizer
+
+    model, source_tokenizer, _ = load_preset(tmp_path / "run" / "model")
+    target_tokenizer = load_target_tokenizer(tmp_path / "run" / "model")
+    assert not model.shared_embedding_and_softmax_weights
+    ids = [
+        t.tokenize(["Oban Ak"]).flat_values.numpy() for t in (source_tokenizer, target_tokenizer)
+    ]
+    assert text.UNK_ID in ids[0] and text.UNK_ID not in ids[1]  # yy's letters are yy's own
+    run, test = tmp_path / "run", ("--src", corpus / "test.xx", "--ref", corpus / "test.yy")
+    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run, *test,
+                                  "--beam-size", "1")  # fmt: skip
+    assert status == 0 and json.loads(out)["bleu"] == metrics["bleu"], err[-2000:]
+    assert list(metrics["samples"]) == [source for source, _ in splits["test"][:2]]  # no ja

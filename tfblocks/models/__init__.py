@@ -3,7 +3,7 @@
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models.builders import build_language_model, build_transformer
 from tfblocks.models.hparams import PRESETS, HParams, hparams
-from tfblocks.models.preset import Preset, load_preset, save_preset
+from tfblocks.models.preset import Preset, load_preset, load_target_tokenizer, save_preset
 from tfblocks.models.transformer import Transformer, padding_mask, shift_right
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "build_transformer",
     "hparams",
     "load_preset",
+    "load_target_tokenizer",
     "padding_mask",
     "save_preset",
     "shift_right",

@@ -9,6 +9,9 @@ loaders read:
     path/tokenizer.json           a `keras_hub.tokenizers.SentencePieceTokenizer` config
     path/assets/tokenizer/vocabulary.spm   the SentencePiece model
     path/hparams.json             the `HParams` of the training recipe (tfblocks' own)
+    path/target_tokenizer.model   with separate vocabularies: the target side's
+                                  SentencePiece model (tfblocks' own; the KerasHub
+                                  tokenizer above is then the source side's)
     path/tfblocks_export.json     tfblocks' marker (see `tfblocks/_files.py`)
 
 so `tfblocks.Transformer.from_preset(path)` and
@@ -32,6 +35,7 @@ from tfblocks.models.transformer import Transformer
 from tfblocks.text import SubwordTokenizer
 
 HPARAMS_FILE = "hparams.json"
+TARGET_TOKENIZER_FILE = "target_tokenizer.model"
 KIND = "tfblocks-preset"
 
 
@@ -61,15 +65,18 @@ class Preset(NamedTuple):
     hparams: HParams | None
 
 
-def save_preset(model, tokenizer, path, hp=None):
+def save_preset(model, tokenizer, path, hp=None, target_tokenizer=None):
     """Writes `model`, `tokenizer` (and `hp`) to `path` in the KerasHub preset layout.
 
     Args:
         model: a `tfblocks.Transformer`.
-        tokenizer: its `tfblocks.text.SubwordTokenizer` (shared vocabulary).
+        tokenizer: its `tfblocks.text.SubwordTokenizer` (the shared vocabulary, or the
+            source side's when `target_tokenizer` is another one).
         path: the preset directory; refused if it exists and is not a preset written by
             tfblocks (see `tfblocks/_files.py`).
         hp: optional `HParams` of the training recipe, stored as `hparams.json`.
+        target_tokenizer: the target side's tokenizer when the vocabularies are separate
+            (`load_target_tokenizer` reads it back); None or `tokenizer`: shared.
 
     Returns:
         `path`, absolute.
@@ -91,11 +98,14 @@ def save_preset(model, tokenizer, path, hp=None):
         raise ValueError(
             f"`model` must be a tfblocks.Transformer, got {type(model).__name__} '{model.name}'."
         )
-    if tokenizer.vocabulary_size > model.vocab_size:
-        raise ValueError(
-            f"`tokenizer` has {tokenizer.vocabulary_size} ids but the model's vocabulary has "
-            f"only {model.vocab_size}."
-        )
+    if target_tokenizer is tokenizer:
+        target_tokenizer = None
+    for name, value in (("tokenizer", tokenizer), ("target_tokenizer", target_tokenizer)):
+        if value is not None and value.vocabulary_size > model.vocab_size:
+            raise ValueError(
+                f"`{name}` has {value.vocabulary_size} ids but the model's vocabulary has "
+                f"only {model.vocab_size}."
+            )
     if hp is not None and not isinstance(hp, HParams):
         raise ValueError(f"`hp` must be an HParams or None, got {type(hp).__name__}.")
 
@@ -106,6 +116,8 @@ def save_preset(model, tokenizer, path, hp=None):
         if hp is not None:
             with open(os.path.join(staging, HPARAMS_FILE), "w", encoding="utf-8") as f:
                 json.dump(dataclasses.asdict(hp), f, indent=2)
+        if target_tokenizer is not None:
+            target_tokenizer.save(os.path.join(staging, TARGET_TOKENIZER_FILE))
 
     return replace_directory(path, write, kind=KIND)
 
@@ -145,6 +157,20 @@ def load_preset(path):
     keras_tokenizer = TransformerTokenizer.from_preset(path)
     tokenizer = SubwordTokenizer(keras_tokenizer.proto)
     return Preset(model, tokenizer, hp)
+
+
+def load_target_tokenizer(path):
+    """The target side's `SubwordTokenizer` of the preset at `path` when it was saved
+    with separate vocabularies, else None (the vocabulary is `load_preset`'s shared one).
+
+    Example:
+
+    >>> import tempfile, os
+    >>> load_target_tokenizer(tempfile.mkdtemp()) is None
+    True
+    """
+    file = os.path.join(os.fspath(path), TARGET_TOKENIZER_FILE)
+    return SubwordTokenizer.load(file) if os.path.isfile(file) else None
 
 
 def _load_hparams(path):

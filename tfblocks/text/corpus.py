@@ -14,6 +14,13 @@ import os
 import random
 import re
 
+from tfblocks.text.lines import (
+    aligned_lines,
+    file_language,
+    file_lines,
+    invalid_utf8,
+    language_files,
+)
 from tfblocks.text.phrasebook import load_phrasebook
 
 # Whitespace that does not sit between two ASCII letters/digits.
@@ -81,9 +88,8 @@ def remove_japanese_spaces(text):
 
 
 def _read_lines(path):
-    """The decoded lines of a file (without line ends); errors name the file and line."""
-    with open(path, "rb") as f:
-        return decode_lines(f.read(), os.fspath(path))
+    """The decoded lines of a file (plain or `.gz`); errors name the file and line."""
+    return [line for _, line in file_lines(path)]
 
 
 def decode_lines(data, name):
@@ -97,10 +103,7 @@ def decode_lines(data, name):
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise ValueError(
-            f"{name}, line {line}: invalid UTF-8 ({error.reason}, "
-            f"byte {data[error.start : error.start + 1]!r})."
-        ) from None
+        raise invalid_utf8(name, line, data, error) from None
     return split_lines(text)
 
 
@@ -127,8 +130,9 @@ def _check_flag(name, value):
 
 
 def _removes_spaces(path, flag):
-    """The readers' rule: join pre-tokenized Japanese when asked, or by default in `*.ja`."""
-    return os.fspath(path).endswith(".ja") if flag is None else flag
+    """The readers' rule: join pre-tokenized Japanese when asked, or by default in a file
+    whose language suffix is `ja` (`x.ja`, `x.ja.gz`, `x.ja-00000-of-00002`)."""
+    return file_language(path) == "ja" if flag is None else flag
 
 
 def read_sentences(path, *, remove_spaces=None):
@@ -166,9 +170,11 @@ def read_sentences(path, *, remove_spaces=None):
     return [remove_japanese_spaces(line) for line in lines]
 
 
-def _collect(rows, paths, lines, remove_source_spaces, remove_target_spaces):
-    pairs, skipped = [], 0
+def _collect(rows, paths, remove_source_spaces, remove_target_spaces):
+    """A `Corpus` of `rows` (an iterable of `(source, target)`, one per line read)."""
+    pairs, lines, skipped = [], 0, 0
     for source, target in rows:
+        lines += 1
         source = remove_japanese_spaces(source) if remove_source_spaces else source.strip()
         target = remove_japanese_spaces(target) if remove_target_spaces else target.strip()
         if source and target:
@@ -178,22 +184,38 @@ def _collect(rows, paths, lines, remove_source_spaces, remove_target_spaces):
     return Corpus(pairs, lines, skipped, tuple(os.fspath(p) for p in paths))
 
 
+def _file_list(name, value):
+    """`value` (one path, or a list of paths read in order) as a non-empty list."""
+    paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+    if not paths or not all(isinstance(p, (str, os.PathLike)) for p in paths):
+        raise ValueError(
+            f"`{name}` must be a path or a non-empty list of paths, got {name}={value!r}."
+        )
+    return paths
+
+
 def read_parallel(src_path, tgt_path, *, remove_source_spaces=None, remove_target_spaces=None):
     """Reads line-aligned files: line N of `src_path` translates to line N of `tgt_path`.
 
+    Each side is one file or a list of files read in order (shards; each plain or gzipped,
+    `*.gz`); the files are streamed line by line. With as many files on each side, file i
+    of one side is aligned with file i of the other.
+
     Args:
-        src_path: source-language file (e.g. `train.ja`), UTF-8, one sentence a line.
-        tgt_path: target-language file (e.g. `train.en`) with the same number of lines.
+        src_path: source-language file(s) (e.g. `train.ja`), UTF-8, one sentence a line.
+        tgt_path: target-language file(s) (e.g. `train.en`) with the same number of lines.
         remove_source_spaces: join pre-tokenized Japanese on the source side
-            (`remove_japanese_spaces`); None (default) means "if `src_path` ends in `.ja`".
+            (`remove_japanese_spaces`); None (default) means "if the first source file's
+            language suffix is `ja`" (`x.ja`, `x.ja.gz`, `x.ja-00000-of-00004`).
         remove_target_spaces: the same for the target side.
 
     Returns:
         A `Corpus`; pairs with an empty side are skipped and counted in `skipped_empty`.
 
     Raises:
-        ValueError: if the files have different line counts (both files and counts are named) or
-            a file is not valid UTF-8 (file and line are named).
+        ValueError: if the sides differ in length (both files, their line counts and the
+            line where one ends are named), a file is not valid UTF-8 (file and line are
+            named), a `.gz` file is not gzip data, or a shard of several is empty.
 
     Example:
 
@@ -205,19 +227,13 @@ def read_parallel(src_path, tgt_path, *, remove_source_spaces=None, remove_targe
     >>> corpus.pairs, corpus.skipped_empty
     ([('今日のランチはカレーだ。', "Today's lunch is curry.")], 1)
     """
+    sources, targets = _file_list("src_path", src_path), _file_list("tgt_path", tgt_path)
     _check_flag("remove_source_spaces", remove_source_spaces)
     _check_flag("remove_target_spaces", remove_target_spaces)
-    remove_source_spaces = _removes_spaces(src_path, remove_source_spaces)
-    remove_target_spaces = _removes_spaces(tgt_path, remove_target_spaces)
-    sources, targets = _read_lines(src_path), _read_lines(tgt_path)
-    if len(sources) != len(targets):
-        raise ValueError(
-            f"Line-aligned files differ in length: {os.fspath(src_path)} has {len(sources)} "
-            f"lines but {os.fspath(tgt_path)} has {len(targets)} lines."
-        )
-    rows = zip(sources, targets, strict=True)
-    paths = (src_path, tgt_path)
-    return _collect(rows, paths, len(sources), remove_source_spaces, remove_target_spaces)
+    remove_source_spaces = _removes_spaces(sources[0], remove_source_spaces)
+    remove_target_spaces = _removes_spaces(targets[0], remove_target_spaces)
+    rows = aligned_lines(sources, targets)
+    return _collect(rows, (*sources, *targets), remove_source_spaces, remove_target_spaces)
 
 
 def read_tsv(
@@ -254,21 +270,22 @@ def read_tsv(
         raise ValueError(f"`src_column` and `tgt_column` must differ, both are {src_column}.")
     _check_flag("remove_source_spaces", remove_source_spaces)
     _check_flag("remove_target_spaces", remove_target_spaces)
-    lines = _read_lines(path)
     needed = max(src_column, tgt_column) + 1
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            rows.append(("", ""))
-            continue
-        columns = line.split("\t")
-        if len(columns) < needed:
-            raise ValueError(
-                f"{os.fspath(path)}, line {number}: expected at least {needed} tab-separated "
-                f"columns, found {len(columns)}."
-            )
-        rows.append((columns[src_column], columns[tgt_column]))
-    return _collect(rows, (path,), len(lines), remove_source_spaces, remove_target_spaces)
+
+    def rows():
+        for number, line in file_lines(path):
+            if not line.strip():
+                yield "", ""
+                continue
+            columns = line.split("\t")
+            if len(columns) < needed:
+                raise ValueError(
+                    f"{os.fspath(path)}, line {number}: expected at least {needed} "
+                    f"tab-separated columns, found {len(columns)}."
+                )
+            yield columns[src_column], columns[tgt_column]
+
+    return _collect(rows(), (path,), remove_source_spaces, remove_target_spaces)
 
 
 def _split_pairs(pairs, seed, held_out=0.02):
@@ -279,36 +296,93 @@ def _split_pairs(pairs, seed, held_out=0.02):
     return {"train": pairs[2 * n :], "dev": pairs[:n], "test": pairs[n : 2 * n]}
 
 
-def load_splits(corpus_dir=None, tsv=None, source="ja", target="en", seed=0):
-    """Train/dev/test `(source, target)` pairs.
+SPLITS = ("train", "dev", "test")
+# The manythings/Tatoeba layout `English<TAB>Japanese<TAB>attribution`: column by language.
+MANYTHINGS_COLUMNS = {"en": 0, "ja": 1}
+_LANGUAGE = re.compile(r"[A-Za-z][A-Za-z0-9_]*(-[A-Za-z0-9_]+)*")
+_SHARD_SUFFIX = re.compile(r"-\d+-of-\d+$")  # `xx-00000-of-00002` would read as a shard
+
+
+def check_language(name, value):
+    """Returns `value` if it can be a language suffix of file names (`de`, `zh-Hans`,
+    `pt_BR`), else raises a ValueError naming `name`."""
+    if not isinstance(value, str) or not _LANGUAGE.fullmatch(value) or _SHARD_SUFFIX.search(value):
+        raise ValueError(
+            f"`{name}` must be a language code such as de or zh-Hans (letters, digits, "
+            f"_ and -), got {name}={value!r}."
+        )
+    return value
+
+
+def load_splits(
+    corpus_dir=None, tsv=None, source="ja", target="en", seed=0, *, files=None, tsv_columns=None
+):
+    """Train/dev/test `(source, target)` pairs of any language pair.
+
+    Pre-tokenized Japanese is joined (`remove_japanese_spaces`) on a side whose language
+    is `ja`, in line-aligned files; TSV rows are read as they are.
 
     Args:
-        corpus_dir: a folder with line-aligned `{train,dev,test}.{source,target}`
-            files (e.g. small_parallel_enja; spaces in `.ja` files are removed).
-        tsv: a Tatoeba/manythings file `English<TAB>Japanese<TAB>attribution`;
-            2 % of it is held out for dev and test.
-        source: source language suffix.
-        target: target language suffix.
+        corpus_dir: a folder with line-aligned `{train,dev,test}.{source,target}` files;
+            each may instead be gzipped (`train.de.gz`) or split into shards
+            (`train.de-00000-of-00008`, ...; shard i of the source aligned with shard i
+            of the target). All files are found before any is read.
+        tsv: a tab-separated file of pairs (by default manythings'
+            `English<TAB>Japanese<TAB>attribution`); 2 % of it is held out for dev and test.
+        source: source language, the suffix of its files.
+        target: target language.
         seed: seed of the phrasebook / of the TSV split.
+        files: `{split: (source_files, target_files)}` (lists of paths, read in order)
+            for splits given as files; the other splits come from `corpus_dir`.
+        tsv_columns: `(source_column, target_column)` of `tsv`, 0-based; default the
+            manythings columns of `source` and `target` (en 0, ja 1).
 
     Returns:
-        `{"train": [...], "dev": [...], "test": [...]}`; the embedded phrasebook when
-        neither `corpus_dir` nor `tsv` is given.
+        `{"train": [...], "dev": [...], "test": [...]}` of `(source, target)` pairs; the
+        embedded phrasebook when no corpus is given.
+
+    Raises:
+        FileNotFoundError: a file is missing (its path is named).
+        ValueError: unreadable or misaligned files (see `read_parallel`), a split with
+            neither files nor `corpus_dir`, or a TSV without columns for the languages.
     """
-    if corpus_dir and tsv:
-        raise ValueError("Give either `corpus_dir` or `tsv`, not both.")
-    if corpus_dir:
-        return {
-            split: list(
-                read_parallel(
-                    os.path.join(corpus_dir, f"{split}.{source}"),
-                    os.path.join(corpus_dir, f"{split}.{target}"),
-                )
-            )
-            for split in ("train", "dev", "test")
-        }
+    check_language("source", source)
+    check_language("target", target)
+    files = dict(files or {})
+    unknown = set(files) - set(SPLITS)
+    if unknown:
+        raise ValueError(f"`files` has splits {sorted(unknown)}, expected some of {SPLITS}.")
+    if tsv and (corpus_dir or files):
+        raise ValueError(
+            "Give either `tsv` or line-aligned files (`corpus_dir`, `files`), not both."
+        )
     if tsv:
-        columns = {"en": 0, "ja": 1}
-        corpus = read_tsv(tsv, src_column=columns[source], tgt_column=columns[target])
+        if tsv_columns is None:
+            if source not in MANYTHINGS_COLUMNS or target not in MANYTHINGS_COLUMNS:
+                raise ValueError(
+                    f"the TSV columns of {source!r} and {target!r} are unknown (manythings "
+                    f"files have {MANYTHINGS_COLUMNS}); give `tsv_columns`."
+                )
+            tsv_columns = (MANYTHINGS_COLUMNS[source], MANYTHINGS_COLUMNS[target])
+        corpus = read_tsv(tsv, src_column=tsv_columns[0], tgt_column=tsv_columns[1])
         return _split_pairs(corpus, seed)
-    return load_phrasebook(seed=seed)
+    if not corpus_dir and not files:
+        return load_phrasebook(seed=seed)
+    for split in SPLITS:  # every file is found before the first is read
+        if split not in files:
+            if not corpus_dir:
+                raise ValueError(f"the {split} split has no files: give them, or `corpus_dir`.")
+            files[split] = (
+                language_files(corpus_dir, split, source),
+                language_files(corpus_dir, split, target),
+            )
+    return {
+        split: list(
+            read_parallel(
+                *files[split],
+                remove_source_spaces=source == "ja",
+                remove_target_spaces=target == "ja",
+            )
+        )
+        for split in SPLITS
+    }

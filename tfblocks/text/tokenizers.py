@@ -91,6 +91,9 @@ class SubwordTokenizer(tf.Module):
     def detokenize(self, ids):
         """Turns padded id rows back into strings, stopping at EOS and skipping pad and BOS.
 
+        Ids this vocabulary does not have (a model whose output layer is larger, e.g. one
+        vocabulary size for a source and a target tokenizer) are skipped too.
+
         Args:
             ids: int32 `[batch, length]`; pad with 0 (for a ragged tensor, `ids.to_tensor()`).
 
@@ -100,6 +103,7 @@ class SubwordTokenizer(tf.Module):
         # [B, T]: True up to (not including) the first EOS of each row.
         before_eos = tf.math.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1) == 0
         keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
+        keep &= ids < self.vocabulary_size
         return self._sentencepiece().detokenize(tf.ragged.boolean_mask(ids, keep))
 
     def save(self, path):

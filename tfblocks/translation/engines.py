@@ -250,8 +250,12 @@ def _load_presets(presets):
     from tfblocks.decoding import Ensemble
     from tfblocks.models.preset import TransformerTokenizer
 
-    # The tokenizers first: a mismatch is reported before any model loads.
-    protos = [TransformerTokenizer.from_preset(preset).proto for preset in presets]
+    # The tokenizers first (with separate vocabularies, the target's too): a mismatch is
+    # reported before any model loads.
+    protos = [
+        (TransformerTokenizer.from_preset(preset).proto, _target_proto(preset))
+        for preset in presets
+    ]
     for preset, proto in zip(presets[1:], protos[1:], strict=True):
         if proto != protos[0]:
             raise ValueError(
@@ -263,18 +267,30 @@ def _load_presets(presets):
     return model, loaded[0].tokenizer, loaded[0].hparams
 
 
+def _target_proto(preset):
+    """The bytes of a preset's target tokenizer (separate vocabularies), or None."""
+    from tfblocks.models import load_target_tokenizer
+
+    target = load_target_tokenizer(preset)
+    return None if target is None else target.proto
+
+
 def _preset_translator(preset, max_length, strategy=None, num_hypotheses=1):
     """`(Translator, max_length)` of the preset at `preset` (its run's `max_length`
     unless `max_length` is given), or of the `Ensemble` of a list of presets (the
     first one's `max_length`)."""
+    from tfblocks.models import load_target_tokenizer
     from tfblocks.serving import Translator
 
     model, tokenizer, hp = _load_presets(preset)
+    first = preset[0] if isinstance(preset, list) else preset
+    target_tokenizer = load_target_tokenizer(first) or tokenizer  # separate vocabularies
     default = hp.max_length if hp is not None else 256
     length = default if max_length is None else max_length
     translator = Translator(
-        model, tokenizer, tokenizer, length, strategy=strategy, num_hypotheses=num_hypotheses
-    )
+        model, tokenizer, target_tokenizer, length, strategy=strategy,
+        num_hypotheses=num_hypotheses,
+    )  # fmt: skip
     return translator, length
 
 

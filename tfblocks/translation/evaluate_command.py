@@ -5,9 +5,10 @@ against `--ref` (the same number of lines) with sacrebleu: corpus BLEU (13a, cas
 chrF, and the share of exact matches. Prints one JSON object to standard output.
 
 Both files are read as `tfblocks-train` reads a corpus: the spaces between the tokens of
-pre-tokenized Japanese in a file named *.ja (small_parallel_enja's test.ja) are removed,
-so the scores are those training reported for the same split (`--japanese-spaces`
-changes this for --src only).
+pre-tokenized Japanese (small_parallel_enja's test.ja) are removed from a side whose
+language the model's run recorded as ja (for a model without recorded languages: from a
+file named *.ja), so the scores are those training reported for the same split
+(`--japanese-spaces` changes this for --src only).
 
 Example:
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en
@@ -52,11 +53,12 @@ def main(argv=None):
     args = parse_args(argv)
     from tfblocks.translation import engines, evaluation
     from tfblocks.translation.in_batches import translate_in_batches
-    from tfblocks.translation.translate_command import read_input
+    from tfblocks.translation.translate_command import model_languages, read_input
 
-    sources = read_input(args.src, args.japanese_spaces)
+    source, target = model_languages(args.model) or (None, None)
+    sources = read_input(args.src, args.japanese_spaces, language=source)
     # Joined as training joined its targets; --japanese-spaces is not for --ref.
-    references = read_input(args.ref, "auto", advise=False)
+    references = read_input(args.ref, "auto", advise=False, language=target)
     if len(sources) != len(references):
         raise ValueError(
             f"--src and --ref must have the same number of lines, got {len(sources)} "

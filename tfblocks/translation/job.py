@@ -167,19 +167,25 @@ def _dev_scores(translator, pairs):
     return {"dev_bleu": metrics["bleu"], "dev_chrf": metrics["chrf"]}
 
 
-def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbacks=(), log=print):
+def train_run(
+    folder, splits, tokenizer, hp, options, init_weights=None, callbacks=(), log=print,
+    target_tokenizer=None,
+):  # fmt: skip
     """Trains (or continues) the run in `folder`; returns `(model, report)`.
 
     Args:
         folder: a `RunFolder`.
         splits: `{"train", "dev", ...}` lists of `(source, target)` pairs.
-        tokenizer: the shared `SubwordTokenizer`.
+        tokenizer: the shared `SubwordTokenizer` (the source side's with
+            `target_tokenizer`).
         hp: the `HParams`.
         options: `TrainingOptions`.
         init_weights: optional .npz of weights to start from (fine-tuning) when the
             folder has no finished epoch yet.
         callbacks: further Keras callbacks for every epoch's `fit`.
         log: where progress lines go.
+        target_tokenizer: the target side's tokenizer (separate vocabularies); None:
+            `tokenizer` is shared.
 
     Returns:
         The float32 model holding the final weights (best dev BLEU, or their average, or
@@ -229,16 +235,18 @@ def train_run(folder, splits, tokenizer, hp, options, init_weights=None, callbac
             assign_weights(serving, weights)
         return weights
 
+    target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
+
     def dataset(pairs, seed, shuffle=True, scale=1):
         return make_dataset(
-            pairs, tokenizer, tokenizer, batch_tokens=options.batch_tokens * scale,
+            pairs, tokenizer, target_tokenizer, batch_tokens=options.batch_tokens * scale,
             max_length=hp.max_length, shuffle=shuffle, seed=seed,
             shapes=options.shapes,
         )  # fmt: skip
 
     dev = dataset(splits["dev"], None, shuffle=False)
     dev_pairs = splits["dev"][: options.dev_sentences]
-    translator = Translator(serving, tokenizer, tokenizer, hp.max_length, strategy=Greedy())
+    translator = Translator(serving, tokenizer, target_tokenizer, hp.max_length, strategy=Greedy())
 
     logdir = folder.join("logs")
     writer = tf.summary.create_file_writer(os.path.join(logdir, "validation"))

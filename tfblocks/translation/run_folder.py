@@ -3,9 +3,13 @@
 Layout of `--output DIR` (everything in it is written by tfblocks; nothing else there is
 touched):
 
-    DIR/run.json                 what the folder was made with: corpus fingerprint,
-                                 tokenizer (vocab size, model type), HParams, seed
-    DIR/tokenizer.model          the shared SentencePiece model
+    DIR/run.json                 what the folder was made with: corpus fingerprint, source
+                                 and target languages (`run_languages`; tfblocks-translate
+                                 and -evaluate follow them), tokenizer (vocab size, model
+                                 type), HParams, seed
+    DIR/tokenizer.model          the shared SentencePiece model (the source side's with
+                                 --separate-vocab)
+    DIR/target_tokenizer.model   with --separate-vocab: the target side's
     DIR/state/training.weights.h5   model + optimizer after the last finished epoch
     DIR/state/variables.npz      under LoRA: the model's variables as they are (the .h5
                                  holds merged kernels and no adapters)
@@ -58,6 +62,7 @@ except ImportError:  # Windows: no advisory locks of this kind
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
+TARGET_TOKENIZER_FILE = "target_tokenizer.model"
 LOCK_FILE = "run.lock"
 PROGRESS_FILE = os.path.join("state", "progress.json")
 STATE_FILE = os.path.join("state", "training.weights.h5")
@@ -306,6 +311,29 @@ def check_output(path):
                 f"{RUN_FILE}), got output={path!r}; choose an empty or new folder."
             )
     return absolute
+
+
+def run_languages(path):
+    """`(source, target)`: the languages recorded by the run whose folder is `path`, or
+    whose `model/` or `export/N` is `path`; None when unknown (no run folder there, or
+    one that recorded no languages). Reads only `run.json`."""
+    path = os.path.abspath(os.fspath(path))
+    folders = [path]
+    parent = os.path.dirname(path)
+    if os.path.basename(path) == "model":
+        folders.append(parent)
+    if os.path.basename(parent) == "export":
+        folders.append(os.path.dirname(parent))
+    for folder in folders:
+        try:
+            with open(os.path.join(folder, RUN_FILE), encoding="utf-8") as f:
+                settings = json.load(f).get("settings") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        languages = (settings.get("source_lang"), settings.get("target_lang"))
+        if all(isinstance(language, str) for language in languages):
+            return languages
+    return None
 
 
 def _lock(lock_path, path):

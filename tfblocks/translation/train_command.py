@@ -19,16 +19,33 @@ Examples:
       --hparams transformer_small --epochs 20 --output runs/enja
   tfblocks-train --corpus-dir new_domain --init-from runs/enja --epochs 5 --output runs/ft
   tfblocks-train --corpus-dir new_domain --init-from runs/enja --lora-rank 8 --output runs/lora
+  tfblocks-train --source-lang de --target-lang en --corpus-dir wmt_de_en --output runs/deen
+  tfblocks-train --source-lang de --target-lang en \\
+      --train-source 'wmt/train.de-*' --train-target 'wmt/train.en-*' \\
+      --dev-source wmt/dev.de.gz --dev-target wmt/dev.en.gz \\
+      --test-source wmt/test.de --test-target wmt/test.en --output runs/deen
+  tfblocks-train --tsv pairs.tsv --source-lang fr --target-lang en \\
+      --source-column 1 --target-column 0 --output runs/fren
 """
 
 import argparse
 import os
 import tempfile
+from typing import NamedTuple
 
 from tfblocks import _checks
+from tfblocks.text.corpus import SPLITS
 from tfblocks.text.dataset import SHAPES
 from tfblocks.training.precision import POLICIES
 from tfblocks.translation.console import run_command
+from tfblocks.translation.corpus_options import (
+    FILE_FLAGS,
+    add_corpus_arguments,
+    check_corpus_arguments,
+    corpus_origin,
+    flag_name,
+    read_corpus,
+)
 
 
 def parse_args(argv=None):
@@ -39,9 +56,7 @@ def parse_args(argv=None):
         epilog=__doc__.split("\n\n", 1)[1],
     )
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
-    data = parser.add_mutually_exclusive_group()
-    data.add_argument("--corpus-dir", help="folder with {train,dev,test}.{ja,en}")
-    data.add_argument("--tsv", help="Tatoeba/manythings file: English<TAB>Japanese<TAB>...")
+    add_corpus_arguments(parser)
     parser.add_argument("--hparams", default="transformer_tiny", help="t2t preset name")
     parser.add_argument(
         "--hparams-override",
@@ -62,6 +77,12 @@ def parse_args(argv=None):
         "0.999); the average gives dev BLEU, the final model and the export",
     )  # fmt: skip
     parser.add_argument("--vocab-size", type=int, default=1000)
+    parser.add_argument(
+        "--separate-vocab", action="store_true",
+        help="one SentencePiece vocabulary per language (each of --vocab-size) and untied "
+        "source, target and softmax embeddings (default: t2t's one shared vocabulary and "
+        "tied embeddings); not with --init-from, which keeps its run's",
+    )  # fmt: skip
     parser.add_argument("--tokenizer-model", default="bpe", choices=["bpe", "unigram"])
     parser.add_argument(
         "--strategy", default="auto", choices=["auto", "default", "mirrored", "multi_worker", "tpu"]
@@ -111,10 +132,13 @@ def parse_args(argv=None):
     parser.add_argument("--limit-test", type=int, default=None, help="evaluate only N pairs")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    for name in ("output", "init_from", "corpus_dir", "tsv"):  # `~/runs/x` as a shell would
+    for name in PATH_FLAGS:  # `~/runs/x` as a shell would
         if getattr(args, name):
             setattr(args, name, os.path.expanduser(getattr(args, name)))
     return args
+
+
+PATH_FLAGS = ("output", "init_from", "corpus_dir", "tsv")  # `~` is expanded in each
 
 
 def check_arguments(args):
@@ -141,6 +165,11 @@ def check_arguments(args):
             "`--lora-rank` fine-tunes a trained model and needs --init-from, got "
             f"--lora-rank={args.lora_rank} without --init-from."
         )
+    if args.separate_vocab and args.init_from is not None:
+        raise ValueError(
+            "`--separate-vocab` makes new vocabularies; --init-from keeps its run's, got "
+            f"--separate-vocab with --init-from={args.init_from!r}."
+        )
     if args.lora_ffn and args.lora_rank is None:
         raise ValueError("`--lora-ffn` needs --lora-rank, got --lora-ffn without --lora-rank.")
     if args.early_stopping is not None and args.dev_sentences == 0:
@@ -148,14 +177,26 @@ def check_arguments(args):
             "`--early-stopping` needs dev BLEU, got --early-stopping="
             f"{args.early_stopping} with --dev-sentences=0."
         )
-    for flag in ("output", "init_from", "corpus_dir", "tsv"):
+    for flag in PATH_FLAGS + FILE_FLAGS:
         value = getattr(args, flag)
         if value is not None and not value.strip():
-            name = f"--{flag.replace('_', '-')}"
-            raise ValueError(f"`{name}` must name a path, got {name}={value!r}.")
+            raise ValueError(
+                f"`{flag_name(flag)}` must name a path, got {flag_name(flag)}={value!r}."
+            )
+    check_corpus_arguments(args)
+    if args.init_from is not None:
+        from tfblocks.translation.run_folder import run_languages
+
+        recorded = run_languages(args.init_from)
+        if recorded is not None and recorded != (args.source_lang, args.target_lang):
+            raise ValueError(
+                f"`--init-from` is a {recorded[0]}->{recorded[1]} run, got "
+                f"--init-from={args.init_from!r} with --source-lang={args.source_lang!r} "
+                f"--target-lang={args.target_lang!r}."
+            )
 
 
-def check_hparams(hp, overrides, batch_tokens):
+def check_hparams(hp, overrides, batch_tokens, separate_vocab=False):
     """Refuses HParams that `tfblocks-train` cannot train with (`hp` checked its own fields)."""
     for field, flag, why in (
         ("vocab_size", "--vocab-size", " (the tokenizer sets it)"),
@@ -170,6 +211,11 @@ def check_hparams(hp, overrides, batch_tokens):
         raise ValueError(
             f"`--hparams-override` max_length must be at least 2, got max_length={hp.max_length}."
         )
+    if separate_vocab and overrides.get("shared_embedding_and_softmax_weights"):
+        raise ValueError(
+            "`--separate-vocab` unties the embeddings: --hparams-override cannot set "
+            "shared_embedding_and_softmax_weights=True with it."
+        )
     if batch_tokens < hp.max_length:  # a batch must hold a longest pair
         raise ValueError(
             f"`--batch-tokens` must be at least max_length={hp.max_length}, got "
@@ -179,13 +225,19 @@ def check_hparams(hp, overrides, batch_tokens):
 
 def check_splits(splits, args):
     """Refuses a corpus with an empty train, dev or test split (after the limits)."""
-    source = (
-        f"--corpus-dir={args.corpus_dir!r}" if args.corpus_dir
-        else f"--tsv={args.tsv!r}" if args.tsv else "the phrasebook"
-    )  # fmt: skip
-    for split in ("train", "dev", "test"):
+    for split in SPLITS:
         if not splits[split]:
-            raise ValueError(f"the {split} split of {source} has no sentence pairs.")
+            raise ValueError(
+                f"the {split} split of {corpus_origin(args, split)} has no sentence pairs."
+            )
+
+
+class Init(NamedTuple):
+    """What `--init-from` gives: the model and its tokenizers (target: None if shared)."""
+
+    model: object
+    tokenizer: object
+    target_tokenizer: object
 
 
 def main(argv=None):
@@ -193,9 +245,8 @@ def main(argv=None):
     check_arguments(args)
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
-    from tfblocks import text
     from tfblocks.decoding import beam_or_greedy
-    from tfblocks.models import hparams, load_preset
+    from tfblocks.models import hparams, load_preset, load_target_tokenizer
     from tfblocks.models.hparams import parse_overrides
     from tfblocks.translation import job
     from tfblocks.translation.run_folder import RunFolder, check_output
@@ -203,7 +254,8 @@ def main(argv=None):
     # Everything that can be refused is refused before the run folder is created or touched.
     override_text = job.DEMO_OVERRIDES if args.hparams_override is None else args.hparams_override
     overrides = parse_overrides(override_text)
-    check_hparams(hparams(args.hparams, **overrides), overrides, args.batch_tokens)
+    hp = hparams(args.hparams, **overrides)
+    check_hparams(hp, overrides, args.batch_tokens, args.separate_vocab)
     beam_or_greedy(args.beam_size, args.alpha)
     options = job.TrainingOptions(
         epochs=args.epochs,
@@ -225,14 +277,17 @@ def main(argv=None):
     timer = job.Timer()
 
     with timer("data"):
-        splits = text.load_splits(args.corpus_dir, args.tsv, seed=args.seed)
+        splits = read_corpus(args)
         splits["train"] = splits["train"][: args.limit_train]
         splits["test"] = splits["test"][: args.limit_test]
         check_splits(splits, args)
         init = None
         if args.init_from:
-            init = load_preset(os.path.join(args.init_from, "model"))
-            if init.model.get_config()["vocab_size"] != init.tokenizer.vocabulary_size:
+            preset = os.path.join(args.init_from, "model")
+            model, tokenizer, _ = load_preset(preset)
+            init = Init(model, tokenizer, load_target_tokenizer(preset))
+            sizes = [t.vocabulary_size for t in init[1:] if t is not None]
+            if init.model.get_config()["vocab_size"] != max(sizes):
                 raise ValueError(
                     "the --init-from model's vocabulary does not match its tokenizer, got "
                     f"--init-from={args.init_from!r}."
@@ -252,10 +307,13 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
     from tfblocks.models.preset import KIND
     from tfblocks.serving import Translator
     from tfblocks.translation import evaluation, job
+    from tfblocks.translation.run_folder import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 
     with timer("data"):
         settings = {
             "corpus": job.corpus_fingerprint(splits["train"]),
+            "source_lang": args.source_lang,
+            "target_lang": args.target_lang,
             "vocab_size": args.vocab_size,
             "tokenizer_model": args.tokenizer_model,
             "hparams": args.hparams,
@@ -266,26 +324,44 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
             "ema": args.ema,
             "lora_rank": args.lora_rank,
             "lora_ffn": args.lora_ffn,
+            "separate_vocab": args.separate_vocab,
         }
         # None: a new folder, or one whose start failed before an epoch was recorded.
         saved = folder.check_settings(settings, must_match=list(settings))
-        tokenizer_path = folder.join("tokenizer.model")
+        # The source (or shared) tokenizer, and with separate vocabularies the target's.
+        paths = [folder.join(TOKENIZER_FILE), folder.join(TARGET_TOKENIZER_FILE)]
+        if not args.separate_vocab and (init is None or init.target_tokenizer is None):
+            paths.pop()
         if init is not None:
-            tokenizer = init.tokenizer
-        elif saved is not None and os.path.exists(tokenizer_path):
-            tokenizer = text.SubwordTokenizer.load(tokenizer_path)
+            tokenizers = [init.tokenizer, init.target_tokenizer]
+        elif saved is not None and all(os.path.exists(p) for p in paths):
+            tokenizers = [text.SubwordTokenizer.load(p) for p in paths]
         else:
-            tokenizer, _ = text.train_tokenizers(
-                splits["train"], vocab_size=args.vocab_size, model_type=args.tokenizer_model
-            )
-        if saved is None or not os.path.exists(tokenizer_path):
-            replace_file(tokenizer_path, tokenizer.save)
+            tokenizers = text.train_tokenizers(
+                splits["train"], vocab_size=args.vocab_size, model_type=args.tokenizer_model,
+                shared=not args.separate_vocab,
+            )  # fmt: skip
+        tokenizer, target_tokenizer = tokenizers[0], tokenizers[-1] or tokenizers[0]
+        for path, made in zip(paths, (tokenizer, target_tokenizer), strict=False):
+            if saved is None or not os.path.exists(path):
+                replace_file(path, made.save)
     sizes = {k: len(v) for k, v in splits.items()}
-    print(f"pairs {sizes}; shared vocabulary {tokenizer.vocabulary_size} ({args.tokenizer_model})")
+    if target_tokenizer is tokenizer:
+        vocabulary = f"shared vocabulary {tokenizer.vocabulary_size}"
+    else:
+        vocabulary = (
+            f"vocabularies {tokenizer.vocabulary_size} ({args.source_lang}) and "
+            f"{target_tokenizer.vocabulary_size} ({args.target_lang})"
+        )
+    print(f"pairs {sizes}; {vocabulary} ({args.tokenizer_model})")
 
+    untied = (
+        {} if target_tokenizer is tokenizer else {"shared_embedding_and_softmax_weights": False}
+    )
     hp = hparams(
-        args.hparams, vocab_size=tokenizer.vocabulary_size,
-        accumulate_steps=args.accumulate_steps, **overrides,
+        args.hparams,
+        vocab_size=max(tokenizer.vocabulary_size, target_tokenizer.vocabulary_size),
+        accumulate_steps=args.accumulate_steps, **{**overrides, **untied},
     )  # fmt: skip
     # The final model goes to model/ and export/1: a folder there that tfblocks did not
     # write is refused now, not after the training.
@@ -295,18 +371,23 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
     if init is not None:
         init_weights = folder.save_weights(init.model, "init.npz")
     with timer("train"):
-        model, report = job.train_run(folder, splits, tokenizer, hp, options, init_weights)
+        model, report = job.train_run(
+            folder, splits, tokenizer, hp, options, init_weights,
+            target_tokenizer=target_tokenizer,
+        )  # fmt: skip
     strategy = beam_or_greedy(args.beam_size, args.alpha)
-    translator = Translator(model, tokenizer, tokenizer, hp.max_length, strategy=strategy)
+    translator = Translator(model, tokenizer, target_tokenizer, hp.max_length, strategy=strategy)
     with timer("evaluate"):
         metrics, hypotheses = evaluation.evaluate(translator, splits["test"])
     print("test translations (first 3):")
     for (source, reference), hypothesis in list(zip(splits["test"], hypotheses, strict=True))[:3]:
         print(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")
-    samples = [text.RUNNING_EXAMPLE[0]] + [source for source, _ in splits["test"][:2]]
+    samples = [source for source, _ in splits["test"][:2]]
+    if args.source_lang == "ja":  # the seed notes' running example
+        samples.insert(0, text.RUNNING_EXAMPLE[0])
 
     with timer("export"):
-        save_preset(model, tokenizer, folder.join("model"), hp)
+        save_preset(model, tokenizer, folder.join("model"), hp, target_tokenizer)
         path = translator.export(folder.join("export", "1"))
     with timer("reload"):
         reloaded = tf.saved_model.load(path).signatures["serving_default"]
@@ -338,7 +419,7 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
         if key in report:
             metrics[key] = report[key]
     metrics_path = job.write_metrics(folder.path, metrics)
-    phrasebook = args.corpus_dir is None and args.tsv is None
+    phrasebook = corpus_origin(args, "train") == "the phrasebook"
     print(summary(metrics, report, folder, path, metrics_path, exact_match=phrasebook))
     return metrics
 

@@ -14,9 +14,10 @@ log-probability of each line of TARGETS given the input's line, one number per l
 With `--target-prefix FILE` the translation of each line starts with the words of the
 same line of FILE (interactive translation, terminology); an empty line forces nothing.
 
-Pre-tokenized Japanese is joined as `tfblocks-train` joins a corpus: the spaces between
-the tokens of a file named *.ja (small_parallel_enja's test.ja) are removed
-(`--japanese-spaces`).
+Pre-tokenized Japanese is joined as `tfblocks-train` joins a corpus: when the model's run
+folder records Japanese (ja) as its source language, the spaces between the tokens of the
+input (small_parallel_enja's test.ja) are removed, and never for another language; for a
+model without recorded languages, those of a file named *.ja (`--japanese-spaces`).
 
 Examples:
   echo 今日のランチはカレーだ。 | tfblocks-translate --model runs/enja
@@ -174,21 +175,36 @@ def add_japanese_spaces_argument(parser, what):
         default="auto",
         choices=list(JAPANESE_SPACES),
         help="spaces between the tokens of pre-tokenized Japanese: auto (default) removes "
-        f"them when {what} is a file named *.ja, as tfblocks-train reads a corpus; remove / "
-        f"keep: always / never for {what}",
+        f"them from {what} when the model's run recorded ja as that side's language (never "
+        "for another language), and for a model without recorded languages when it is a "
+        f"file named *.ja, as tfblocks-train reads a corpus; remove / keep: always / never "
+        f"for {what}",
     )
 
 
-def read_input(path, japanese_spaces, advise=True):
+def model_languages(models):
+    """`(source, target)` languages recorded by the run of the (first) `--model`, or None."""
+    from tfblocks.translation.run_folder import run_languages
+
+    models = [models] if isinstance(models, str | os.PathLike) else list(models)
+    return run_languages(models[0]) if models else None
+
+
+def read_input(path, japanese_spaces, advise=True, language=None):
     """The sentences of `path` (standard input for None), read as `tfblocks-train` reads.
 
-    With `advise`, warns on standard error when `auto` left most lines looking like
+    `language` is the language of the text as the model's run recorded it (None:
+    unknown); with `auto`, Japanese (`ja`) is joined, any other language kept as it is,
+    and an unknown one follows the *.ja file-name rule. With `advise`, warns on standard
+    error when `auto` left most lines of a text of unknown language looking like
     pre-tokenized Japanese (a file not named *.ja, or standard input).
     """
     from tfblocks.text import read_sentences, remove_japanese_spaces
     from tfblocks.text.corpus import decode_lines
 
     remove_spaces = JAPANESE_SPACES[japanese_spaces]
+    if remove_spaces is None and language is not None:
+        remove_spaces, advise = language == "ja", False
     if path is not None:
         lines = read_sentences(path, remove_spaces=remove_spaces)
     else:
@@ -280,10 +296,11 @@ def main(argv=None):
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
 
-    lines = read_input(args.input, args.japanese_spaces)
+    languages = model_languages(args.model) or (None, None)
+    lines = read_input(args.input, args.japanese_spaces, language=languages[0])
     notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
     if args.score is not None:
-        targets = _read_aligned(args, "--score", args.score, len(lines))
+        targets = _read_aligned(args, "--score", args.score, len(lines), languages[1])
         run, what = engines.load_score(args.model, args.max_length, args.engine, notice)
         items, doing, length = list(zip(lines, targets, strict=True)), "scoring", _pair_length
     else:
@@ -295,7 +312,9 @@ def main(argv=None):
         )  # fmt: skip
         items, doing, length = lines, "translating", len
         if prefix:
-            prefixes = _read_aligned(args, "--target-prefix", args.target_prefix, len(lines))
+            prefixes = _read_aligned(
+                args, "--target-prefix", args.target_prefix, len(lines), languages[1]
+            )
             items, length = list(zip(lines, prefixes, strict=True)), _source_length
     print(f"{doing} {len(lines)} lines with {what}", file=sys.stderr)
 
@@ -324,11 +343,11 @@ def main(argv=None):
         sys.stdout.flush()
 
 
-def _read_aligned(args, flag, path, count):
-    """The lines of `path` (the file of `flag`), one per input line, read as
-    tfblocks-evaluate reads `--ref` (the *.ja rule, no advice); a ValueError naming
-    both when the counts differ."""
-    lines = read_input(path, "auto", advise=False)
+def _read_aligned(args, flag, path, count, language=None):
+    """The lines of `path` (the file of `flag`, target-side text), one per input line, read
+    as tfblocks-evaluate reads `--ref` (the run's target `language`, or the *.ja rule, no
+    advice); a ValueError naming both when the counts differ."""
+    lines = read_input(path, "auto", advise=False, language=language)
     if len(lines) != count:
         name = "standard input" if args.input is None else repr(args.input)
         raise ValueError(

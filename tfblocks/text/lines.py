@@ -1,0 +1,204 @@
+"""The lines of text files as a stream: plain, gzipped (`*.gz`) or split into shards.
+
+A corpus side is a list of files read in order, one line at a time (nothing is read whole,
+so a side may be larger than memory). `language_files` finds the files of
+`{split}.{language}` in a folder (`train.de`, `train.de.gz`, or the shards
+`train.de-00000-of-00008` ... in order); `expand_paths` turns a comma-separated list of
+paths and globs into files. What cannot be read is a `ValueError` (or `FileNotFoundError`)
+naming the file, and the line where it applies: bytes that are not UTF-8, a `.gz` that is
+not gzip data or ends early, an empty shard, a glob that matches nothing.
+
+A line is what `split_lines` makes of a decoded file: no line end (`\\n`, `\\r\\n`), no
+byte-order mark at the start of a file.
+"""
+
+import errno
+import glob
+import gzip
+import os
+import re
+import zlib
+
+# `NAME-00003-of-00008` (optionally `.gz`): shard 3 of 8 of NAME.
+_SHARD = re.compile(r"-(\d+)-of-(\d+)(\.gz)?$")
+_GLOB = re.compile(r"[*?\[]")
+
+
+def invalid_utf8(name, line, data, error):
+    """The ValueError for bytes `data` of `name`'s line `line` that are not UTF-8."""
+    return ValueError(
+        f"{name}, line {line}: invalid UTF-8 ({error.reason}, "
+        f"byte {data[error.start : error.start + 1]!r})."
+    )
+
+
+def _missing(path):
+    return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fspath(path))
+
+
+def language_files(folder, split, language):
+    """The files of one corpus side in `folder`, in reading order.
+
+    Looks for `{split}.{language}`, then `{split}.{language}.gz`, then the shards
+    `{split}.{language}-NNNNN-of-MMMMM` (each may end in `.gz`), which must be complete
+    (every number below MMMMM, one total).
+
+    Returns:
+        A list of paths (str).
+
+    Raises:
+        FileNotFoundError: none of them exists (the plain file's path is named).
+        ValueError: more than one of these forms exists, or shards are missing.
+    """
+    base = os.path.join(os.fspath(folder), f"{split}.{language}")
+    found = [p for p in (base, base + ".gz") if os.path.isfile(p)]
+    shards = {}
+    for path in glob.glob(glob.escape(base) + "-*-of-*"):
+        match = _SHARD.search(path)
+        if match and path[: match.start()] == base:
+            shards[path] = (int(match.group(1)), int(match.group(2)))
+    if shards:
+        found.append(f"{base}-NNNNN-of-NNNNN")
+    if not found:
+        raise _missing(base)
+    if len(found) > 1:
+        raise ValueError(f"{base} is given more than once ({', '.join(found)}); keep one of them.")
+    if not shards:
+        return found
+    totals = {total for _, total in shards.values()}
+    numbers = sorted(number for number, _ in shards.values())
+    total = totals.pop()
+    if totals or numbers != list(range(total)):
+        raise ValueError(
+            f"the shards of {base} are incomplete or mixed: found "
+            f"{', '.join(os.path.basename(p) for p in sorted(shards))}, expected numbers "
+            f"0 to {total - 1} of {total}."
+        )
+    return sorted(shards, key=shards.get)
+
+
+def file_language(path):
+    """The language suffix of a corpus file's name: `de` for `train.de`, `train.de.gz`
+    and `train.de-00001-of-00008`; None for a name without one."""
+    name = _SHARD.sub("", os.path.basename(os.fspath(path))).removesuffix(".gz")
+    stem, dot, suffix = name.rpartition(".")
+    return suffix if dot and stem else None
+
+
+def expand_paths(flag, value):
+    """The files named by a comma-separated list of paths and globs, in the order given
+    (each glob's matches sorted by name).
+
+    Raises:
+        ValueError: `value` names nothing, or a glob matches no file (`flag` is named).
+        FileNotFoundError: a named file does not exist.
+    """
+    items = [item.strip() for item in value.split(",")] if isinstance(value, str) else []
+    if not items or not all(items):
+        raise ValueError(
+            f"`{flag}` must be paths or globs separated by commas, got {flag}={value!r}."
+        )
+    paths = []
+    for item in items:
+        item = os.path.expanduser(item)
+        if _GLOB.search(item):
+            matches = sorted(p for p in glob.glob(item) if os.path.isfile(p))
+            if not matches:
+                raise ValueError(
+                    f"`{flag}`: the pattern {item!r} matches no file, got {flag}={value!r}."
+                )
+            paths.extend(matches)
+        elif os.path.isfile(item):
+            paths.append(item)
+        else:
+            raise _missing(item)
+    return paths
+
+
+def file_lines(path):
+    """Yields `(number, line)` of a plain or gzipped (`*.gz`) UTF-8 file, streaming."""
+    name = os.fspath(path)
+    with open(name, "rb") as raw:
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if name.endswith(".gz") else raw
+        number = 0
+        try:
+            for data in stream:
+                number += 1
+                data = data.removesuffix(b"\n").rstrip(b"\r")
+                try:
+                    line = data.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise invalid_utf8(name, number, data, error) from None
+                yield number, line.removeprefix("\ufeff") if number == 1 else line
+        except gzip.BadGzipFile as error:
+            raise ValueError(f"{name} is named .gz but is not gzip data ({error}).") from None
+        except (EOFError, zlib.error) as error:
+            raise ValueError(
+                f"{name}: the gzip data is damaged or ends early, after line {number} ({error})."
+            ) from None
+
+
+def stream_lines(paths, shards=None):
+    """Yields `(path, number, line)` of each file of `paths` in turn (`file_lines`).
+
+    Raises:
+        ValueError: a file of several (a shard; `shards` says whether `paths` are, by
+            default whether there are several) has no lines.
+    """
+    shards = len(paths) > 1 if shards is None else shards
+    for path in paths:
+        empty = True
+        for number, line in file_lines(path):
+            empty = False
+            yield path, number, line
+        if empty and shards:
+            raise ValueError(f"{path} is empty: a shard of a corpus must hold lines.")
+
+
+def aligned_lines(sources, targets):
+    """Yields `(source_line, target_line)` of two line-aligned sides (lists of files).
+
+    With as many files on each side, file i of one side is aligned with file i of the
+    other (shard with shard); otherwise each side is read as one stream.
+
+    Raises:
+        ValueError: one side ends before the other: both files are named with their line
+            counts, and the line after which one ends.
+    """
+    if len(sources) == len(targets):
+        groups = [([s], [t]) for s, t in zip(sources, targets, strict=True)]
+    else:
+        groups = [(sources, targets)]
+    for src, tgt in groups:
+        src_lines = stream_lines(src, shards=len(sources) > 1)
+        tgt_lines = stream_lines(tgt, shards=len(targets) > 1)
+        src_last, tgt_last = (src[0], 0), (tgt[0], 0)  # (path, line) read last on each side
+        while True:
+            a, b = next(src_lines, None), next(tgt_lines, None)
+            if a is None and b is None:
+                break
+            if a is None:
+                raise _uneven(src_last, b, tgt_lines, source_ended=True)
+            if b is None:
+                raise _uneven(tgt_last, a, src_lines, source_ended=False)
+            src_last, tgt_last = a[:2], b[:2]
+            yield a[2], b[2]
+
+
+def _uneven(ended, more, rest, source_ended):
+    """The error for a side whose last line `ended` (`(path, number)`) came while the other
+    side has the line `more` (`(path, number, line)`); `rest` (that side's remaining
+    lines) is counted to give its file's length."""
+    path, count = more[0], more[1]
+    try:
+        for other, number, _ in rest:
+            if other == path:
+                count = number
+    except ValueError:  # a later line cannot be read: the count stays a lower bound
+        pass
+    short, long_ = f"{ended[0]} has {ended[1]} lines", f"{path} has {count} lines"
+    first, second = (long_, short) if not source_ended else (short, long_)
+    return ValueError(
+        f"Line-aligned files differ in length: {first} but {second} ({ended[0]} ends after "
+        f"line {ended[1]}; {path} goes on at line {more[1]})."
+    )

@@ -1,0 +1,164 @@
+"""`tfblocks-train`'s corpus options: the language pair and where its files are.
+
+`--source-lang` / `--target-lang` name the pair; `--corpus-dir` holds
+`{train,dev,test}.{SOURCE,TARGET}` (plain, `.gz` or shards); `--train-source` ...
+`--test-target` give a split's files (lists, globs); `--tsv` with `--source-column` /
+`--target-column` holds the whole corpus. `check_corpus_arguments` refuses what cannot
+work before anything is read; `read_corpus` finds every file, then reads them
+(`tfblocks.text.load_splits`).
+"""
+
+from tfblocks import _checks
+from tfblocks.text.corpus import MANYTHINGS_COLUMNS, SPLITS, check_language
+
+
+def add_corpus_arguments(parser):
+    """Adds the corpus options (a group) to `tfblocks-train`'s `parser`."""
+    data = parser.add_argument_group(
+        "corpus",
+        "Line-aligned files of the pair --source-lang -> --target-lang, or a TSV file;\n"
+        "none: the embedded ja->en phrasebook. Each file may be gzipped (NAME.gz) or split\n"
+        "into shards (NAME-00000-of-00008, ...). Pre-tokenized Japanese is joined (the\n"
+        "spaces between its tokens removed) only on a side whose language is ja.",
+    )
+    data.add_argument("--source-lang", default="ja", help="source language (default ja)")
+    data.add_argument("--target-lang", default="en", help="target language (default en)")
+    data.add_argument(
+        "--corpus-dir",
+        help="folder with {train,dev,test}.{SOURCE,TARGET}, named by the languages",
+    )
+    for split in SPLITS:
+        for side in ("source", "target"):
+            data.add_argument(
+                f"--{split}-{side}", metavar="FILES",
+                help=f"the {split} split's {side} files: paths or globs, comma-separated, "
+                f"read in order (instead of --corpus-dir's {split}.*)",
+            )  # fmt: skip
+    data.add_argument(
+        "--tsv",
+        help="tab-separated pairs, 2 %% held out for dev and test (default columns: "
+        "manythings' English<TAB>Japanese<TAB>...); rows are read as they are",
+    )
+    data.add_argument(
+        "--source-column", type=int, default=None, metavar="N",
+        help="--tsv column (0-based) of the source sentences (default: manythings')",
+    )  # fmt: skip
+    data.add_argument(
+        "--target-column", type=int, default=None, metavar="M",
+        help="--tsv column (0-based) of the target sentences (default: manythings')",
+    )  # fmt: skip
+
+
+# The flags of explicit files (`~` is expanded; a list's items by `expand_paths`).
+FILE_FLAGS = tuple(f"{split}_{side}" for split in SPLITS for side in ("source", "target"))
+
+
+def flag_name(name):
+    """`--train-source` of the attribute `train_source`."""
+    return f"--{name.replace('_', '-')}"
+
+
+def check_corpus_arguments(args):
+    """Refuses a corpus that the options cannot describe: languages, files, TSV columns."""
+    check_language("--source-lang", args.source_lang)
+    check_language("--target-lang", args.target_lang)
+    if args.source_lang == args.target_lang:
+        raise ValueError(
+            "`--source-lang` and `--target-lang` must differ, got "
+            f"--source-lang={args.source_lang!r} and --target-lang={args.target_lang!r}."
+        )
+    for split in SPLITS:
+        given = [getattr(args, f"{split}_{side}") is not None for side in ("source", "target")]
+        if given[0] != given[1]:
+            missing = flag_name(f"{split}_{'target' if given[0] else 'source'}")
+            present = flag_name(f"{split}_{'source' if given[0] else 'target'}")
+            raise ValueError(
+                f"`{present}` needs `{missing}` (both sides of the {split} split), got "
+                f"{present}={getattr(args, present[2:].replace('-', '_'))!r} without {missing}."
+            )
+    files = [flag for flag in FILE_FLAGS if getattr(args, flag) is not None]
+    if not files and args.corpus_dir is None and args.tsv is None:
+        languages = (args.source_lang, args.target_lang)
+        if languages != ("ja", "en"):
+            raise ValueError(
+                "the embedded phrasebook is ja->en: give a corpus (--corpus-dir, --train-source "
+                f"..., --tsv) for --source-lang={languages[0]!r} --target-lang={languages[1]!r}."
+            )
+    if args.tsv is not None and (files or args.corpus_dir is not None):
+        other = flag_name(files[0]) if files else "--corpus-dir"
+        raise ValueError(
+            f"`--tsv` holds the whole corpus: give either --tsv or line-aligned files, got "
+            f"--tsv={args.tsv!r} and {other}."
+        )
+    if files and args.corpus_dir is None:
+        lacking = [s for s in SPLITS if getattr(args, f"{s}_source") is None]
+        if lacking:
+            raise ValueError(
+                f"the {lacking[0]} split has no files: give --{lacking[0]}-source and "
+                f"--{lacking[0]}-target, or --corpus-dir, got {flag_name(files[0])}="
+                f"{getattr(args, files[0])!r} alone."
+            )
+    for flag in ("source_column", "target_column"):
+        value = getattr(args, flag)
+        if value is not None:
+            if args.tsv is None:
+                name = flag_name(flag)
+                raise ValueError(f"`{name}` is a --tsv column, got {name}={value} without --tsv.")
+            _checks.check_non_negative_int(flag_name(flag), value)
+    if args.tsv is not None:
+        columns = (args.source_column, args.target_column)
+        languages = (args.source_lang, args.target_lang)
+        for flag, column, language in zip(
+            ("--source-column", "--target-column"), columns, languages, strict=True
+        ):
+            if column is None and language not in MANYTHINGS_COLUMNS:
+                raise ValueError(
+                    f"`{flag}` is needed: a manythings file has no {language!r} column "
+                    f"(it has {', '.join(MANYTHINGS_COLUMNS)}), got --tsv={args.tsv!r}."
+                )
+        source, target = tsv_columns(args)
+        if source == target:
+            raise ValueError(
+                f"`--source-column` and `--target-column` must differ, both are {source}."
+            )
+
+
+def tsv_columns(args):
+    """`(source, target)` columns of `--tsv`: the given ones, else manythings'."""
+    return tuple(
+        MANYTHINGS_COLUMNS[language] if column is None else column
+        for column, language in (
+            (args.source_column, args.source_lang),
+            (args.target_column, args.target_lang),
+        )
+    )
+
+
+def corpus_origin(args, split):
+    """Where `split` of the corpus comes from, for messages."""
+    files = tuple(getattr(args, f"{split}_{side}") for side in ("source", "target"))
+    if files[0] is not None:
+        return f"--{split}-source={files[0]!r} / --{split}-target={files[1]!r}"
+    if args.corpus_dir:
+        names = f"{split}.{args.source_lang}, {split}.{args.target_lang}"
+        return f"--corpus-dir={args.corpus_dir!r} ({names})"
+    return f"--tsv={args.tsv!r}" if args.tsv else "the phrasebook"
+
+
+def read_corpus(args):
+    """The train/dev/test pairs the options name (every file found before one is read)."""
+    from tfblocks.text import load_splits
+    from tfblocks.text.lines import expand_paths
+
+    files = {}
+    for split in SPLITS:
+        source, target = (f"{split}_source", f"{split}_target")
+        if getattr(args, source) is not None:
+            files[split] = (
+                expand_paths(flag_name(source), getattr(args, source)),
+                expand_paths(flag_name(target), getattr(args, target)),
+            )
+    return load_splits(
+        args.corpus_dir, args.tsv, source=args.source_lang, target=args.target_lang,
+        seed=args.seed, files=files, tsv_columns=tsv_columns(args) if args.tsv else None,
+    )  # fmt: skip
