@@ -113,6 +113,32 @@ def test_separate_vocabularies(pairs):
     assert tokenizers.UNK_ID not in target.tokenize(["lunch"]).to_list()[0]
 
 
+def test_a_tokenizer_sample_bounds_what_the_tokenizer_trains_on():
+    # A sample of 8 of the 40 pairs: 8 sentences a side, seeded; a sample of at least the
+    # corpus is the corpus (both sides, in order, for a shared vocabulary).
+    pairs = [(f"文{i}", f"w{i} a") for i in range(40)]
+    seen = []
+    real = tokenizers.train_tokenizer
+
+    def recording(lines, *args, **kwargs):
+        seen.append(list(lines))
+        return real(seen[-1], *args, **kwargs)
+
+    tokenizers.train_tokenizer = recording
+    try:
+        for seed in (0, 0, 1):
+            tokenizers.train_tokenizers(pairs, vocab_size=40, sample=8, seed=seed, shared=False)
+        tokenizers.train_tokenizers(pairs, vocab_size=60, sample=40)
+    finally:
+        tokenizers.train_tokenizer = real
+    assert [len(lines) for lines in seen] == [8] * 6 + [80]
+    assert seen[0] == seen[2] and seen[1] == seen[3] and seen[0] != seen[4]  # seeded
+    assert set(seen[0]) <= {source for source, _ in pairs}  # sources, targets apart
+    assert seen[-1] == [s for s, _ in pairs] + [t for _, t in pairs]
+    with pytest.raises(ValueError, match="`sample` must be a positive integer, got sample=0"):
+        tokenizers.train_tokenizers(pairs, vocab_size=40, sample=0)
+
+
 def test_rejects_a_proto_with_other_ids():
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(

@@ -26,6 +26,7 @@ FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", 
     [
         (("--vocab-size", "0"), "--vocab-size=0"),
         (("--epochs", "0"), "--epochs=0"),
+        (("--tokenizer-sample", "0"), "--tokenizer-sample=0"),
         (("--seed", "-1"), "--seed=-1"),
         (("--batch-tokens", "-5"), "--batch-tokens=-5"),
         (("--limit-train", "-3"), "--limit-train=-3"),

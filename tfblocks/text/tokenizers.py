@@ -13,11 +13,13 @@ tokenizer holds the proto (it is never re-trained when loaded).
 
 import io
 import os
+import random
 
 import sentencepiece
 import tensorflow as tf
 import tensorflow_text
 
+from tfblocks import _checks
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 _MODEL_TYPES = ("unigram", "bpe", "char", "word")
@@ -201,7 +203,9 @@ def train_tokenizer(
     return SubwordTokenizer(model.getvalue())
 
 
-def train_tokenizers(pairs, vocab_size, model_type="unigram", *, shared=True, **kwargs):
+def train_tokenizers(
+    pairs, vocab_size, model_type="unigram", *, shared=True, sample=None, seed=0, **kwargs
+):
     """Trains the source and target tokenizers of a parallel corpus.
 
     Args:
@@ -210,6 +214,11 @@ def train_tokenizers(pairs, vocab_size, model_type="unigram", *, shared=True, **
         model_type: SentencePiece model type.
         shared: one vocabulary trained on both sides (default; lets the model tie its source,
             target and softmax embeddings), or one tokenizer per side.
+        sample: None (every pair), or at most this many sentences of each side: a random
+            sample of `sample` pairs (seeded by `seed`), what SentencePiece's
+            `input_sentence_size` does to a large corpus, so that a corpus of millions of
+            pairs trains its tokenizer in bounded time and memory.
+        seed: the sample's seed.
         **kwargs: further `train_tokenizer` arguments.
 
     Returns:
@@ -225,6 +234,9 @@ def train_tokenizers(pairs, vocab_size, model_type="unigram", *, shared=True, **
     if not isinstance(shared, bool):
         raise TypeError(f"`shared` must be a bool, got shared={shared!r}.")
     pairs = list(pairs)
+    if sample is not None and _checks.check_positive_int("sample", sample) < len(pairs):
+        chosen = sorted(random.Random(seed).sample(range(len(pairs)), sample))
+        pairs = [pairs[i] for i in chosen]
     sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
     if shared:
         tokenizer = train_tokenizer(sources + targets, vocab_size, model_type, **kwargs)

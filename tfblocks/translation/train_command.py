@@ -85,6 +85,14 @@ def parse_args(argv=None):
     )  # fmt: skip
     parser.add_argument("--tokenizer-model", default="bpe", choices=["bpe", "unigram"])
     parser.add_argument(
+        "--tokenizer-sample",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="train the tokenizer on a random sample of at most N pairs (N sentences a side; "
+        "seeded by --seed), as SentencePiece's input_sentence_size (default 1,000,000)",
+    )
+    parser.add_argument(
         "--strategy", default="auto", choices=["auto", "default", "mirrored", "multi_worker", "tpu"]
     )
     parser.add_argument(
@@ -145,7 +153,7 @@ def check_arguments(args):
     """Refuses every option that cannot work, with an error naming the flag and its value,
     before the corpus is read and the run folder is created or touched (so a bad command
     leaves nothing that would refuse the corrected one)."""
-    for flag in ("epochs", "batch_tokens", "beam_size", "accumulate_steps"):
+    for flag in ("epochs", "batch_tokens", "beam_size", "accumulate_steps", "tokenizer_sample"):
         _checks.check_positive_int(f"--{flag.replace('_', '-')}", getattr(args, flag))
     for flag in ("dev_sentences", "average_last", "seed"):
         _checks.check_non_negative_int(f"--{flag.replace('_', '-')}", getattr(args, flag))
@@ -316,6 +324,7 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
             "target_lang": args.target_lang,
             "vocab_size": args.vocab_size,
             "tokenizer_model": args.tokenizer_model,
+            "tokenizer_sample": args.tokenizer_sample,
             "hparams": args.hparams,
             "hparams_override": overrides,
             "init_from": os.path.abspath(args.init_from) if args.init_from else None,
@@ -339,7 +348,7 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
         else:
             tokenizers = text.train_tokenizers(
                 splits["train"], vocab_size=args.vocab_size, model_type=args.tokenizer_model,
-                shared=not args.separate_vocab,
+                shared=not args.separate_vocab, sample=args.tokenizer_sample, seed=args.seed,
             )  # fmt: skip
         tokenizer, target_tokenizer = tokenizers[0], tokenizers[-1] or tokenizers[0]
         for path, made in zip(paths, (tokenizer, target_tokenizer), strict=False):
