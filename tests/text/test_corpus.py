@@ -146,3 +146,31 @@ def test_random_unicode_lines_come_back_one_for_one(tmp_path):
     path = _write(tmp_path / "bad.txt", "\n".join(lines).encode("utf-8", "surrogatepass"))
     with pytest.raises(ValueError, match=r"bad\.txt, line 8: invalid UTF-8 .*b'\\xed'"):
         corpus.read_sentences(path)
+
+
+def test_a_streamed_corpus_is_known_by_its_files_not_read(tmp_path, monkeypatch):
+    # load_splits(stream_train=True): the train split is read only when iterated, and its
+    # fingerprint comes from the files' names, sizes, first and last bytes.
+    from tfblocks.text.corpus import StreamedPairs
+
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.xx").write_text("a b\nc d\n\ne\n", encoding="utf-8")
+        (tmp_path / f"{split}.yy").write_text("A B\nC D\nx\nE\n", encoding="utf-8")
+    splits = corpus.load_splits(tmp_path, source="xx", target="yy", stream_train=True)
+    train = splits["train"]
+    assert isinstance(train, StreamedPairs) and splits["dev"] == list(train)
+    assert list(train) == [("a b", "A B"), ("c d", "C D"), ("e", "E")]
+    monkeypatch.setattr(corpus, "FINGERPRINT_BYTES", 4)  # reads 4 bytes at each end
+    before = train.fingerprint()
+    assert train.fingerprint() == before != train.limited(2).fingerprint()
+    path = tmp_path / "train.yy"
+    path.write_text("A B\nC X\nx\nE\n", encoding="utf-8")  # the middle: not read
+    assert train.fingerprint() == before
+    for text in ("A B\nC X\nx\nF\n", "A B\nC X\nx\nE\nG\n", "Z B\nC X\nx\nE\n"):
+        path.write_text(text, encoding="utf-8")  # the last or first bytes, or the size
+        assert train.fingerprint() != before, text
+    path.write_text("A B\n", encoding="utf-8")  # misaligned: found while streaming
+    with pytest.raises(ValueError, match=r"train\.yy has 1 lines"):
+        list(train)
+    with pytest.raises(ValueError, match="`stream_train` streams line-aligned train files"):
+        corpus.load_splits(tsv=tmp_path / "p.tsv", stream_train=True)

@@ -249,7 +249,7 @@ def test_packed_rows_hold_every_pair_once_in_one_shape(pairs, tokenizer):
 def test_packed_rows_are_seeded_and_sharded(pairs, tokenizer):
     def rows(seed, context=None):
         dataset = text_dataset.make_dataset(
-            pairs[:300], tokenizer, tokenizer, batch_tokens=256, max_length=32, seed=seed,
+            pairs[:200], tokenizer, tokenizer, batch_tokens=256, max_length=32, seed=seed,
             shapes="packed", input_context=context,
         )  # fmt: skip
         return [pair for features, _ in dataset for pair in _unpack(features)]
@@ -378,3 +378,34 @@ def test_partial_batches_do_not_all_come_last(pairs, tokenizer):
     assert partial >= 3 and sum(shuffled) == partial and len(shuffled) == len(ordered)
     assert all(ordered[-partial:])  # without shuffling: the epoch ends with all of them
     assert not all(shuffled[-partial:])  # shuffled: spread over the epoch
+
+
+@pytest.mark.parametrize("shapes", ["dynamic", "packed"])  # buckets, max_length: as dynamic
+def test_a_streamed_corpus_gives_the_batches_of_its_list(tmp_path, pairs, tokenizer, shapes):
+    # The same pairs from a list and streamed from (gzipped) files: without shuffling, the
+    # same batches (long pairs dropped in the graph instead of before); shuffled, each kept
+    # pair once an epoch, in a seeded order, and no number of batches stated. (The fixed
+    # shapes batch a streamed corpus as dynamic does: one code path after the batching.)
+    import gzip
+
+    from tfblocks.text.corpus import StreamedPairs
+
+    sources, targets = tmp_path / "t.ja", tmp_path / "t.en.gz"
+    sources.write_text("".join(ja + "\n" for ja, _ in pairs[:200]), encoding="utf-8")
+    targets.write_bytes(gzip.compress("".join(en + "\n" for _, en in pairs[:200]).encode()))
+    streamed = StreamedPairs((str(sources),), (str(targets),))
+    assert list(streamed) == pairs[:200] and list(streamed.limited(5)) == pairs[:5]
+    options = {"batch_tokens": 64, "max_length": 16, "shapes": shapes}
+    listed = text_dataset.make_dataset(pairs[:200], tokenizer, tokenizer, shuffle=False, **options)
+    flowing = text_dataset.make_dataset(streamed, tokenizer, tokenizer, shuffle=False, **options)
+    assert flowing.cardinality() == tf.data.UNKNOWN_CARDINALITY
+    want, got = list(listed), list(flowing)
+    assert len(want) == len(got) > 1
+    for a, b in zip(want, got, strict=True):
+        tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+    epochs = [
+        _all_rows(text_dataset.make_dataset(streamed, tokenizer, tokenizer, seed=seed, **options))
+        for seed in (3, 3, 4)
+    ]
+    assert sorted(epochs[0][1]) == sorted(_all_rows(listed)[1])
+    assert epochs[0] == epochs[1] and epochs[0] != epochs[2]

@@ -60,6 +60,8 @@ FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", 
         (("--tsv", "p.tsv", "--test-source", "a", "--test-target", "b"), "either --tsv or"),
         (("--tsv", "p.tsv", "--corpus-dir", "c"), "got --tsv='p.tsv' and --corpus-dir"),
         (("--source-column", "1"), "--source-column=1 without --tsv"),
+        (("--stream",), "`--stream` streams line-aligned train files"),
+        (("--stream", "--tsv", "p.tsv"), "not --tsv='p.tsv'"),
         (("--tsv", "p.tsv", "--source-lang", "de"), "`--source-column` is needed"),
         (("--tsv", "p.tsv", "--target-column", "-1"), "--target-column=-1"),
         (("--tsv", "p.tsv", "--source-column", "0"), "must differ, both are 0"),
@@ -113,9 +115,10 @@ LEARNS = (
 
 
 def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch, capsys):
-    # A made-up pair xx -> yy, its train split in two shards (gzipped on the xx side), one
-    # vocabulary per language: the run learns it, and tfblocks-evaluate on the run folder
-    # reads its files and its two tokenizers as training did, to the same test BLEU.
+    # A made-up pair xx -> yy, its train split in two shards (gzipped on the xx side)
+    # streamed (--stream: never held in memory), one vocabulary per language: the run
+    # learns it, and tfblocks-evaluate on the run folder reads its files and its two
+    # tokenizers as training did, to the same test BLEU.
     monkeypatch.setenv("HOME", str(tmp_path))  # `~` is tmp_path
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -136,7 +139,7 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
     command = [*TRAIN, "--source-lang", "xx", "--target-lang", "yy", "--corpus-dir", "~/corpus",
                "--epochs", "2", "--hparams-override", LEARNS, "--batch-tokens", "512",
                "--dev-sentences", "0", "--beam-size", "1", "--vocab-size", "60",
-               "--separate-vocab", "--output", "~/run"]  # fmt: skip
+               "--separate-vocab", "--stream", "--output", "~/run"]  # fmt: skip
     with pytest.raises(FileNotFoundError, match=re.escape(str(corpus / "dev.yy"))):
         train_command.main(command)
     assert not (tmp_path / "run").exists()  # the corpus is read first
@@ -165,7 +168,7 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
     assert settings["vocab_size"] == 60 and settings["init_from"] is None
     assert (settings["source_lang"], settings["target_lang"]) == ("xx", "yy")
     assert (tmp_path / "run" / "export" / "1" / "saved_model.pb").exists()
-    assert settings["separate_vocab"] is True
+    assert settings["separate_vocab"] is True and settings["stream"] is True
     from tfblocks.models import load_preset, load_target_tokenizer
 
     model, source_tokenizer, _ = load_preset(tmp_path / "run" / "model")
@@ -180,3 +183,21 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
                                   "--beam-size", "1")  # fmt: skip
     assert status == 0 and json.loads(out)["bleu"] == metrics["bleu"], err[-2000:]
     assert list(metrics["samples"]) == [source for source, _ in splits["test"][:2]]  # no ja
+
+
+def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
+    # A new streamed run samples its train files for the tokenizer before the folder is
+    # touched; a folder that has its tokenizer starts training without that pass.
+    from tfblocks.text.corpus import StreamedPairs
+    from tfblocks.translation.run_folder import TOKENIZER_FILE
+
+    run = tmp_path / "run"
+    args = train_command.parse_args(["--stream", "--corpus-dir", str(tmp_path),
+                                     "--output", str(run)])  # fmt: skip
+    missing = str(tmp_path / "missing.xx")
+    splits = {"train": StreamedPairs((missing,), (missing,))}
+    with pytest.raises(FileNotFoundError, match=r"missing\.xx"):
+        train_command._streamed_sample(args, splits, None)
+    run.mkdir()
+    (run / TOKENIZER_FILE).write_bytes(b"")
+    assert train_command._streamed_sample(args, splits, None) is None

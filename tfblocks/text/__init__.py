@@ -2,6 +2,7 @@
 
 from tfblocks.text.corpus import (
     Corpus,
+    StreamedPairs,
     load_splits,
     read_parallel,
     read_sentences,
@@ -33,6 +34,7 @@ __all__ = [
     "UNK_ID",
     "Corpus",
     "PhrasePair",
+    "StreamedPairs",
     "SubwordTokenizer",
     "bucket_boundaries",
     "generate_phrasebook",

@@ -10,6 +10,8 @@ are trained on. A space is kept only between two ASCII letters or digits (`Windo
 """
 
 import dataclasses
+import hashlib
+import itertools
 import os
 import random
 import re
@@ -170,18 +172,98 @@ def read_sentences(path, *, remove_spaces=None):
     return [remove_japanese_spaces(line) for line in lines]
 
 
+def _cleaned(rows, remove_source_spaces, remove_target_spaces):
+    """Yields `(source, target)` of `rows` (one per line read) as a corpus keeps them,
+    or None for a row with an empty side (skipped): the one rule of every reader."""
+    for source, target in rows:
+        source = remove_japanese_spaces(source) if remove_source_spaces else source.strip()
+        target = remove_japanese_spaces(target) if remove_target_spaces else target.strip()
+        yield (source, target) if source and target else None
+
+
 def _collect(rows, paths, remove_source_spaces, remove_target_spaces):
     """A `Corpus` of `rows` (an iterable of `(source, target)`, one per line read)."""
     pairs, lines, skipped = [], 0, 0
-    for source, target in rows:
+    for pair in _cleaned(rows, remove_source_spaces, remove_target_spaces):
         lines += 1
-        source = remove_japanese_spaces(source) if remove_source_spaces else source.strip()
-        target = remove_japanese_spaces(target) if remove_target_spaces else target.strip()
-        if source and target:
-            pairs.append((source, target))
-        else:
+        if pair is None:
             skipped += 1
+        else:
+            pairs.append(pair)
     return Corpus(pairs, lines, skipped, tuple(os.fspath(p) for p in paths))
+
+
+FINGERPRINT_BYTES = 1 << 20  # a streamed corpus is identified by each file's first and last MiB
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamedPairs:
+    """A line-aligned corpus read from its files each time it is iterated, never held.
+
+    What `tfblocks-train --stream` trains on: iterating it streams the files
+    (`tfblocks.text.lines.aligned_lines`: plain, gzipped or sharded; misaligned or
+    unreadable files raise while streaming, naming file and line) and yields the pairs
+    `read_parallel` would keep (Japanese joined on a side that asks for it, pairs with an
+    empty side skipped), at most `limit` of them. `make_dataset` feeds it to `tf.data`
+    without a list, `train_tokenizers(..., sample=N)` samples it in one pass, and
+    `fingerprint` identifies it without reading it.
+
+    Attributes:
+        sources: the source files, read in order.
+        targets: the target files.
+        remove_source_spaces: join pre-tokenized Japanese on the source side.
+        remove_target_spaces: the same on the target side.
+        limit: None, or the most pairs to yield.
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.xx").write_text("a b\\n\\nc\\n", encoding="utf-8")
+    >>> _ = (folder / "a.yy").write_text("A B\\nx\\nC\\n", encoding="utf-8")
+    >>> pairs = StreamedPairs((str(folder / "a.xx"),), (str(folder / "a.yy"),))
+    >>> list(pairs), len(pairs.fingerprint())
+    ([('a b', 'A B'), ('c', 'C')], 16)
+    """
+
+    sources: tuple
+    targets: tuple
+    remove_source_spaces: bool = False
+    remove_target_spaces: bool = False
+    limit: object = None
+
+    def __iter__(self):
+        rows = aligned_lines(list(self.sources), list(self.targets))
+        pairs = (
+            pair
+            for pair in _cleaned(rows, self.remove_source_spaces, self.remove_target_spaces)
+            if pair is not None
+        )
+        return pairs if self.limit is None else itertools.islice(pairs, self.limit)
+
+    def limited(self, limit):
+        """The same corpus, cut to its first `limit` pairs (None: unchanged)."""
+        return self if limit is None else dataclasses.replace(self, limit=limit)
+
+    def fingerprint(self):
+        """A short SHA-256 of the files' names, sizes, first and last MiB (and `limit`):
+        what tells a run folder it sees the same corpus, without a pass over its lines."""
+        digest = hashlib.sha256(repr((self.limit, self.remove_source_spaces,
+                                      self.remove_target_spaces)).encode())  # fmt: skip
+        for path in (*self.sources, *self.targets):
+            size = os.path.getsize(path)
+            digest.update(f"{os.path.basename(path)}\0{size}\0".encode())
+            with open(path, "rb") as file:
+                digest.update(file.read(FINGERPRINT_BYTES))
+                file.seek(max(size - FINGERPRINT_BYTES, 0))
+                digest.update(file.read(FINGERPRINT_BYTES))
+        return digest.hexdigest()[:16]
+
+    def summary(self):
+        """One line saying what is streamed."""
+        files = len(self.sources) + len(self.targets)
+        cut = "" if self.limit is None else f", at most {self.limit} pairs"
+        return f"streamed from {files} files ({self.sources[0]}, ...{cut})"
 
 
 def _file_list(name, value):
@@ -315,7 +397,15 @@ def check_language(name, value):
 
 
 def load_splits(
-    corpus_dir=None, tsv=None, source="ja", target="en", seed=0, *, files=None, tsv_columns=None
+    corpus_dir=None,
+    tsv=None,
+    source="ja",
+    target="en",
+    seed=0,
+    *,
+    files=None,
+    tsv_columns=None,
+    stream_train=False,
 ):
     """Train/dev/test `(source, target)` pairs of any language pair.
 
@@ -336,6 +426,8 @@ def load_splits(
             for splits given as files; the other splits come from `corpus_dir`.
         tsv_columns: `(source_column, target_column)` of `tsv`, 0-based; default the
             manythings columns of `source` and `target` (en 0, ja 1).
+        stream_train: the train split is a `StreamedPairs` of its files (read when
+            iterated) instead of a list; only for line-aligned files.
 
     Returns:
         `{"train": [...], "dev": [...], "test": [...]}` of `(source, target)` pairs; the
@@ -355,6 +447,11 @@ def load_splits(
     if tsv and (corpus_dir or files):
         raise ValueError(
             "Give either `tsv` or line-aligned files (`corpus_dir`, `files`), not both."
+        )
+    if stream_train and (tsv or not (corpus_dir or "train" in files)):
+        raise ValueError(
+            "`stream_train` streams line-aligned train files: give `corpus_dir` or the "
+            "train split's `files`, not a TSV or the phrasebook."
         )
     if tsv:
         if tsv_columns is None:
@@ -376,13 +473,13 @@ def load_splits(
                 language_files(corpus_dir, split, source),
                 language_files(corpus_dir, split, target),
             )
-    return {
-        split: list(
-            read_parallel(
-                *files[split],
-                remove_source_spaces=source == "ja",
-                remove_target_spaces=target == "ja",
-            )
-        )
+    joined = {"remove_source_spaces": source == "ja", "remove_target_spaces": target == "ja"}
+    splits = {
+        split: list(read_parallel(*files[split], **joined))
         for split in SPLITS
+        if not (stream_train and split == "train")
     }
+    if stream_train:
+        sources, targets = (tuple(os.fspath(p) for p in side) for side in files["train"])
+        splits = {"train": StreamedPairs(sources, targets, **joined), **splits}
+    return splits

@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks.ids import PACKED_SOURCE_FEATURES, PACKED_TARGET_FEATURES, PAD_ID
+from tfblocks.text.corpus import StreamedPairs
 
 _LOG = logging.getLogger(__name__)
 
@@ -283,6 +284,8 @@ PACKED_FEATURES = PACKED_SOURCE_FEATURES + PACKED_TARGET_FEATURES
 # Batches shuffled together (see `make_dataset`): 1024 batches of 4096 tokens per side
 # are 32 MiB of ids.
 BATCH_SHUFFLE_BUFFER = 1024
+# The shuffle buffer of a streamed corpus (`StreamedPairs`), in pairs: bounded memory.
+STREAM_SHUFFLE_BUFFER = 100_000
 
 # Autotuning off: its thread makes destroying an iterator (Keras does, inside `fit`) wait
 # for its pass in progress, long when training keeps every core busy. The batch shuffle
@@ -329,7 +332,11 @@ def make_dataset(
     (`len(dataset)`).
 
     Args:
-        pairs: `(source, target)` string pairs (a list, a `Corpus`, a phrasebook split).
+        pairs: `(source, target)` string pairs (a list, a `Corpus`, a phrasebook split),
+            or a `StreamedPairs`: then the pairs flow from its files into `tf.data` as
+            they are read (no list, a shuffle buffer of `STREAM_SHUFFLE_BUFFER` pairs,
+            pairs longer than `max_length` dropped in the graph, no summary logged), and
+            the dataset's number of batches is unknown: an epoch ends with the files.
         source_tokenizer: `SubwordTokenizer` (or anything with an in-graph `tokenize`) for the
             sources.
         target_tokenizer: the same for the targets (the same object for a shared vocabulary).
@@ -390,21 +397,31 @@ def make_dataset(
         )
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise TypeError(f"`seed` must be an int or None, got seed={seed!r}.")
-    pairs = _check_pairs(pairs)
-    summary = length_summary(pairs, source_tokenizer, target_tokenizer, max_length)
-    kept = [pair for pair, keep in zip(pairs, summary["keep"], strict=True) if keep]
-    _LOG.log(
-        logging.WARNING if summary["dropped"] else logging.INFO,  # visible without log setup
-        "make_dataset: %d pairs, %d kept, %d longer than max_length=%d dropped.",
-        summary["pairs"], summary["kept"], summary["dropped"], max_length,
-    )  # fmt: skip
-    if not kept:
-        raise ValueError(f"No pair fits in max_length={max_length} tokens; raise `max_length`.")
-    dataset = tf.data.Dataset.from_tensor_slices(([p[0] for p in kept], [p[1] for p in kept]))
+    streamed = isinstance(pairs, StreamedPairs)
+    if streamed:  # read as it goes: no summary, lengths filtered in the graph
+        summary = None
+        dataset = tf.data.Dataset.from_generator(
+            lambda: iter(pairs), output_signature=(tf.TensorSpec([], tf.string),) * 2
+        )
+        _LOG.info("make_dataset: %s; pairs longer than max_length=%d are dropped as they "
+                  "come.", pairs.summary(), max_length)  # fmt: skip
+    else:
+        pairs = _check_pairs(pairs)
+        summary = length_summary(pairs, source_tokenizer, target_tokenizer, max_length)
+        kept = [pair for pair, keep in zip(pairs, summary["keep"], strict=True) if keep]
+        _LOG.log(
+            logging.WARNING if summary["dropped"] else logging.INFO,  # seen without log setup
+            "make_dataset: %d pairs, %d kept, %d longer than max_length=%d dropped.",
+            summary["pairs"], summary["kept"], summary["dropped"], max_length,
+        )  # fmt: skip
+        if not kept:
+            raise ValueError(f"No pair fits in max_length={max_length} tokens; raise `max_length`.")
+        dataset = tf.data.Dataset.from_tensor_slices(([p[0] for p in kept], [p[1] for p in kept]))
     if input_context is not None:
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if shuffle and shapes != "packed":  # packed: the rows are shuffled instead
-        dataset = dataset.shuffle(len(kept), seed=seed, reshuffle_each_iteration=True)
+        buffer = STREAM_SHUFFLE_BUFFER if streamed else len(kept)
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
 
     def tokenize(sources, targets):  # [N] strings → padded [N, L] ids and [N] lengths
         source_ids = source_tokenizer.tokenize(sources)
@@ -420,12 +437,20 @@ def make_dataset(
     # Tokenizing 256 strings per call is much faster than one by one.
     dataset = dataset.batch(256).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.unbatch().map(unpad, num_parallel_calls=tf.data.AUTOTUNE)
+    if streamed:
+        dataset = dataset.filter(
+            lambda source, target: tf.logical_and(
+                tf.size(source) <= max_length, tf.size(target) <= max_length
+            )
+        )
     if shapes == "packed":
-        lengths = [
-            np.array(summary[side])[summary["keep"]]
-            for side in ("source_lengths", "target_lengths")
-        ]
-        if input_context is not None:
+        lengths = [None, None]  # streamed: the number of rows is not known
+        if not streamed:
+            lengths = [
+                np.array(summary[side])[summary["keep"]]
+                for side in ("source_lengths", "target_lengths")
+            ]
+        if input_context is not None and not streamed:
             shard = slice(input_context.input_pipeline_id, None, input_context.num_input_pipelines)
             lengths = [side[shard] for side in lengths]
         rows = batch_tokens // max_length
@@ -456,6 +481,15 @@ def make_dataset(
             bucket_batch_sizes=sizes,
             padding_values=(PAD_ID, PAD_ID),
         )
+    if streamed:  # the number of batches is not known: an epoch ends with the files
+        if shuffle:
+            dataset = dataset.shuffle(
+                BATCH_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True
+            )
+        dataset = dataset.map(
+            lambda source, target: ({"inputs": source, "targets": target}, target)
+        )
+        return dataset.prefetch(tf.data.AUTOTUNE).with_options(_FIXED_PARALLELISM)
     # Bucketing hides the number of batches from tf.data; it only depends on how many pairs
     # fall in each bucket, so state it (Keras then shows progress and does not warn).
     pair_lengths = np.array(
@@ -490,17 +524,20 @@ def _batch_packed(dataset, rows, max_length, shuffle, seed, source_lengths, targ
     so every epoch has the same rows, whose number follows from the lengths; `shuffle`
     shuffles the rows (buffer: all of them) each epoch.
     """
-    packed_rows = sum(
-        int(pack_lengths(source_lengths[i : i + PACK_WINDOW], target_lengths[i : i + PACK_WINDOW],
-                         max_length)[0].max()) + 1
-        for i in range(0, len(source_lengths), PACK_WINDOW)
-    )  # fmt: skip
+    packed_rows = None  # a streamed corpus: not known
+    if source_lengths is not None:
+        packed_rows = sum(
+            int(pack_lengths(source_lengths[i : i + PACK_WINDOW],
+                             target_lengths[i : i + PACK_WINDOW], max_length)[0].max()) + 1
+            for i in range(0, len(source_lengths), PACK_WINDOW)
+        )  # fmt: skip
     dataset = dataset.ragged_batch(PACK_WINDOW).map(
         lambda sources, targets: _pack_window(sources, targets, max_length)
     )  # windows of [R, L] features
     dataset = dataset.unbatch()  # packed rows
     if shuffle:
-        dataset = dataset.shuffle(packed_rows, seed=seed, reshuffle_each_iteration=True)
+        buffer = STREAM_SHUFFLE_BUFFER // 4 if packed_rows is None else packed_rows
+        dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
 
     def complete(features):  # [b <= rows, L] → [rows, L], all-PAD rows appended
         return {
@@ -510,5 +547,6 @@ def _batch_packed(dataset, rows, max_length, shuffle, seed, source_lengths, targ
 
     dataset = dataset.batch(rows).map(complete)
     dataset = dataset.map(lambda features: (features, features["targets"]))
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-packed_rows // rows)))
+    if packed_rows is not None:
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-packed_rows // rows)))
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(_FIXED_PARALLELISM)

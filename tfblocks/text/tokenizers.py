@@ -203,6 +203,26 @@ def train_tokenizer(
     return SubwordTokenizer(model.getvalue())
 
 
+def sample_pairs(pairs, sample, seed=0):
+    """A seeded uniform random sample of at most `sample` of `pairs` (any iterable, read
+    once, never held whole: reservoir sampling), in their order; all of them when there
+    are no more than `sample`.
+
+    >>> sample_pairs(range(10), 3, seed=1), sample_pairs(range(2), 3)
+    ([5, 6, 7], [0, 1])
+    """
+    rng = random.Random(seed)
+    kept = []  # (position, pair)
+    for position, pair in enumerate(pairs):
+        if position < sample:
+            kept.append((position, pair))
+        else:
+            slot = rng.randrange(position + 1)
+            if slot < sample:
+                kept[slot] = (position, pair)
+    return [pair for _, pair in sorted(kept, key=lambda item: item[0])]
+
+
 def train_tokenizers(
     pairs, vocab_size, model_type="unigram", *, shared=True, sample=None, seed=0, **kwargs
 ):
@@ -233,10 +253,10 @@ def train_tokenizers(
     """
     if not isinstance(shared, bool):
         raise TypeError(f"`shared` must be a bool, got shared={shared!r}.")
-    pairs = list(pairs)
-    if sample is not None and _checks.check_positive_int("sample", sample) < len(pairs):
-        chosen = sorted(random.Random(seed).sample(range(len(pairs)), sample))
-        pairs = [pairs[i] for i in chosen]
+    if sample is None:
+        pairs = list(pairs)
+    else:
+        pairs = sample_pairs(pairs, _checks.check_positive_int("sample", sample), seed)
     sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
     if shared:
         tokenizer = train_tokenizer(sources + targets, vocab_size, model_type, **kwargs)

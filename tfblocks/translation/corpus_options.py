@@ -40,6 +40,13 @@ def add_corpus_arguments(parser):
         "manythings' English<TAB>Japanese<TAB>...); rows are read as they are",
     )
     data.add_argument(
+        "--stream",
+        action="store_true",
+        help="stream the train split from its files each epoch instead of holding it in "
+        "memory (a corpus of any size: a bounded shuffle buffer, the tokenizer sampled, "
+        "the folder's corpus identity from the files' sizes, first and last MiB)",
+    )
+    data.add_argument(
         "--source-column", type=int, default=None, metavar="N",
         help="--tsv column (0-based) of the source sentences (default: manythings')",
     )  # fmt: skip
@@ -66,6 +73,12 @@ def check_corpus_arguments(args):
         raise ValueError(
             "`--source-lang` and `--target-lang` must differ, got "
             f"--source-lang={args.source_lang!r} and --target-lang={args.target_lang!r}."
+        )
+    if args.stream and (args.tsv or not (args.corpus_dir or args.train_source)):
+        raise ValueError(
+            "`--stream` streams line-aligned train files: give --corpus-dir or "
+            "--train-source/--train-target, not "
+            + (f"--tsv={args.tsv!r}." if args.tsv else "the phrasebook (no corpus given).")
         )
     for split in SPLITS:
         given = [getattr(args, f"{split}_{side}") is not None for side in ("source", "target")]
@@ -161,4 +174,5 @@ def read_corpus(args):
     return load_splits(
         args.corpus_dir, args.tsv, source=args.source_lang, target=args.target_lang,
         seed=args.seed, files=files, tsv_columns=tsv_columns(args) if args.tsv else None,
+        stream_train=args.stream,
     )  # fmt: skip

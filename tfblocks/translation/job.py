@@ -37,6 +37,7 @@ import dataclasses
 import hashlib
 import os
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -48,6 +49,7 @@ from tfblocks.decoding import Greedy
 from tfblocks.models.builders import build_transformer
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import make_dataset
+from tfblocks.text.corpus import StreamedPairs
 from tfblocks.text.dataset import SHAPES
 from tfblocks.training import averaged_weights, compile_transformer, get_strategy
 from tfblocks.training.callbacks import EpochProgress, FiniteLoss, TimeLimit
@@ -82,7 +84,10 @@ class Timer:
 
 
 def corpus_fingerprint(pairs):
-    """A short SHA-256 of the pairs, to tell whether a run folder saw the same corpus."""
+    """A short SHA-256 of the pairs, to tell whether a run folder saw the same corpus (a
+    `StreamedPairs`: its own, from its files' sizes, first and last MiB)."""
+    if isinstance(pairs, StreamedPairs):
+        return pairs.fingerprint()
     digest = hashlib.sha256()
     for source, target in pairs:
         digest.update(source.encode("utf-8") + b"\t" + target.encode("utf-8") + b"\n")
@@ -267,10 +272,15 @@ def train_run(
             epoch_callbacks.append(limit)
         data = dataset(splits["train"], options.seed * 100_003 + epoch, scale=replicas)
         start = time.perf_counter()
-        history = model.fit(
-            data, validation_data=dev, initial_epoch=epoch, epochs=epoch + 1,
-            callbacks=epoch_callbacks, shuffle=False, verbose=options.verbose,
-        )  # fmt: skip
+        with warnings.catch_warnings():
+            # A streamed corpus has no known number of batches: its epoch ends when the
+            # files do, which Keras reports as "Your input ran out of data".
+            if isinstance(splits["train"], StreamedPairs):
+                warnings.filterwarnings("ignore", "Your input ran out of data", UserWarning)
+            history = model.fit(
+                data, validation_data=dev, initial_epoch=epoch, epochs=epoch + 1,
+                callbacks=epoch_callbacks, shuffle=False, verbose=options.verbose,
+            )  # fmt: skip
         elapsed = time.perf_counter() - start
         if guard.failure is not None:
             raise _non_finite(guard.failure, progress["epochs"])  # nothing of it committed

@@ -286,7 +286,10 @@ def main(argv=None):
 
     with timer("data"):
         splits = read_corpus(args)
-        splits["train"] = splits["train"][: args.limit_train]
+        if args.stream:
+            splits["train"] = splits["train"].limited(args.limit_train)
+        else:
+            splits["train"] = splits["train"][: args.limit_train]
         splits["test"] = splits["test"][: args.limit_test]
         check_splits(splits, args)
         init = None
@@ -300,11 +303,31 @@ def main(argv=None):
                     "the --init-from model's vocabulary does not match its tokenizer, got "
                     f"--init-from={args.init_from!r}."
                 )
+        sample = _streamed_sample(args, splits, init)
     with RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
-        return _train(args, folder, splits, init, overrides, override_text, options, timer)
+        return _train(args, folder, splits, init, overrides, override_text, options, timer, sample)
 
 
-def _train(args, folder, splits, init, overrides, override_text, options, timer):
+def _streamed_sample(args, splits, init):
+    """With `--stream`, the tokenizer's sample of the train split (one pass over its files,
+    before the run folder is touched: an unreadable or misaligned file is refused now), or
+    None when no tokenizer is trained (`--init-from`, or the folder has one)."""
+    from tfblocks.text.tokenizers import sample_pairs
+    from tfblocks.translation.run_folder import TOKENIZER_FILE
+
+    if not args.stream or init is not None:
+        return None
+    if args.output and os.path.exists(os.path.join(args.output, TOKENIZER_FILE)):
+        return None  # continuing: training starts without reading the corpus first
+    sample = sample_pairs(splits["train"], args.tokenizer_sample, args.seed)
+    if not sample:
+        raise ValueError(
+            f"the train split of {corpus_origin(args, 'train')} has no sentence pairs."
+        )
+    return sample
+
+
+def _train(args, folder, splits, init, overrides, override_text, options, timer, sample=None):
     """`main` in the locked run folder: tokenizer, training, evaluation, export, reload."""
     import tensorflow as tf
 
@@ -334,6 +357,7 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
             "lora_rank": args.lora_rank,
             "lora_ffn": args.lora_ffn,
             "separate_vocab": args.separate_vocab,
+            "stream": args.stream,
         }
         # None: a new folder, or one whose start failed before an epoch was recorded.
         saved = folder.check_settings(settings, must_match=list(settings))
@@ -347,14 +371,15 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer)
             tokenizers = [text.SubwordTokenizer.load(p) for p in paths]
         else:
             tokenizers = text.train_tokenizers(
-                splits["train"], vocab_size=args.vocab_size, model_type=args.tokenizer_model,
+                splits["train"] if sample is None else sample,
+                vocab_size=args.vocab_size, model_type=args.tokenizer_model,
                 shared=not args.separate_vocab, sample=args.tokenizer_sample, seed=args.seed,
             )  # fmt: skip
         tokenizer, target_tokenizer = tokenizers[0], tokenizers[-1] or tokenizers[0]
         for path, made in zip(paths, (tokenizer, target_tokenizer), strict=False):
             if saved is None or not os.path.exists(path):
                 replace_file(path, made.save)
-    sizes = {k: len(v) for k, v in splits.items()}
+    sizes = {k: "streamed" if k == "train" and args.stream else len(v) for k, v in splits.items()}
     if target_tokenizer is tokenizer:
         vocabulary = f"shared vocabulary {tokenizer.vocabulary_size}"
     else:
