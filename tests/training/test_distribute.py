@@ -194,3 +194,13 @@ def test_static_batches_validates_arguments():
     dataset = tf.data.Dataset.from_tensor_slices(({"inputs": [[1]], "targets": [[1]]}, [[1]]))
     with pytest.raises(ValueError, match="max_length=0"):
         static_batches(dataset, batch_size=2, max_length=0)
+
+
+def test_cluster_task_names_the_chief(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert distribute.cluster_task() == (True, None)
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"task": {"type": "evaluator", "index": 0}}))
+    assert distribute.cluster_task() == (False, "evaluator-0")
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ValueError, match=r"TF_CONFIG='\{not json'"):
+        distribute.cluster_task()

@@ -45,6 +45,7 @@ FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", 
         (("--lora-rank", "2"), "--lora-rank=2 without --init-from"),
         (("--init-from", "run", "--lora-rank", "0"), "--lora-rank=0"),
         (("--lora-ffn",), "--lora-ffn without --lora-rank"),
+        (("--strategy", "multi_worker", "--max-train-minutes", "5"), "--max-train-minutes=5.0"),
     ],
 )
 def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, message):
@@ -52,6 +53,22 @@ def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, me
     with pytest.raises(ValueError, match=re.escape(message)):
         train_command.main([*FAST, *args, "--output", str(output)])
     assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    ("cluster", "task", "output", "expected"),
+    [
+        ({"worker": ["a:1", "b:1"]}, ("worker", 0), "runs/x", "runs/x"),
+        ({"worker": ["a:1", "b:1"]}, ("worker", 1), "runs/x/", "runs/x-worker-1"),
+        ({"chief": ["c:1"], "worker": ["a:1"]}, ("worker", 0), "runs/x", "runs/x-worker-0"),
+        ({"chief": ["c:1"], "worker": ["a:1"]}, ("chief", 0), "runs/x", "runs/x"),
+        ({"worker": ["a:1", "b:1"]}, ("worker", 1), None, None),  # a temporary folder
+    ],
+)
+def test_only_the_chief_writes_the_run_folder(monkeypatch, cluster, task, output, expected):
+    config = {"cluster": cluster, "task": {"type": task[0], "index": task[1]}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    assert train_command.worker_output(output) == expected
 
 
 def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch):

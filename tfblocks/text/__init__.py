@@ -8,7 +8,12 @@ from tfblocks.text.corpus import (
     read_tsv,
     remove_japanese_spaces,
 )
-from tfblocks.text.dataset import bucket_boundaries, length_summary, make_dataset
+from tfblocks.text.dataset import (
+    bucket_boundaries,
+    distribute_dataset,
+    length_summary,
+    make_dataset,
+)
 from tfblocks.text.phrasebook import (
     RUNNING_EXAMPLE,
     PhrasePair,
@@ -35,6 +40,7 @@ __all__ = [
     "PhrasePair",
     "SubwordTokenizer",
     "bucket_boundaries",
+    "distribute_dataset",
     "generate_phrasebook",
     "length_summary",
     "load_phrasebook",

@@ -143,6 +143,11 @@ def check_arguments(args):
         )
     if args.lora_ffn and args.lora_rank is None:
         raise ValueError("`--lora-ffn` needs --lora-rank, got --lora-ffn without --lora-rank.")
+    if args.strategy == "multi_worker" and args.max_train_minutes is not None:
+        raise ValueError(  # each worker's clock would stop it at another step
+            "`--max-train-minutes` cannot stop the workers of --strategy multi_worker at the "
+            f"same step, got --max-train-minutes={args.max_train_minutes}."
+        )
     if args.early_stopping is not None and args.dev_sentences == 0:
         raise ValueError(
             "`--early-stopping` needs dev BLEU, got --early-stopping="
@@ -153,6 +158,19 @@ def check_arguments(args):
         if value is not None and not value.strip():
             name = f"--{flag.replace('_', '-')}"
             raise ValueError(f"`{name}` must name a path, got {name}={value!r}.")
+
+
+def worker_output(output):
+    """The run folder of this process under `--strategy multi_worker`: `output` for the
+    chief (`cluster_task`), `OUTPUT-worker-N` beside it for worker N, so that the workers
+    never share a folder (nor its lock) and a rerun continues each from the epoch they all
+    finished together; without `--output` (None), a temporary folder for each."""
+    from tfblocks.training.distribute import cluster_task
+
+    chief, task = cluster_task()
+    if chief or not output:
+        return output
+    return f"{os.path.normpath(output)}-{task}"
 
 
 def check_hparams(hp, overrides, batch_tokens):
@@ -220,8 +238,9 @@ def main(argv=None):
         lora_rank=args.lora_rank,
         lora_ffn=args.lora_ffn,
     )
-    if args.output:
-        check_output(args.output)
+    output = worker_output(args.output) if args.strategy == "multi_worker" else args.output
+    if output:
+        check_output(output)
     timer = job.Timer()
 
     with timer("data"):
@@ -237,7 +256,7 @@ def main(argv=None):
                     "the --init-from model's vocabulary does not match its tokenizer, got "
                     f"--init-from={args.init_from!r}."
                 )
-    with RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
+    with RunFolder(output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
         return _train(args, folder, splits, init, overrides, override_text, options, timer)
 
 
