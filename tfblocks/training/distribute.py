@@ -53,10 +53,9 @@ def get_strategy(kind="auto", devices=None):
             `TPU_NAME`, the local chips of a TPU VM, or Colab's), `"multi_worker"`
             (`MultiWorkerMirroredStrategy` configured by `TF_CONFIG`, with
             `tfblocks.training.multi_worker.patch_keras` applied, as for `"mirrored"`),
-            or `"auto"`: a
-            TPU if one is found, else `MirroredStrategy` over all GPUs when there
-            are several, else the default strategy (one GPU or CPU only: nothing to
-            mirror, and the whole step compiles with XLA).
+            or `"auto"`: a TPU if one is found, else `MirroredStrategy` over all GPUs
+            when there are several, else the default strategy (one GPU or CPU only:
+            nothing to mirror, and the whole step compiles with XLA).
         devices: device names for `"mirrored"` (e.g. two logical CPUs in tests).
 
     Returns:
