@@ -215,6 +215,7 @@ def main(argv=None):
     from tfblocks.decoding import beam_or_greedy
     from tfblocks.models import hparams, load_preset
     from tfblocks.models.hparams import parse_overrides
+    from tfblocks.training import get_strategy
     from tfblocks.translation import job
     from tfblocks.translation.run_folder import RunFolder, check_output
 
@@ -223,11 +224,14 @@ def main(argv=None):
     overrides = parse_overrides(override_text)
     check_hparams(hparams(args.hparams, **overrides), overrides, args.batch_tokens)
     beam_or_greedy(args.beam_size, args.alpha)
+    strategy = args.strategy
+    if strategy == "multi_worker":  # before any TensorFlow op: collectives need it first
+        strategy = get_strategy(strategy)
     options = job.TrainingOptions(
         epochs=args.epochs,
         batch_tokens=args.batch_tokens,
         seed=args.seed,
-        strategy=args.strategy,
+        strategy=strategy,
         shapes=args.shapes,
         dtype_policy=args.dtype_policy,
         time_limit=args.max_train_minutes * 60 if args.max_train_minutes else None,
