@@ -2,6 +2,7 @@
 
 import itertools
 import logging
+import types
 
 import numpy as np
 import pytest
@@ -311,6 +312,19 @@ def test_distribute_datasets_from_function(pairs, tokenizer):
     )  # fmt: skip
     features, labels = next(iter(distributed))
     assert labels.shape == (8, 32) and features["inputs"].shape == (8, 32)
+
+
+def test_distribute_dataset_splits_a_global_budget(pairs, tokenizer):
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    distributed = text_dataset.distribute_dataset(
+        strategy, pairs[:64], tokenizer, tokenizer, batch_tokens=256, max_length=32,
+        shapes="max_length", shuffle=False,
+    )  # fmt: skip
+    assert {tuple(labels.shape) for _, labels in distributed} == {(8, 32)}
+    four = types.SimpleNamespace(num_replicas_in_sync=4)  # 256 // 4 < max_length
+    with pytest.raises(ValueError, match=r"over all 4 replicas.*batch_tokens=256"):
+        text_dataset.distribute_dataset(four, pairs, tokenizer, tokenizer, batch_tokens=256,
+                                        max_length=100)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,14 @@ gradient shows):
 2. the same strategy with `jit_compile=False` (Keras' own step);
 3. this process alone, no strategy, on the whole global batch.
 
-Saves the weights of run 1 and prints one JSON line: histories, `jit_compile` flags,
-and the largest weight differences between the runs.
+Then it reads one epoch of text pairs through `tfblocks.text.distribute_dataset`, the
+translation job's input under a strategy, in which each worker reads its own shard of
+the pairs, and trains one epoch of the translation job itself on them (`train_run`, a
+run folder per worker, as `tfblocks-train` has it).
+
+Saves the weights of run 1 (OUT.npz) and of the job (OUT_job.npz) and prints one JSON
+line: histories, `jit_compile` flags, the largest weight differences between the runs,
+the sources this worker's input pipeline gave, and the job's epochs and loss.
 """
 
 import json
@@ -47,7 +53,10 @@ def main(out):
     def max_diff(a, b):
         return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
 
+    sources = shard_sources(strategy)
+    job_weights, job_report = job_epoch(strategy, out.replace(".npz", "_run"))
     np.savez(out, *xla.get_weights())
+    np.savez(out.replace(".npz", "_job.npz"), *job_weights)
     print(
         json.dumps(
             {
@@ -60,9 +69,75 @@ def main(out):
                 "xla_vs_plain": max_diff(xla.get_weights(), plain.get_weights()),
                 "xla_vs_single": max_diff(xla.get_weights(), single.get_weights()),
                 "moved": max_diff(single.get_weights(), initial),
+                "sources": sources,
+                "job_epochs": job_report["epochs"],
+                "job_loss": job_report["history"][-1]["loss"],
             }
         )
     )
+
+
+class DigitTokenizer:
+    """Pairs of space-separated ids ("5 9 7") → ragged ids with EOS: no model to train."""
+
+    def tokenize(self, texts):
+        import tensorflow as tf
+
+        ids = tf.strings.to_number(tf.strings.split(texts), tf.int32)  # [N, (len)]
+        return tf.concat([ids, tf.ones_like(ids[:, :1])], axis=1)  # EOS = 1
+
+
+def text_pairs(n, vocab_size):
+    """`n` distinct (source, reversed source) pairs of 2 to 8 ids, as text."""
+    import numpy as np
+
+    from tests.fixtures import FIRST_ID
+
+    rng = np.random.default_rng(1)
+    sources = {}
+    while len(sources) < n:
+        ids = rng.integers(FIRST_ID, vocab_size, rng.integers(2, 9))
+        sources[" ".join(map(str, ids))] = " ".join(map(str, ids[::-1]))
+    return list(sources.items())
+
+
+def shard_sources(strategy):
+    """The sources this worker's pipeline gives in one epoch of `distribute_dataset` over
+    `text_pairs(41, 24)` (the shards differ in length)."""
+    from tfblocks.text import distribute_dataset
+
+    tokenizer = DigitTokenizer()
+    data = distribute_dataset(
+        strategy, text_pairs(41, 24), tokenizer, tokenizer, batch_tokens=64, max_length=10,
+        seed=0,
+    )  # fmt: skip
+    sources = []
+    for features, _ in data:
+        for ids in strategy.experimental_local_results(features["inputs"]):
+            for row in ids.numpy():
+                sources.append(" ".join(str(i) for i in row if i > 1))  # no PAD, no EOS
+    return [s for s in sources if s]  # no empty rows
+
+
+def job_epoch(strategy, path):
+    """One epoch of `tfblocks.translation.job.train_run` on `text_pairs` in the run folder
+    `path` (each worker its own, as `tfblocks-train` does); returns the weights and report."""
+    from tests.fixtures import tiny_hparams
+    from tfblocks.text import train_tokenizers
+    from tfblocks.translation import job
+    from tfblocks.translation.run_folder import RunFolder
+
+    pairs = text_pairs(41, 24)
+    tokenizer = train_tokenizers(pairs, vocab_size=40, model_type="bpe")[0]
+    hp = tiny_hparams(tokenizer.vocabulary_size, max_length=24)
+    options = job.TrainingOptions(
+        epochs=1, batch_tokens=128, strategy=strategy, dtype_policy="float32",
+        dev_sentences=0, verbose=0,
+    )  # fmt: skip
+    with RunFolder(path) as folder:
+        splits = {"train": pairs, "dev": pairs[:4]}
+        model, report = job.train_run(folder, splits, tokenizer, hp, options, log=lambda _: None)
+    return model.get_weights(), report
 
 
 if __name__ == "__main__":

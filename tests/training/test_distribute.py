@@ -167,6 +167,19 @@ def test_loss_is_the_global_token_mean_across_replicas(mirrored_result):
     assert r["replica_summed_loss"] == pytest.approx(r["whole_batch_loss"], rel=1e-6)
 
 
+@pytest.mark.parametrize("shapes", ["dynamic", "max_length"])
+def test_distribute_dataset_gives_each_replica_half_the_budget(mirrored_result, shapes):
+    from tests.training.multi_worker_script import text_pairs
+
+    r = mirrored_result["sharded"]
+    assert r[shapes]["sources"] == sorted(source for source, _ in text_pairs(39, 24))
+    assert r[shapes]["within_budget"]
+    if shapes == "max_length":  # 13 batches: the 7th step is completed with a PAD batch
+        assert r[shapes]["steps"] == 7
+    else:  # a `fit` epoch on batches of different shapes per replica
+        assert np.isfinite(r["loss"]).all()
+
+
 def test_static_batches_have_fixed_shapes_and_drop_long_examples():
     rng = np.random.default_rng(0)
     examples = [rng.integers(4, 9, n).astype("int32") for n in (3, 5, 12, 2, 6, 4, 7)]
@@ -194,3 +207,13 @@ def test_static_batches_validates_arguments():
     dataset = tf.data.Dataset.from_tensor_slices(({"inputs": [[1]], "targets": [[1]]}, [[1]]))
     with pytest.raises(ValueError, match="max_length=0"):
         static_batches(dataset, batch_size=2, max_length=0)
+
+
+def test_cluster_task_names_the_chief(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert distribute.cluster_task() == (True, None)
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"task": {"type": "evaluator", "index": 0}}))
+    assert distribute.cluster_task() == (False, "evaluator-0")
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ValueError, match=r"TF_CONFIG='\{not json'"):
+        distribute.cluster_task()

@@ -3,7 +3,9 @@
 Covers the keras#20585 work-around (`multi_worker.patch_keras`) and per-replica XLA
 (`xla_step`): the XLA run must really compile, leave both workers with identical
 weights, and match both the non-XLA run and single-process training on the same
-global batch. A worker that does not finish within `TIMEOUT_S` fails the test.
+global batch; and that with `distribute_dataset` each worker reads only its own shard
+of the pairs, on which the translation job trains both to identical weights. A worker
+that does not finish within `TIMEOUT_S` fails the test.
 """
 
 import json
@@ -126,6 +128,25 @@ def test_xla_matches_keras_step_and_single_process_training(trained):
             np.testing.assert_allclose(
                 log["history"][key], log["single_history"][key], rtol=LOSS_RTOL
             )
+
+
+def test_each_worker_reads_its_own_shard(trained):
+    from tests.training.multi_worker_script import text_pairs
+
+    shards = [worker["log"]["sources"] for worker in trained]
+    assert all(len(shard) == len(set(shard)) for shard in shards)  # each pair once
+    assert [len(shard) for shard in shards] == [21, 20]  # every n-th pair
+    assert not set(shards[0]) & set(shards[1])
+    assert set(shards[0]) | set(shards[1]) == {source for source, _ in text_pairs(41, 24)}
+
+
+def test_the_translation_job_trains_on_both_workers_to_identical_weights(trained):
+    logs = [worker["log"] for worker in trained]
+    assert [log["job_epochs"] for log in logs] == [1, 1]
+    assert logs[0]["job_loss"] == logs[1]["job_loss"] and np.isfinite(logs[0]["job_loss"])
+    first, second = (np.load(str(w["out"]).replace(".npz", "_job.npz")) for w in trained)
+    for name in first.files:
+        np.testing.assert_array_equal(first[name], second[name])
 
 
 def test_without_the_fix_keras_fails(tmp_path):

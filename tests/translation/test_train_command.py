@@ -75,6 +75,7 @@ FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", 
             ),
             "cannot set shared_embedding",
         ),
+        (("--strategy", "multi_worker", "--max-train-minutes", "5"), "--max-train-minutes=5.0"),
     ],
 )
 def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, message):
@@ -82,6 +83,22 @@ def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, me
     with pytest.raises(ValueError, match=re.escape(message)):
         train_command.main([*FAST, *args, "--output", str(output)])
     assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    ("cluster", "task", "output", "expected"),
+    [
+        ({"worker": ["a:1", "b:1"]}, ("worker", 0), "runs/x", "runs/x"),
+        ({"worker": ["a:1", "b:1"]}, ("worker", 1), "runs/x/", "runs/x-worker-1"),
+        ({"chief": ["c:1"], "worker": ["a:1"]}, ("worker", 0), "runs/x", "runs/x-worker-0"),
+        ({"chief": ["c:1"], "worker": ["a:1"]}, ("chief", 0), "runs/x", "runs/x"),
+        ({"worker": ["a:1", "b:1"]}, ("worker", 1), None, None),  # a temporary folder
+    ],
+)
+def test_only_the_chief_writes_the_run_folder(monkeypatch, cluster, task, output, expected):
+    config = {"cluster": cluster, "task": {"type": task[0], "index": task[1]}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    assert train_command.worker_output(output) == expected
 
 
 def test_init_from_a_run_of_other_languages_is_refused(tmp_path):
@@ -197,7 +214,7 @@ def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
     missing = str(tmp_path / "missing.xx")
     splits = {"train": StreamedPairs((missing,), (missing,))}
     with pytest.raises(FileNotFoundError, match=r"missing\.xx"):
-        train_command._streamed_sample(args, splits, None)
+        train_command._streamed_sample(args, splits, None, str(run))
     run.mkdir()
     (run / TOKENIZER_FILE).write_bytes(b"")
-    assert train_command._streamed_sample(args, splits, None) is None
+    assert train_command._streamed_sample(args, splits, None, str(run)) is None

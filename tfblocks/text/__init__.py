@@ -9,7 +9,12 @@ from tfblocks.text.corpus import (
     read_tsv,
     remove_japanese_spaces,
 )
-from tfblocks.text.dataset import bucket_boundaries, length_summary, make_dataset
+from tfblocks.text.dataset import (
+    bucket_boundaries,
+    distribute_dataset,
+    length_summary,
+    make_dataset,
+)
 from tfblocks.text.phrasebook import (
     RUNNING_EXAMPLE,
     PhrasePair,
@@ -37,6 +42,7 @@ __all__ = [
     "StreamedPairs",
     "SubwordTokenizer",
     "bucket_boundaries",
+    "distribute_dataset",
     "generate_phrasebook",
     "length_summary",
     "load_phrasebook",

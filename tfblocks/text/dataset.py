@@ -517,6 +517,89 @@ def make_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(_FIXED_PARALLELISM)
 
 
+def distribute_dataset(strategy, pairs, source_tokenizer, target_tokenizer, *,
+                       batch_tokens=4096, max_length=64, **options):  # fmt: skip
+    """`make_dataset` for a `tf.distribute` strategy: a shard per worker, a global budget.
+
+    `strategy.distribute_datasets_from_function` builds one input pipeline per worker,
+    each calling `make_dataset(..., input_context=...)`, so that a worker tokenizes and
+    batches only its own shard of the pairs (every n-th pair). `batch_tokens` is the
+    budget of a whole step: each of the `strategy.num_replicas_in_sync` replicas gets
+    batches of `batch_tokens // replicas` tokens, and a replica's batch comes whole from
+    its worker's pipeline (no rebatching).
+
+    The shards need not have as many batches: `fit` ends the epoch when every pipeline
+    has run out, and until then a replica whose pipeline is done gets an empty batch,
+    which counts for nothing in the loss and the metrics (they weigh tokens). With
+    fixed shapes each pipeline's last step is completed with all-PAD batches, so no
+    pair is dropped. The length of the epoch is unknown to `fit`.
+
+    Under `MirroredStrategy`, Keras 3's `fit` needs `tfblocks.training.multi_worker.
+    patch_keras()` for such batches (`get_strategy` applies it).
+
+    Args:
+        strategy: a `tf.distribute.Strategy` (mirrored, multi-worker or TPU).
+        pairs: `(source, target)` string pairs, the same list on every worker, or a
+            `StreamedPairs` of the same files (each worker streams them and keeps its shard).
+        source_tokenizer: as in `make_dataset`.
+        target_tokenizer: as in `make_dataset`.
+        batch_tokens: token budget of a step over all replicas.
+        max_length: as in `make_dataset`; a replica's budget must hold a longest pair.
+        **options: further `make_dataset` arguments (`shuffle`, `seed`, `shapes`, ...).
+
+    Returns:
+        A `tf.distribute.DistributedDataset` for `model.fit`.
+
+    Example:
+
+    >>> from tfblocks.text.tokenizers import train_tokenizer
+    >>> pairs = [("今日のランチはカレーだ。", "Today's lunch is curry.")] * 8
+    >>> tokenizer = train_tokenizer([t for p in pairs for t in p], vocab_size=40)
+    >>> strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    >>> dataset = distribute_dataset(strategy, pairs, tokenizer, tokenizer, batch_tokens=128,
+    ...                              max_length=32, shapes="max_length")
+    >>> tuple(next(iter(dataset))[1].shape)
+    (4, 32)
+    """
+    batch_tokens = _checks.check_positive_int("batch_tokens", batch_tokens)
+    max_length = _checks.check_positive_int("max_length", max_length)
+    replicas = strategy.num_replicas_in_sync
+    if batch_tokens // replicas < max_length:
+        raise ValueError(
+            f"`batch_tokens` is the budget of a step over all {replicas} replicas, and each "
+            f"replica's share ({batch_tokens // replicas}) must hold a longest pair of "
+            f"max_length={max_length}: raise it to {replicas * max_length} at least, got "
+            f"batch_tokens={batch_tokens}."
+        )
+    if not isinstance(pairs, StreamedPairs):  # streamed: each worker streams its shard
+        pairs = _check_pairs(pairs)
+
+    def shard(input_context):
+        dataset = make_dataset(
+            pairs, source_tokenizer, target_tokenizer, batch_tokens=batch_tokens // replicas,
+            max_length=max_length, input_context=input_context, **options,
+        )  # fmt: skip
+        # A step takes one batch per local replica. Fixed shapes get no partial step
+        # (outside multi-worker), so the last batches are completed to a whole step with
+        # all-PAD batches, which count for nothing.
+        local = replicas // input_context.num_input_pipelines
+        batches = int(dataset.cardinality())
+        # Unknown for a streamed corpus: local - 1 all-PAD batches complete any last step
+        # (those beyond it fall with the partial step that fixed shapes never take).
+        missing = -batches % local if batches >= 0 else local - 1
+        spec = tf.nest.flatten(dataset.element_spec)
+        if missing and all(s.shape.is_fully_defined() for s in spec):
+            empty = tf.nest.map_structure(
+                lambda s: tf.zeros(s.shape, s.dtype), dataset.element_spec
+            )  # [B, L] each
+            dataset = dataset.concatenate(tf.data.Dataset.from_tensors(empty).repeat(missing))
+        # The dataset counts one replica's batches, not the steps, and the other workers'
+        # shards may hold more: an unknown length lets `fit` run until every pipeline is done.
+        return dataset.filter(lambda *_: True)
+
+    return strategy.distribute_datasets_from_function(shard)
+
+
 def _batch_packed(dataset, rows, max_length, shuffle, seed, source_lengths, target_lengths):
     """Pairs `([len], [len])` → packed batches `(features, targets)` of `[rows, max_length]`.
 

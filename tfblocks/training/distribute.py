@@ -16,6 +16,7 @@ single-device run on the same global batch up to floating-point summation order.
 (`tfblocks.training.xla_step`).
 """
 
+import json
 import os
 
 import tensorflow as tf
@@ -51,10 +52,10 @@ def get_strategy(kind="auto", devices=None):
             `devices`), `"tpu"` (`TPUClusterResolver`: the Cloud TPU named by
             `TPU_NAME`, the local chips of a TPU VM, or Colab's), `"multi_worker"`
             (`MultiWorkerMirroredStrategy` configured by `TF_CONFIG`, with
-            `tfblocks.training.multi_worker.patch_keras` applied), or `"auto"`: a
-            TPU if one is found, else `MirroredStrategy` over all GPUs when there
-            are several, else the default strategy (one GPU or CPU only: nothing to
-            mirror, and the whole step compiles with XLA).
+            `tfblocks.training.multi_worker.patch_keras` applied, as for `"mirrored"`),
+            or `"auto"`: a TPU if one is found, else `MirroredStrategy` over all GPUs
+            when there are several, else the default strategy (one GPU or CPU only:
+            nothing to mirror, and the whole step compiles with XLA).
         devices: device names for `"mirrored"` (e.g. two logical CPUs in tests).
 
     Returns:
@@ -81,14 +82,51 @@ def get_strategy(kind="auto", devices=None):
             kind = "default"
     if kind == "default":
         return tf.distribute.get_strategy()
-    if kind == "mirrored":
-        return tf.distribute.MirroredStrategy(devices=devices)
     if kind == "tpu":
         return _tpu_strategy()
-    from tfblocks.training import multi_worker  # only needed for this kind
+    from tfblocks.training import multi_worker  # only needed for these kinds
 
     multi_worker.patch_keras()
+    if kind == "mirrored":
+        return tf.distribute.MirroredStrategy(devices=devices)
     return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def cluster_task():
+    """This process's task in the `TF_CONFIG` cluster: `(is_chief, name)`.
+
+    The chief is the task of type `"chief"`, or worker 0 when the cluster has none (as
+    `MultiWorkerMirroredStrategy` has it); it alone should write what the run keeps.
+    Without `TF_CONFIG` the process is a cluster of its own: `(True, None)`.
+
+    Returns:
+        A bool and the task's `"type-index"` name (e.g. `"worker-1"`), or None.
+
+    Raises:
+        ValueError: a `TF_CONFIG` that is not JSON or names no task.
+
+    Example:
+
+    >>> os.environ["TF_CONFIG"] = json.dumps(
+    ...     {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}})
+    >>> cluster_task()
+    (False, 'worker-1')
+    >>> del os.environ["TF_CONFIG"]
+    """
+    text = os.environ.get("TF_CONFIG", "").strip()
+    if not text:
+        return True, None
+    try:
+        config = json.loads(text)
+        kind, index = config["task"]["type"], int(config["task"].get("index", 0))
+        chiefs = config.get("cluster", {}).get("chief")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ValueError(
+            f"`TF_CONFIG` must be JSON with a cluster and this process's task "
+            f'({{"type": ..., "index": ...}}), got TF_CONFIG={text!r}.'
+        ) from None
+    chief = kind == "chief" or (kind == "worker" and index == 0 and not chiefs)
+    return chief, f"{kind}-{index}"
 
 
 def static_batches(dataset, batch_size, max_length, drop_remainder=True):

@@ -6,9 +6,11 @@ in two places before and after the first step:
 1. `TensorFlowTrainer._maybe_symbolic_build` builds the model from the first batch by
    calling `strategy.reduce("MEAN", batch, axis=None)` on the whole (nested)
    `PerReplica` batch; the collective strategy cannot reduce a dict of int ids
-   ("Attempt to convert a value ({'inputs': PerReplica ...}) ... to a Tensor").
-   The batch is only needed for its shapes and dtypes, so the fix builds from the
-   first local replica's values instead.
+   ("Attempt to convert a value ({'inputs': PerReplica ...}) ... to a Tensor"), and
+   `MirroredStrategy` cannot add replicas' batches of different shapes (which
+   `distribute_datasets_from_function` gives: each replica pads its own batch). The
+   batch is only needed for its shapes and dtypes, so the fix builds from the first
+   local replica's values instead, under any strategy.
 2. `reduce_per_replica(..., reduction="mean")` reduces every step output with
    `strategy.reduce("MEAN", v, axis=0)`, which fails for the scalar metric values a
    train step returns. The fix reduces rank-0 values with `axis=None` (the mean over
@@ -16,7 +18,8 @@ in two places before and after the first step:
 
 `patch_keras()` installs each fix only while the Keras source still contains the
 faulty call, so it switches itself off once Keras is fixed. It is applied by
-`get_strategy("multi_worker")`; set `TFBLOCKS_NO_KERAS_PATCH=1` to disable it.
+`get_strategy("multi_worker")` and `get_strategy("mirrored")`, and by the translation
+job under a strategy of several replicas; set `TFBLOCKS_NO_KERAS_PATCH=1` to disable it.
 """
 
 import functools
@@ -49,8 +52,7 @@ def _patch_symbolic_build():
 
     @functools.wraps(original)
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        strategy = self.distribute_strategy
-        if iterator is None or self._distribute_strategy is None or not _is_multi_worker(strategy):
+        if iterator is None or self._distribute_strategy is None:
             return original(self, iterator=iterator, data_batch=data_batch)
         for _, _, it in iterator:  # Same iteration as Keras: take the first batch.
             data_batch = tf.nest.map_structure(_first_local, next(it))

@@ -48,12 +48,13 @@ from tfblocks._files import write_json
 from tfblocks.decoding import Greedy
 from tfblocks.models.builders import build_transformer
 from tfblocks.serving.savedmodel import Translator
-from tfblocks.text import make_dataset
+from tfblocks.text import distribute_dataset, make_dataset
 from tfblocks.text.corpus import StreamedPairs
 from tfblocks.text.dataset import SHAPES
 from tfblocks.training import averaged_weights, compile_transformer, get_strategy
 from tfblocks.training.callbacks import EpochProgress, FiniteLoss, TimeLimit
 from tfblocks.training.lora import enable_lora, merged_weights
+from tfblocks.training.multi_worker import patch_keras
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy
 from tfblocks.translation.curves import CURVES_FILE, plot_curves
 from tfblocks.translation.run_folder import assign_weights, average_weights, load_weights
@@ -61,6 +62,14 @@ from tfblocks.translation.run_folder import assign_weights, average_weights, loa
 # The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
 # which are tuned for hundreds of thousands of steps; peak rate ≈ 2.2e-3 at d=128.
 DEMO_OVERRIDES = "learning_rate_warmup_steps=200,learning_rate_constant=0.35,max_length=32"
+# Strategies under which each worker reads its own shard of the training pairs and each
+# replica takes whole batches from it (`distribute_dataset`); under the others (the
+# default strategy, one device) the training input is `make_dataset`'s, as it is.
+SHARDED_INPUT = (
+    tf.distribute.MirroredStrategy,
+    tf.distribute.MultiWorkerMirroredStrategy,
+    tf.distribute.TPUStrategy,
+)
 
 
 class Timer:
@@ -100,7 +109,8 @@ class TrainingOptions:
 
     Attributes:
         epochs: total epochs of the run (a rerun with more continues).
-        batch_tokens: token budget of a batch.
+        batch_tokens: token budget of a training step, over all replicas under a
+            strategy (each of R replicas gets `batch_tokens // R`).
         seed: seed of the initialisation and of every epoch's shuffle.
         strategy: a `get_strategy` kind or a `tf.distribute.Strategy`.
         shapes: the batches (`make_dataset(shapes=...)`): `"dynamic"` (length buckets,
@@ -202,7 +212,9 @@ def train_run(
     keras.utils.set_random_seed(options.seed)
     strategy = options.strategy
     strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
-    replicas = strategy.num_replicas_in_sync
+    sharded = isinstance(strategy, SHARDED_INPUT)
+    if sharded:
+        patch_keras()  # Keras' `fit` on replicas' batches of different shapes
     xla = options.shapes != "dynamic"  # fixed shapes: one XLA program per shape
     policy = resolve_dtype_policy(options.dtype_policy, xla)
     progress = folder.progress()
@@ -242,14 +254,18 @@ def train_run(
 
     target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
 
-    def dataset(pairs, seed, shuffle=True, scale=1):
-        return make_dataset(
-            pairs, tokenizer, target_tokenizer, batch_tokens=options.batch_tokens * scale,
-            max_length=hp.max_length, shuffle=shuffle, seed=seed,
-            shapes=options.shapes,
-        )  # fmt: skip
+    def train_input(seed):
+        args = (splits["train"], tokenizer, target_tokenizer)
+        kwargs = dict(batch_tokens=options.batch_tokens, max_length=hp.max_length, seed=seed,
+                      shapes=options.shapes)  # fmt: skip
+        if sharded:  # each worker reads its shard; the budget is the whole step's
+            return distribute_dataset(strategy, *args, **kwargs)
+        return make_dataset(*args, **kwargs)
 
-    dev = dataset(splits["dev"], None, shuffle=False)
+    dev = make_dataset(
+        splits["dev"], tokenizer, target_tokenizer, batch_tokens=options.batch_tokens,
+        max_length=hp.max_length, shuffle=False, shapes=options.shapes,
+    )  # fmt: skip
     dev_pairs = splits["dev"][: options.dev_sentences]
     translator = Translator(serving, tokenizer, target_tokenizer, hp.max_length, strategy=Greedy())
 
@@ -270,7 +286,7 @@ def train_run(
         if limit is not None:
             limit = TimeLimit(max(options.time_limit - spent, 1e-3))
             epoch_callbacks.append(limit)
-        data = dataset(splits["train"], options.seed * 100_003 + epoch, scale=replicas)
+        data = train_input(options.seed * 100_003 + epoch)
         start = time.perf_counter()
         with warnings.catch_warnings():
             # A streamed corpus has no known number of batches: its epoch ends when the

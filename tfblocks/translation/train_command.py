@@ -180,6 +180,11 @@ def check_arguments(args):
         )
     if args.lora_ffn and args.lora_rank is None:
         raise ValueError("`--lora-ffn` needs --lora-rank, got --lora-ffn without --lora-rank.")
+    if args.strategy == "multi_worker" and args.max_train_minutes is not None:
+        raise ValueError(  # each worker's clock would stop it at another step
+            "`--max-train-minutes` cannot stop the workers of --strategy multi_worker at the "
+            f"same step, got --max-train-minutes={args.max_train_minutes}."
+        )
     if args.early_stopping is not None and args.dev_sentences == 0:
         raise ValueError(
             "`--early-stopping` needs dev BLEU, got --early-stopping="
@@ -202,6 +207,19 @@ def check_arguments(args):
                 f"--init-from={args.init_from!r} with --source-lang={args.source_lang!r} "
                 f"--target-lang={args.target_lang!r}."
             )
+
+
+def worker_output(output):
+    """The run folder of this process under `--strategy multi_worker`: `output` for the
+    chief (`cluster_task`), `OUTPUT-worker-N` beside it for worker N, so that the workers
+    never share a folder (nor its lock) and a rerun continues each from the epoch they all
+    finished together; without `--output` (None), a temporary folder for each."""
+    from tfblocks.training.distribute import cluster_task
+
+    chief, task = cluster_task()
+    if chief or not output:
+        return output
+    return f"{os.path.normpath(output)}-{task}"
 
 
 def check_hparams(hp, overrides, batch_tokens, separate_vocab=False):
@@ -256,6 +274,7 @@ def main(argv=None):
     from tfblocks.decoding import beam_or_greedy
     from tfblocks.models import hparams, load_preset, load_target_tokenizer
     from tfblocks.models.hparams import parse_overrides
+    from tfblocks.training import get_strategy
     from tfblocks.translation import job
     from tfblocks.translation.run_folder import RunFolder, check_output
 
@@ -265,11 +284,14 @@ def main(argv=None):
     hp = hparams(args.hparams, **overrides)
     check_hparams(hp, overrides, args.batch_tokens, args.separate_vocab)
     beam_or_greedy(args.beam_size, args.alpha)
+    strategy = args.strategy
+    if strategy == "multi_worker":  # before any TensorFlow op: collectives need it first
+        strategy = get_strategy(strategy)
     options = job.TrainingOptions(
         epochs=args.epochs,
         batch_tokens=args.batch_tokens,
         seed=args.seed,
-        strategy=args.strategy,
+        strategy=strategy,
         shapes=args.shapes,
         dtype_policy=args.dtype_policy,
         time_limit=args.max_train_minutes * 60 if args.max_train_minutes else None,
@@ -280,8 +302,9 @@ def main(argv=None):
         lora_rank=args.lora_rank,
         lora_ffn=args.lora_ffn,
     )
-    if args.output:
-        check_output(args.output)
+    output = worker_output(args.output) if args.strategy == "multi_worker" else args.output
+    if output:
+        check_output(output)
     timer = job.Timer()
 
     with timer("data"):
@@ -303,12 +326,12 @@ def main(argv=None):
                     "the --init-from model's vocabulary does not match its tokenizer, got "
                     f"--init-from={args.init_from!r}."
                 )
-        sample = _streamed_sample(args, splits, init)
-    with RunFolder(args.output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
+        sample = _streamed_sample(args, splits, init, output)
+    with RunFolder(output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
         return _train(args, folder, splits, init, overrides, override_text, options, timer, sample)
 
 
-def _streamed_sample(args, splits, init):
+def _streamed_sample(args, splits, init, output):
     """With `--stream`, the tokenizer's sample of the train split (one pass over its files,
     before the run folder is touched: an unreadable or misaligned file is refused now), or
     None when no tokenizer is trained (`--init-from`, or the folder has one)."""
@@ -317,7 +340,7 @@ def _streamed_sample(args, splits, init):
 
     if not args.stream or init is not None:
         return None
-    if args.output and os.path.exists(os.path.join(args.output, TOKENIZER_FILE)):
+    if output and os.path.exists(os.path.join(output, TOKENIZER_FILE)):
         return None  # continuing: training starts without reading the corpus first
     sample = sample_pairs(splits["train"], args.tokenizer_sample, args.seed)
     if not sample:
