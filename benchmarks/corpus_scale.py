@@ -92,7 +92,7 @@ def write_corpus(folder, pairs, names, seed=0):
     return source_lang, target_lang
 
 
-def first_step(repo, corpus, output, legacy, timeout, vocab_size, stream=False):
+def first_step(repo, corpus, output, legacy, timeout, vocab_size, stream=False, sample=None):
     """`{"seconds", "peak_mib"}` of `tfblocks-train` on `corpus` at its first step, or
     `{"timeout": seconds}`."""
     argv = ["--corpus-dir", corpus, "--output", output, "--epochs", "1",
@@ -101,6 +101,8 @@ def first_step(repo, corpus, output, legacy, timeout, vocab_size, stream=False):
         argv += ["--source-lang", "xx", "--target-lang", "yy"]
     if stream:
         argv.append("--stream")
+    if sample is not None:
+        argv += ["--tokenizer-sample", str(sample)]
     env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="2")
     start = time.time()
     try:
@@ -131,6 +133,7 @@ def main():
         "--work-dir", default=None, help="where the corpora go (default: a temporary folder)"
     )
     parser.add_argument("--stream", action="store_true", help="tfblocks-train --stream")
+    parser.add_argument("--tokenizer-sample", type=int, default=None, help="its --tokenizer-sample")
     parser.add_argument("--quick", action="store_true", help="2,000 pairs: a smoke run")
     args = parser.parse_args()
     sizes = [2000] if args.quick else [int(n) for n in args.sizes.split(",")]
@@ -149,7 +152,7 @@ def main():
             )
             found = first_step(args.repo, corpus, os.path.join(work, f"run-{size}"),
                                args.legacy_names, args.timeout, args.vocab_size,
-                               args.stream)  # fmt: skip
+                               args.stream, args.tokenizer_sample)  # fmt: skip
             if "timeout" in found:
                 print(
                     f"{size:>10} {megabytes:>10.0f} {'> ' + str(int(args.timeout)):>13} {'-':>13}"
