@@ -97,6 +97,16 @@ def blank_lines(text):
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _SOURCE = tf.TensorSpec([None], tf.string, name="source")
 _TARGET = tf.TensorSpec([None], tf.string, name="target")
+_TARGET_PREFIX = tf.TensorSpec([None], tf.string, name="target_prefix")
+
+
+def _check_same_batch(first, second, names):
+    """In a signature's graph: a check that the string batches `first` and `second`
+    (called `names`) hold as many strings."""
+    tf.debugging.assert_equal(
+        tf.shape(first)[0], tf.shape(second)[0],
+        message=f"`{names[0]}` and `{names[1]}` must hold as many strings",
+    )  # fmt: skip
 
 
 class Hypothesis(NamedTuple):
@@ -503,7 +513,7 @@ class Translator(_TextModule):
         out = self.serve_align(sources, targets)["alignment"].numpy()
         return [row.decode("utf-8") for row in out]
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
+    @tf.function(input_signature=[_TEXT], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
         blank = blank_lines(text)
@@ -522,21 +532,12 @@ class Translator(_TextModule):
         """The `n_best` signature: `{"translations", "scores"}`, `[B, num_hypotheses]`."""
         return self._optional("n_best", self._n_best, [_TEXT])(text)
 
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([None], tf.string, name="text"),
-            tf.TensorSpec([None], tf.string, name="target_prefix"),
-        ],
-        autograph=False,
-    )
+    @tf.function(input_signature=[_TEXT, _TARGET_PREFIX], autograph=False)
     def serve_prefix(self, text, target_prefix):
         """The `prefix` signature: each translation starts with its `target_prefix`
         ("" forces nothing): `{"translation" [B], "score" [B], "translations" [B, K],
         "scores" [B, K]}` (K = `num_hypotheses`; the first column is the translation)."""
-        tf.debugging.assert_equal(
-            tf.shape(text)[0], tf.shape(target_prefix)[0],
-            message="`text` and `target_prefix` must hold as many strings",
-        )  # fmt: skip
+        _check_same_batch(text, target_prefix, ("text", "target_prefix"))
         out = self._n_best(text, self.encode_prefix(target_prefix))
         return {"translation": out["translations"][:, 0], "score": out["scores"][:, 0], **out}
 
@@ -556,21 +557,12 @@ class Translator(_TextModule):
             "scores": tf.where(blank[:, None], 0.0, scores),
         }
 
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([None], tf.string, name="source"),
-            tf.TensorSpec([None], tf.string, name="target"),
-        ],
-        autograph=False,
-    )
+    @tf.function(input_signature=[_SOURCE, _TARGET], autograph=False)
     def serve_score(self, source, target):
         """The `score` signature: `{"score" [B], "token_scores" [B, T], "length" [B]}`:
         each target's log-probability, its per-token values (0 after its EOS) and its
         number of tokens (EOS included)."""
-        tf.debugging.assert_equal(
-            tf.shape(source)[0], tf.shape(target)[0],
-            message="`source` and `target` must hold as many strings",
-        )  # fmt: skip
+        _check_same_batch(source, target, ("source", "target"))
         target_ids = self.encode_target(target)  # [B, T]
         token_scores = self._decoder.score(self.encode_source(source), target_ids)
         return {
@@ -585,10 +577,7 @@ class Translator(_TextModule):
         return self._optional("align", self._align, [_SOURCE, _TARGET])(source, target)
 
     def _align(self, source, target):
-        tf.debugging.assert_equal(
-            tf.shape(source)[0], tf.shape(target)[0],
-            message="`source` and `target` must hold as many strings",
-        )  # fmt: skip
+        _check_same_batch(source, target, ("source", "target"))
         blank = blank_lines(source)
         source_ids = self.encode_source(tf.where(blank, "", source))
         target_ids = self.encode_target(target)
@@ -662,7 +651,7 @@ class Generator(_TextModule):
         ids = ids[:, :-1][:, : self.max_length - 1]
         return ids.to_tensor(default_value=PAD_ID)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
+    @tf.function(input_signature=[_TEXT], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"continuation", "score"}` for a batch."""
         prompt = self.encode_prompt(text)  # [B, P]
