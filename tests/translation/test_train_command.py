@@ -218,3 +218,35 @@ def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
     run.mkdir()
     (run / TOKENIZER_FILE).write_bytes(b"")
     assert train_command._streamed_sample(args, splits, None, str(run)) is None
+
+
+def test_without_a_stream_flag_large_train_files_are_streamed(tmp_path, monkeypatch):
+    # `--stream` / `--no-stream` decide; unset, the train files' size does (gzip counted
+    # at GZIP_RATIO times its bytes); a TSV and the phrasebook are held in memory.
+    from tfblocks.translation import corpus_options
+
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.xx").write_text("a b\n" * 10, encoding="utf-8")  # 40 bytes
+        with gzip.open(tmp_path / f"{split}.yy.gz", "wt", encoding="utf-8") as file:
+            file.write("A B\n" * 10)
+    size = 40 + 4 * (tmp_path / "train.yy.gz").stat().st_size
+
+    def choose(*flags):
+        args = train_command.parse_args(
+            ["--corpus-dir", str(tmp_path), "--source-lang", "xx", "--target-lang", "yy", *flags]
+        )
+        return corpus_options.choose_stream(args)
+
+    monkeypatch.setattr(corpus_options, "STREAM_AUTO_BYTES", size)
+    assert choose() is False and choose("--stream") is True
+    monkeypatch.setattr(corpus_options, "STREAM_AUTO_BYTES", size - 1)
+    assert choose() is True and choose("--no-stream") is False
+    files = ["--train-source", str(tmp_path / "train.xx"), "--train-target",
+             str(tmp_path / "train.yy.gz")]  # fmt: skip
+    assert train_command.parse_args(files).stream is None
+    assert corpus_options.choose_stream(train_command.parse_args(files)) is True
+    assert corpus_options.choose_stream(train_command.parse_args(["--tsv", "p.tsv"])) is False
+    assert corpus_options.choose_stream(train_command.parse_args([])) is False
+    (tmp_path / "train.xx").unlink()
+    with pytest.raises(FileNotFoundError, match=r"train\.xx"):
+        choose()

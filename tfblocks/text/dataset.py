@@ -286,6 +286,20 @@ PACKED_FEATURES = PACKED_SOURCE_FEATURES + PACKED_TARGET_FEATURES
 BATCH_SHUFFLE_BUFFER = 1024
 # The shuffle buffer of a streamed corpus (`StreamedPairs`), in pairs: bounded memory.
 STREAM_SHUFFLE_BUFFER = 100_000
+# Its batches shuffled together: the pairs are shuffled already, and a buffer fills before
+# the first step (1024 batches would hold that step back by ~300k pairs of tokenizing).
+STREAM_BATCH_SHUFFLE_BUFFER = 16
+
+# Pairs of a streamed corpus handed to `tf.data` per Python call.
+STREAM_CHUNK = 1024
+
+
+def _chunks(pairs):
+    """`(sources, targets)` lists of up to `STREAM_CHUNK` of `pairs` at a time, in order."""
+    pairs = iter(pairs)
+    while chunk := list(itertools.islice(pairs, STREAM_CHUNK)):
+        yield [source for source, _ in chunk], [target for _, target in chunk]
+
 
 # Autotuning off: its thread makes destroying an iterator (Keras does, inside `fit`) wait
 # for its pass in progress, long when training keeps every core busy. The batch shuffle
@@ -345,7 +359,9 @@ def make_dataset(
         shuffle: shuffle the pairs each epoch (buffer = all pairs), then the batches
             (buffer = the epoch's batches, at most `BATCH_SHUFFLE_BUFFER`), so the
             buckets' partial last batches do not all come at the end of the epoch;
-            packed: shuffle the rows each epoch (buffer = all rows).
+            packed: shuffle the rows each epoch (buffer = all rows). A streamed corpus:
+            buffers of `STREAM_SHUFFLE_BUFFER` pairs and `STREAM_BATCH_SHUFFLE_BUFFER`
+            batches (packed: `STREAM_SHUFFLE_BUFFER // 4` rows).
         seed: optional int seed of the shuffle.
         shapes: `"dynamic"`, `"buckets"`, `"max_length"` or `"packed"`.
         bucket_lengths: the padded lengths of `shapes="buckets"`, increasing, at most
@@ -401,8 +417,8 @@ def make_dataset(
     if streamed:  # read as it goes: no summary, lengths filtered in the graph
         summary = None
         dataset = tf.data.Dataset.from_generator(
-            lambda: iter(pairs), output_signature=(tf.TensorSpec([], tf.string),) * 2
-        )
+            lambda: _chunks(pairs), output_signature=(tf.TensorSpec([None], tf.string),) * 2
+        ).unbatch()  # one Python call per chunk: a call per pair would starve the steps
         _LOG.info("make_dataset: %s; pairs longer than max_length=%d are dropped as they "
                   "come.", pairs.summary(), max_length)  # fmt: skip
     else:
@@ -484,7 +500,7 @@ def make_dataset(
     if streamed:  # the number of batches is not known: an epoch ends with the files
         if shuffle:
             dataset = dataset.shuffle(
-                BATCH_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True
+                STREAM_BATCH_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True
             )
         dataset = dataset.map(
             lambda source, target: ({"inputs": source, "targets": target}, target)

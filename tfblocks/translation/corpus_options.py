@@ -8,8 +8,17 @@ work before anything is read; `read_corpus` finds every file, then reads them
 (`tfblocks.text.load_splits`).
 """
 
+import argparse
+import os
+
 from tfblocks import _checks
 from tfblocks.text.corpus import MANYTHINGS_COLUMNS, SPLITS, check_language
+
+# Without `--stream` / `--no-stream`, line-aligned train files holding more than this many
+# bytes are streamed: held in memory they would cost about 4.5 times as much, and a small
+# corpus keeps an epoch of known length (progress bars, exact bucket counts).
+STREAM_AUTO_BYTES = 64 << 20
+GZIP_RATIO = 4  # a gzipped file's text: about this many times its size on disk
 
 
 def add_corpus_arguments(parser):
@@ -41,10 +50,13 @@ def add_corpus_arguments(parser):
     )
     data.add_argument(
         "--stream",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="stream the train split from its files each epoch instead of holding it in "
         "memory (a corpus of any size: a bounded shuffle buffer, the tokenizer sampled, "
-        "the folder's corpus identity from the files' sizes, first and last MiB)",
+        "the folder's corpus identity from the files' sizes, first and last MiB); "
+        f"default: streamed when its files hold more than {STREAM_AUTO_BYTES >> 20} MiB "
+        f"(gzipped ones counted x{GZIP_RATIO})",
     )
     data.add_argument(
         "--source-column", type=int, default=None, metavar="N",
@@ -74,7 +86,7 @@ def check_corpus_arguments(args):
             "`--source-lang` and `--target-lang` must differ, got "
             f"--source-lang={args.source_lang!r} and --target-lang={args.target_lang!r}."
         )
-    if args.stream and (args.tsv or not (args.corpus_dir or args.train_source)):
+    if args.stream is True and (args.tsv or not (args.corpus_dir or args.train_source)):
         raise ValueError(
             "`--stream` streams line-aligned train files: give --corpus-dir or "
             "--train-source/--train-target, not "
@@ -156,6 +168,33 @@ def corpus_origin(args, split):
         names = f"{split}.{args.source_lang}, {split}.{args.target_lang}"
         return f"--corpus-dir={args.corpus_dir!r} ({names})"
     return f"--tsv={args.tsv!r}" if args.tsv else "the phrasebook"
+
+
+def choose_stream(args):
+    """Whether the train split is streamed: `--stream` / `--no-stream` as given; otherwise
+    streamed when its line-aligned files hold more than `STREAM_AUTO_BYTES` (a TSV and
+    the phrasebook are held in memory). Finds the train files (a missing one is named)."""
+    from tfblocks.text.lines import expand_paths, language_files
+
+    if args.stream is not None:
+        return args.stream
+    if args.train_source is not None:
+        paths = [
+            *expand_paths("--train-source", args.train_source),
+            *expand_paths("--train-target", args.train_target),
+        ]
+    elif args.corpus_dir and not args.tsv:
+        paths = [
+            *language_files(args.corpus_dir, "train", args.source_lang),
+            *language_files(args.corpus_dir, "train", args.target_lang),
+        ]
+    else:
+        return False
+    size = sum(
+        os.path.getsize(path) * (GZIP_RATIO if os.fspath(path).endswith(".gz") else 1)
+        for path in paths
+    )
+    return size > STREAM_AUTO_BYTES
 
 
 def read_corpus(args):

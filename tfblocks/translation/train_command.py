@@ -42,6 +42,7 @@ from tfblocks.translation.corpus_options import (
     FILE_FLAGS,
     add_corpus_arguments,
     check_corpus_arguments,
+    choose_stream,
     corpus_origin,
     flag_name,
     read_corpus,
@@ -308,6 +309,7 @@ def main(argv=None):
     timer = job.Timer()
 
     with timer("data"):
+        args.stream = choose_stream(args)  # `--stream` unset: by the train files' size
         splits = read_corpus(args)
         if args.stream:
             splits["train"] = splits["train"].limited(args.limit_train)
@@ -332,7 +334,7 @@ def main(argv=None):
 
 
 def _streamed_sample(args, splits, init, output):
-    """With `--stream`, the tokenizer's sample of the train split (one pass over its files,
+    """A streamed train split's tokenizer sample (one pass over its files,
     before the run folder is touched: an unreadable or misaligned file is refused now), or
     None when no tokenizer is trained (`--init-from`, or the folder has one)."""
     from tfblocks.text.tokenizers import sample_pairs
