@@ -1,6 +1,8 @@
 """Tests of the corpus readers: pairs, summaries, and loud errors on bad input."""
 
 import pathlib
+import random
+import re
 
 import pytest
 
@@ -174,3 +176,46 @@ def test_a_streamed_corpus_is_known_by_its_files_not_read(tmp_path, monkeypatch)
         list(train)
     with pytest.raises(ValueError, match="`stream_train` streams line-aligned train files"):
         corpus.load_splits(tsv=tmp_path / "p.tsv", stream_train=True)
+
+
+@pytest.mark.parametrize("block", [7, 1 << 23])  # lines cut by blocks, or one block a file
+def test_a_streamed_sample_holds_pairs_as_iterating_gives_them(tmp_path, monkeypatch, block):
+    # StreamedPairs.sample counts the files' lines, then takes the drawn ones: the pairs are
+    # those iteration yields (BOM, CRLF, gzip, shards, joined Japanese, empty sides
+    # skipped), in order, and what cannot be read is refused with iteration's message.
+    import gzip
+
+    from tfblocks.text import lines
+    from tfblocks.text.corpus import StreamedPairs
+
+    monkeypatch.setattr(lines, "_BLOCK", block)
+    rng = random.Random(5)
+    source = [" ".join(rng.choice("アイウ") for _ in range(rng.randint(1, 4))) for _ in range(60)]
+    target = [f"w{i} x" if i % 13 != 5 else "" for i in range(60)]  # 5 empty: skipped
+    (tmp_path / "s-0").write_bytes(("\ufeff" + "\r\n".join(source[:25]) + "\r\n").encode())
+    (tmp_path / "s-1.gz").write_bytes(gzip.compress("\n".join(source[25:]).encode()))
+    (tmp_path / "t-0").write_text("\n".join(target[:25]) + "\n", encoding="utf-8")
+    (tmp_path / "t-1").write_text("\n".join(target[25:]) + "\n", encoding="utf-8")
+    pairs = StreamedPairs((str(tmp_path / "s-0"), str(tmp_path / "s-1.gz")),
+                          (str(tmp_path / "t-0"), str(tmp_path / "t-1")), True)  # fmt: skip
+    every = list(pairs)
+    assert len(every) == 55 and every[0] == (source[0].replace(" ", ""), "w0 x")
+    assert pairs.sample(60) == every and pairs.sample(1000, seed=9) == every
+    drawn = pairs.sample(20, seed=1)
+    assert 15 <= len(drawn) <= 20 and drawn == [p for p in every if p in drawn]
+    assert drawn == pairs.sample(20, seed=1) != pairs.sample(20, seed=2)
+    assert pairs.limited(10).sample(4) == [
+        p for p in every[:10] if p in pairs.limited(10).sample(4)
+    ]
+
+    def same_error(path, data):
+        path.write_bytes(data)
+        with pytest.raises(ValueError) as iterated:
+            list(pairs)
+        with pytest.raises(ValueError, match=re.escape(str(iterated.value))):
+            pairs.sample(5)
+
+    same_error(tmp_path / "t-1", "\n".join(target[25:-1]).encode())  # one line short
+    same_error(tmp_path / "t-1", b"a\n" * 34 + b"\xff\n")  # invalid UTF-8
+    same_error(tmp_path / "t-1", b"")  # an empty shard
+    same_error(tmp_path / "s-1.gz", b"not gzip")

@@ -15,13 +15,16 @@ import itertools
 import os
 import random
 import re
+import zlib
 
 from tfblocks.text.lines import (
     aligned_lines,
+    count_lines,
     file_language,
     file_lines,
     invalid_utf8,
     language_files,
+    pick_lines,
 )
 from tfblocks.text.phrasebook import load_phrasebook
 
@@ -205,8 +208,8 @@ class StreamedPairs:
     unreadable files raise while streaming, naming file and line) and yields the pairs
     `read_parallel` would keep (Japanese joined on a side that asks for it, pairs with an
     empty side skipped), at most `limit` of them. `make_dataset` feeds it to `tf.data`
-    without a list, `train_tokenizers(..., sample=N)` samples it in one pass, and
-    `fingerprint` identifies it without reading it.
+    without a list, `train_tokenizers(..., sample=N)` samples it in two fast passes
+    (`sample`), and `fingerprint` identifies it without reading it.
 
     Attributes:
         sources: the source files, read in order.
@@ -240,6 +243,37 @@ class StreamedPairs:
             if pair is not None
         )
         return pairs if self.limit is None else itertools.islice(pairs, self.limit)
+
+    def sample(self, size, seed=0):
+        """A seeded uniform random sample of at most `size` of the pairs, in corpus order
+        (all of them when there are no more), drawn in two fast passes over the files:
+        one counts their lines (checking that they are UTF-8 and aligned), the other
+        takes the drawn lines. An unreadable or misaligned file raises what iterating
+        raises (file and line named). With a `limit`, the first `limit` pairs are
+        sampled as they are read instead (`tfblocks.text.tokenizers.sample_pairs`).
+        """
+        if self.limit is not None:
+            from tfblocks.text.tokenizers import sample_pairs
+
+            return sample_pairs(self, size, seed)
+        sources, targets = list(self.sources), list(self.targets)
+        try:
+            counts = [[count_lines(p) for p in side] for side in (sources, targets)]
+        except (ValueError, OSError, EOFError, zlib.error):
+            counts = None
+        if counts is not None:
+            paired = zip(*counts, strict=True) if len(sources) == len(targets) else []
+            aligned = sum(counts[0]) == sum(counts[1]) and all(a == b for a, b in paired)
+            empty_shard = any(len(side) > 1 and 0 in side for side in counts)
+        if counts is None or not aligned or empty_shard:
+            for _ in aligned_lines(sources, targets):  # raises the error that names the line
+                pass
+            raise RuntimeError(f"the line counts of {sources} and {targets} do not agree.")
+        total = sum(counts[0])
+        positions = sorted(random.Random(seed).sample(range(total), min(size, total)))
+        rows = zip(pick_lines(sources, positions), pick_lines(targets, positions), strict=True)
+        cleaned = _cleaned(rows, self.remove_source_spaces, self.remove_target_spaces)
+        return [pair for pair in cleaned if pair is not None]
 
     def limited(self, limit):
         """The same corpus, cut to its first `limit` pairs (None: unchanged)."""

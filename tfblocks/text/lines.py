@@ -202,3 +202,64 @@ def _uneven(ended, more, rest, source_ended):
         f"Line-aligned files differ in length: {first} but {second} ({ended[0]} ends after "
         f"line {ended[1]}; {path} goes on at line {more[1]})."
     )
+
+
+# Bytes read at a time by the block readers below (whole lines are handed out).
+_BLOCK = 1 << 23
+
+
+def _blocks(path):
+    """Yields the bytes of `path` (gzip-decompressed for `*.gz`) in blocks of whole lines,
+    each ending at a line end (the last may not). Damaged files raise what `gzip` raises."""
+    name = os.fspath(path)
+    with open(name, "rb") as raw:
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if name.endswith(".gz") else raw
+        rest = b""
+        while data := stream.read(_BLOCK):
+            data = rest + data
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if cut:
+                yield data[:cut]
+        if rest:
+            yield rest
+
+
+def _block_lines(block):
+    """The number of lines of a block of `_blocks`."""
+    return block.count(b"\n") + (not block.endswith(b"\n"))
+
+
+def count_lines(path):
+    """The number of lines `file_lines` yields for `path`, in blocks (fast: no line is split
+    off); the bytes are checked to be UTF-8.
+
+    Raises:
+        ValueError, OSError, EOFError, zlib.error: the file cannot be read; `file_lines`
+            names the line (this function does not).
+    """
+    lines = 0
+    for block in _blocks(path):
+        block.decode("utf-8")  # UnicodeDecodeError is a ValueError
+        lines += _block_lines(block)
+    return lines
+
+
+def pick_lines(paths, positions):
+    """The lines at `positions` (increasing, 0-based, counted over `paths` read in order),
+    as `file_lines` gives them, without splitting the blocks that hold none of them."""
+    picked, start, wanted = [], 0, iter(positions)
+    position = next(wanted, None)
+    for path in paths:
+        first = start  # the file's first line: a byte-order mark is removed from it
+        for block in _blocks(path):
+            end = start + _block_lines(block)
+            if position is not None and position < end:
+                lines = block.split(b"\n")
+                while position is not None and position < end:
+                    data = lines[position - start].rstrip(b"\r")
+                    line = data.decode("utf-8")
+                    picked.append(line.removeprefix("\ufeff") if position == first else line)
+                    position = next(wanted, None)
+            start = end
+    return picked

@@ -211,6 +211,10 @@ def sample_pairs(pairs, sample, seed=0):
     >>> sample_pairs(range(10), 3, seed=1), sample_pairs(range(2), 3)
     ([5, 6, 7], [0, 1])
     """
+    from tfblocks.text.corpus import StreamedPairs
+
+    if isinstance(pairs, StreamedPairs) and pairs.limit is None:
+        return pairs.sample(sample, seed)  # two passes over its files, no line split off
     rng = random.Random(seed)
     kept = []  # (position, pair)
     for position, pair in enumerate(pairs):

@@ -334,7 +334,7 @@ def main(argv=None):
 
 
 def _streamed_sample(args, splits, init, output):
-    """A streamed train split's tokenizer sample (one pass over its files,
+    """A streamed train split's tokenizer sample (two fast passes over its files,
     before the run folder is touched: an unreadable or misaligned file is refused now), or
     None when no tokenizer is trained (`--init-from`, or the folder has one)."""
     from tfblocks.text.tokenizers import sample_pairs
