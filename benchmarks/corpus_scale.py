@@ -12,13 +12,14 @@ and the first step.
 The corpus files are named for the command given: `--legacy-names` writes `train.ja` /
 `train.en` (the only names `tfblocks-train` read before `--source-lang/--target-lang`)
 and passes no language options; otherwise `train.xx` / `train.yy` with
-`--source-lang xx --target-lang yy`; `--stream` passes `tfblocks-train --stream` (the
-train split streamed from its files, not held in memory). `--repo` runs the `tfblocks`
+`--source-lang xx --target-lang yy`; `--stream` / `--no-stream` pass `tfblocks-train
+--stream` (the train split streamed from its files) / `--no-stream` (held in memory);
+neither: the command chooses (streamed above 64 MiB of train files). `--repo` runs the `tfblocks`
 of another checkout (a `git worktree` of an older commit: the before figures). A size
 whose run has not reached its first step after `--timeout` seconds is reported as such.
 
-Run:  python benchmarks/corpus_scale.py --stream                 # 100k, 2M and 10M pairs
-      python benchmarks/corpus_scale.py                          # the same, in memory
+Run:  python benchmarks/corpus_scale.py                          # 100k, 2M and 10M pairs
+      python benchmarks/corpus_scale.py --no-stream              # the same, in memory
       python benchmarks/corpus_scale.py --sizes 100000 --legacy-names --repo /tmp/before
       python benchmarks/corpus_scale.py --quick                  # 2,000 pairs, smoke run
 
@@ -92,15 +93,15 @@ def write_corpus(folder, pairs, names, seed=0):
     return source_lang, target_lang
 
 
-def first_step(repo, corpus, output, legacy, timeout, vocab_size, stream=False, sample=None):
+def first_step(repo, corpus, output, legacy, timeout, vocab_size, stream=None, sample=None):
     """`{"seconds", "peak_mib"}` of `tfblocks-train` on `corpus` at its first step, or
     `{"timeout": seconds}`."""
     argv = ["--corpus-dir", corpus, "--output", output, "--epochs", "1",
             "--vocab-size", str(vocab_size), "--hparams", "transformer_tiny"]  # fmt: skip
     if not legacy:
         argv += ["--source-lang", "xx", "--target-lang", "yy"]
-    if stream:
-        argv.append("--stream")
+    if stream is not None:
+        argv.append("--stream" if stream else "--no-stream")
     if sample is not None:
         argv += ["--tokenizer-sample", str(sample)]
     env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="2")
@@ -132,14 +133,18 @@ def main():
     parser.add_argument(
         "--work-dir", default=None, help="where the corpora go (default: a temporary folder)"
     )
-    parser.add_argument("--stream", action="store_true", help="tfblocks-train --stream")
+    parser.add_argument(
+        "--stream", action=argparse.BooleanOptionalAction, default=None,
+        help="tfblocks-train --stream / --no-stream (default: neither, the command's choice)",
+    )  # fmt: skip
     parser.add_argument("--tokenizer-sample", type=int, default=None, help="its --tokenizer-sample")
     parser.add_argument("--quick", action="store_true", help="2,000 pairs: a smoke run")
     args = parser.parse_args()
     sizes = [2000] if args.quick else [int(n) for n in args.sizes.split(",")]
     names = ("ja", "en") if args.legacy_names else ("xx", "yy")
     files = "train.ja/.en" if args.legacy_names else "train.xx/.yy"
-    print(f"repo {args.repo}; files {files}; {'--stream' if args.stream else 'in memory'}")
+    mode = {True: "--stream", False: "--no-stream", None: "the default"}[args.stream]
+    print(f"repo {args.repo}; files {files}; {mode}")
     print(f"{'pairs':>10} {'corpus MiB':>10} {'first step s':>13} {'peak RSS MiB':>13}")
     with tempfile.TemporaryDirectory(dir=args.work_dir) as work:
         for size in sizes:
