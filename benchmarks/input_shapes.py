@@ -12,7 +12,9 @@ per mode of `make_dataset(shapes=...)`:
 - `buckets4-xla`: the same with lengths every 4 tokens;
 - `packed-xla` / `packed`: several pairs per `max_length` row (t2t packing, segment masks in the
   model), one batch shape, with and without XLA (`--modes` also takes `dynamic-xla`,
-  `buckets` and `max_length`).
+  `buckets` and `max_length`);
+- `MODE-streamed` (e.g. `dynamic-streamed`): MODE on the same train pairs streamed from their
+  files (`load_splits(..., stream_train=True)`, a `StreamedPairs`) instead of a list.
 
 The modes run in rounds, one epoch of each per round, so that a change of machine load (the
 CI machine is shared) falls on all of them; the load average is printed after every round.
@@ -30,6 +32,7 @@ translation job's default: mixed_bfloat16 without XLA on a CPU with bfloat16 ins
 Run:  python benchmarks/input_shapes.py                     # small_parallel_enja, 20,000 pairs
       python benchmarks/input_shapes.py --modes dynamic --dtype-policy auto
       python benchmarks/input_shapes.py --limit-train 50000 --epochs 3
+      python benchmarks/input_shapes.py --modes dynamic,dynamic-streamed   # streamed vs list
       python benchmarks/input_shapes.py --quick             # phrasebook, tiny model, smoke run
 
 Figures: benchmarks/README.md.
@@ -67,6 +70,8 @@ MODES = {
     "packed": ("packed", False, None),
     "packed-xla": ("packed", True, None),
 }
+# `MODE-streamed`: MODE on the same train pairs as a `StreamedPairs`, read from the files.
+MODES.update({f"{name}-streamed": mode for name, mode in list(MODES.items())})
 DEFAULT_CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 DEFAULT_CORPUS = os.path.normpath(os.path.join(DEFAULT_CORPUS, "small_parallel_enja"))
 
@@ -126,8 +131,9 @@ class StepTimes(keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self.start)
 
 
-def dataset_for(mode, pairs, tokenizer, hp, batch_tokens, shuffle, seed):
+def dataset_for(mode, pairs, tokenizer, hp, batch_tokens, shuffle, seed, streamed=None):
     shapes, _, step = MODES[mode]
+    pairs = streamed if mode.endswith("-streamed") else pairs
     lengths = fixed_bucket_lengths(hp.max_length, step=step) if step else None
     return make_dataset(
         pairs, tokenizer, tokenizer, batch_tokens=batch_tokens, max_length=hp.max_length,
@@ -174,6 +180,10 @@ def main(argv=None):
     args = parse_args(argv)
     splits = load_splits(args.corpus_dir, seed=args.seed)
     train = splits["train"][: args.limit_train]
+    streamed = None
+    if any(mode.endswith("-streamed") for mode in args.modes):
+        streamed = load_splits(args.corpus_dir, seed=args.seed, stream_train=True)["train"]
+        streamed = streamed.limited(args.limit_train)
     splits["dev"] = splits["dev"][: args.limit_dev]
     tokenizer, _ = train_tokenizers(train, args.vocab_size, args.tokenizer_model)
     hp = hparams(
@@ -193,7 +203,7 @@ def main(argv=None):
     runs = {}
     for mode in args.modes:
         shapes, xla, _ = MODES[mode]
-        data = dataset_for(mode, train, tokenizer, hp, args.batch_tokens, True, args.seed)
+        data = dataset_for(mode, train, tokenizer, hp, args.batch_tokens, True, args.seed, streamed)
         keras.utils.set_random_seed(args.seed)  # the same initial weights in every mode
         policy = resolve_dtype_policy(args.dtype_policy, xla)
         model = compile_transformer(build_transformer(hp, dtype=policy), hp, jit_compile=xla)
