@@ -26,6 +26,8 @@ FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", 
     [
         (("--vocab-size", "0"), "--vocab-size=0"),
         (("--epochs", "0"), "--epochs=0"),
+        (("--steps-per-epoch", "0"), "--steps-per-epoch=0"),
+        (("--steps-per-epoch", "-2"), "--steps-per-epoch=-2"),
         (("--tokenizer-sample", "0"), "--tokenizer-sample=0"),
         (("--seed", "-1"), "--seed=-1"),
         (("--batch-tokens", "-5"), "--batch-tokens=-5"),
@@ -218,3 +220,17 @@ def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
     run.mkdir()
     (run / TOKENIZER_FILE).write_bytes(b"")
     assert train_command._streamed_sample(args, splits, None, str(run)) is None
+
+
+def test_steps_per_epoch_binds_the_run_folder(tmp_path):
+    # An epoch of 3 steps; the folder keeps the number, and a continuation that asks for
+    # another one is refused before anything is trained (the stream would be cut elsewhere).
+    run = ("--output", str(tmp_path / "run"))
+    metrics = train_command.main([*FAST, *run, "--steps-per-epoch", "3"])
+    assert metrics["epochs"] == 1 and len(metrics["history"]) == 1
+    settings = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
+    assert settings["steps_per_epoch"] == 3
+    message = "steps_per_epoch: the folder has 3, this run asks for 4"
+    with pytest.raises(ValueError, match=message):
+        train_command.main([*FAST, *run, "--steps-per-epoch", "4", "--epochs", "2"])
+    assert RunFolder(tmp_path / "run").progress()["epochs"] == 1
