@@ -272,12 +272,14 @@ def train_run(
     steps_per_epoch = options.steps_per_epoch
 
     def train_input(seed, start_step=0):
+        """An epoch's dataset; with `steps_per_epoch`, the endless stream from `start_step`."""
         args = (splits["train"], tokenizer, target_tokenizer)
         kwargs = dict(batch_tokens=options.batch_tokens, max_length=hp.max_length, seed=seed,
                       shapes=options.shapes, repeat=steps_per_epoch is not None)  # fmt: skip
         if sharded:  # each worker reads its shard; the budget is the whole step's
             return distribute_dataset(strategy, *args, start_step=start_step, **kwargs)
-        return make_dataset(*args, **kwargs).skip(start_step)
+        data = make_dataset(*args, **kwargs)
+        return data.skip(start_step) if start_step else data
 
     dev = make_dataset(
         splits["dev"], tokenizer, target_tokenizer, batch_tokens=options.batch_tokens,
