@@ -499,6 +499,13 @@ def test_a_pipeline_with_repeat_reads_only_its_own_files(tmp_path, pairs, tokeni
         shards.append(rows)
     assert len(shards[0]) == 60 and len(shards[1]) == 30  # files 0 and 2 | file 1
     assert sorted(shards[0] + shards[1]) == want  # disjoint, together the corpus
+    # Without repeat, the pipelines must end within a step of each other: every n-th pair.
+    once = {**options, "repeat": False}
+    context = tf.distribute.InputContext(2, 1, 2)
+    dataset = text_dataset.make_dataset(streamed, tokenizer, tokenizer, input_context=context,
+                                        **once)  # fmt: skip
+    every_other = _expected_rows(tokenizer, pairs[:90][1::2], 1)
+    assert sorted(row for row in _all_rows(dataset)[1] if row) == sorted(every_other)
     # Fewer files than pipelines, a limit or files unpaired: every n-th pair, as without
     # repeat (where the pipelines must end within a step of each other).
     four = tf.distribute.InputContext(4, 1, 4)

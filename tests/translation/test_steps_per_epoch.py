@@ -95,7 +95,7 @@ def test_a_stopped_and_continued_run_trains_on_the_stream_of_a_straight_run(
 def test_early_stopping_dev_bleu_and_averaging_per_epoch_of_steps(job, tmp_path):
     splits, tokenizer, hp = job
     frozen = hp.__class__(**{**hp.__dict__, "learning_rate_constant": 1e-12})  # BLEU can't move
-    opts = options(5, steps_per_epoch=2, dev_sentences=4, early_stopping=1, average_last=2)
+    opts = options(5, steps_per_epoch=2, dev_sentences=2, early_stopping=1, average_last=2)
     folder = RunFolder(tmp_path)
     _, report = train_run(folder, splits, tokenizer, frozen, opts, log=quiet)
     assert report["stopped"] == "early stopping" and report["epochs"] == 2
