@@ -565,9 +565,7 @@ def pipeline_files(pairs, input_context):
     """
     count, index = input_context.num_input_pipelines, input_context.input_pipeline_id
     sources, targets = tuple(pairs.sources), tuple(pairs.targets)
-    if count < 2 or pairs.limit is not None or len(sources) != len(targets):
-        return None
-    if len(sources) < count:
+    if count < 2 or pairs.limit is not None or not count <= len(sources) == len(targets):
         return None
     return dataclasses.replace(pairs, sources=sources[index::count], targets=targets[index::count])
 
