@@ -423,3 +423,115 @@ def test_a_streamed_corpus_gives_the_batches_of_its_list(tmp_path, pairs, tokeni
     ]
     assert sorted(epochs[0][1]) == sorted(_all_rows(listed)[1])
     assert epochs[0] == epochs[1] and epochs[0] != epochs[2]
+
+
+def _batches(dataset, count):
+    return list(itertools.islice(dataset, count))
+
+
+def _assert_same_batches(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        tf.nest.map_structure(np.testing.assert_array_equal, x, y)
+
+
+def _streamed_files(tmp_path, pairs, files):
+    """`pairs` as a `StreamedPairs` of `files` line-aligned files a side (pair i in file
+    i * files // len(pairs))."""
+    from tfblocks.text.corpus import StreamedPairs
+
+    sides = ([], [])
+    for f in range(files):
+        part = pairs[f * len(pairs) // files : (f + 1) * len(pairs) // files]
+        for side, names in enumerate(sides):
+            path = tmp_path / f"train.{'ab'[side]}-{f:05d}-of-{files:05d}"
+            path.write_text("".join(pair[side] + "\n" for pair in part), encoding="utf-8")
+            names.append(str(path))
+    return StreamedPairs(tuple(sides[0]), tuple(sides[1]))
+
+
+@pytest.mark.parametrize("corpus", ["list", "streamed"])
+def test_repeat_is_a_seeded_stream_of_passes(tmp_path, pairs, tokenizer, corpus):
+    # The stream's passes each hold every pair once, each in its own order, and the
+    # stream is the same from another dataset of the same seed: what makes epoch e of
+    # `steps_per_epoch=N` (steps [e·N, (e+1)·N)) the same in a straight and a continued run.
+    data = pairs[:120] if corpus == "list" else _streamed_files(tmp_path, pairs[:120], 2)
+    options = {"batch_tokens": 256, "max_length": 32, "shapes": "max_length", "seed": 7}
+    one_pass = text_dataset.make_dataset(pairs[:120], tokenizer, tokenizer, **options)
+    batches = len(one_pass)
+    stream = text_dataset.make_dataset(data, tokenizer, tokenizer, repeat=True, **options)
+    assert stream.cardinality() == tf.data.INFINITE_CARDINALITY
+    straight = _batches(stream, 3 * batches)
+    again = text_dataset.make_dataset(data, tokenizer, tokenizer, repeat=True, **options)
+    _assert_same_batches(_batches(again.skip(batches + 2), 5), straight[batches + 2 :][:5])
+    passes = [
+        [row for _, labels in straight[p * batches : (p + 1) * batches] for row in _rows(labels)]
+        for p in range(3)
+    ]
+    want = sorted(_all_rows(one_pass)[1])
+    assert all(sorted(rows) == want for rows in passes)  # every pair once a pass
+    assert passes[0] != passes[1] != passes[2]  # each pass shuffled anew
+    with pytest.raises(TypeError, match="repeat=1"):
+        text_dataset.make_dataset(pairs[:10], tokenizer, tokenizer, repeat=1)
+
+
+def test_a_pipeline_with_repeat_reads_only_its_own_files(tmp_path, pairs, tokenizer):
+    streamed = _streamed_files(tmp_path, pairs[:90], 3)
+    want = sorted(_expected_rows(tokenizer, pairs[:90], 1))
+    options = {"batch_tokens": 256, "max_length": 64, "shuffle": False, "repeat": True}
+    shards = []
+    for index in range(2):
+        context = tf.distribute.InputContext(2, index, 2)
+        own = text_dataset.pipeline_files(streamed, context)
+        assert own.sources == streamed.sources[index::2]
+        assert own.targets == streamed.targets[index::2]
+        count = sum(1 for _ in own)
+        stream = text_dataset.make_dataset(streamed, tokenizer, tokenizer, input_context=context,
+                                           **options)  # fmt: skip
+        rows = []
+        for _, labels in stream:  # the first pass: exactly the pairs of its files
+            rows += [row for row in _rows(labels) if row]
+            if len(rows) >= count:
+                break
+        assert len(rows) == count and sorted(rows) == sorted(
+            _expected_rows(tokenizer, list(own), 1)
+        )
+        shards.append(rows)
+    assert len(shards[0]) == 60 and len(shards[1]) == 30  # files 0 and 2 | file 1
+    assert sorted(shards[0] + shards[1]) == want  # disjoint, together the corpus
+    # Without repeat, the pipelines must end within a step of each other: every n-th pair.
+    once = {**options, "repeat": False}
+    context = tf.distribute.InputContext(2, 1, 2)
+    dataset = text_dataset.make_dataset(streamed, tokenizer, tokenizer, input_context=context,
+                                        **once)  # fmt: skip
+    every_other = _expected_rows(tokenizer, pairs[:90][1::2], 1)
+    assert sorted(row for row in _all_rows(dataset)[1] if row) == sorted(every_other)
+    # Fewer files than pipelines, a limit or files unpaired: every n-th pair, as without
+    # repeat (where the pipelines must end within a step of each other).
+    four = tf.distribute.InputContext(4, 1, 4)
+    assert text_dataset.pipeline_files(streamed, four) is None
+    two = tf.distribute.InputContext(2, 1, 2)
+    assert text_dataset.pipeline_files(streamed.limited(50), two) is None
+    uneven = type(streamed)(streamed.sources, streamed.targets[:2])
+    assert text_dataset.pipeline_files(uneven, two) is None
+
+
+def test_distribute_dataset_starts_each_pipeline_at_a_step(pairs, tokenizer):
+    # Two pipelines of two replicas each: a step takes two batches of each pipeline, so
+    # starting at step 3 skips six batches of each.
+    contexts = [tf.distribute.InputContext(2, index, 4) for index in range(2)]
+    strategy = types.SimpleNamespace(
+        num_replicas_in_sync=4,
+        distribute_datasets_from_function=lambda shard: [shard(c) for c in contexts],
+    )
+    options = {"batch_tokens": 512, "max_length": 32, "shapes": "max_length", "seed": 2}
+    common = (strategy, pairs[:200], tokenizer, tokenizer)
+    whole = text_dataset.distribute_dataset(*common, repeat=True, **options)
+    later = text_dataset.distribute_dataset(*common, repeat=True, start_step=3, **options)
+    for stream, started in zip(whole, later, strict=True):
+        assert started.cardinality() == tf.data.INFINITE_CARDINALITY
+        _assert_same_batches(_batches(started, 4), _batches(stream, 10)[6:])
+    with pytest.raises(ValueError, match="start_step=3, repeat=False"):
+        text_dataset.distribute_dataset(*common, start_step=3, **options)
+    with pytest.raises(ValueError, match="start_step=-1"):
+        text_dataset.distribute_dataset(*common, repeat=True, start_step=-1, **options)

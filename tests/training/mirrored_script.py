@@ -147,7 +147,42 @@ def sharded_input(strategy, initial):
         model = tiny_model(tiny_hparams(24), weights=initial, jit_compile=False)
     # Dynamic: the replicas' batches differ in shape (Keras needs `patch_keras` for that).
     result["loss"] = model.fit(data, epochs=1, verbose=0).history["loss"]
+    result["stream"] = endless_input(strategy, model, pairs, tokenizer)
     return result
+
+
+def endless_input(strategy, model, pairs, tokenizer):
+    """`distribute_dataset(repeat=True)`: whether the first 13 steps (two passes of 13
+    batches, two a step) give every replica a batch of real pairs only, whether a stream
+    started at step 9 gives steps 9.. of the whole one, and the losses of
+    `fit(epochs=2, steps_per_epoch=5)`."""
+    import numpy as np
+
+    from tfblocks.text import distribute_dataset
+
+    def stream(start_step=0):
+        return distribute_dataset(strategy, pairs, tokenizer, tokenizer, batch_tokens=64,
+                                  max_length=10, seed=3, shapes="max_length", repeat=True,
+                                  start_step=start_step)  # fmt: skip
+
+    def steps(data, count):
+        taken = []
+        for features, _ in data:
+            local = strategy.experimental_local_results(features["inputs"])
+            taken.append([ids.numpy() for ids in local])
+            if len(taken) == count:
+                return taken
+        return taken
+
+    whole, started = steps(stream(), 16), steps(stream(9), 7)
+    full = all(all((ids > 1).any(axis=1).all() for ids in step) for step in whole[:13])
+    same = all(
+        all(np.array_equal(a, b) for a, b in zip(x, y, strict=True))
+        for x, y in zip(whole[9:], started, strict=True)
+    )
+    history = model.fit(stream(), epochs=2, steps_per_epoch=5, verbose=0).history
+    return {"real_batches": bool(full), "started_equals": bool(same and len(started) == 7),
+            "loss": history["loss"]}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -55,8 +55,10 @@ def main(out):
 
     sources = shard_sources(strategy)
     job_weights, job_report = job_epoch(strategy, out.replace(".npz", "_run"))
+    stream_weights, stream_report = job_stream(strategy, out.replace(".npz", "_stream"))
     np.savez(out, *xla.get_weights())
     np.savez(out.replace(".npz", "_job.npz"), *job_weights)
+    np.savez(out.replace(".npz", "_stream.npz"), *stream_weights)
     print(
         json.dumps(
             {
@@ -72,6 +74,8 @@ def main(out):
                 "sources": sources,
                 "job_epochs": job_report["epochs"],
                 "job_loss": job_report["history"][-1]["loss"],
+                "stream_epochs": stream_report["epochs"],
+                "stream_losses": [h["loss"] for h in stream_report["history"]],
             }
         )
     )
@@ -136,6 +140,38 @@ def job_epoch(strategy, path):
     )  # fmt: skip
     with RunFolder(path) as folder:
         splits = {"train": pairs, "dev": pairs[:4]}
+        model, report = job.train_run(folder, splits, tokenizer, hp, options, log=lambda _: None)
+    return model.get_weights(), report
+
+
+def job_stream(strategy, path):
+    """Two epochs of 3 steps (`steps_per_epoch`) of the job on `text_pairs` streamed from
+    two files a side of 30 and 11 pairs: each worker reads only its own file, repeated,
+    and both take the same steps; returns the weights and report."""
+    import pathlib
+
+    from tests.fixtures import tiny_hparams
+    from tfblocks.text import StreamedPairs, train_tokenizers
+    from tfblocks.translation import job
+    from tfblocks.translation.run_folder import RunFolder
+
+    pairs = text_pairs(41, 24)
+    corpus = pathlib.Path(f"{path}_corpus")
+    corpus.mkdir()
+    files = ([], [])
+    for i, part in enumerate((pairs[:30], pairs[30:])):
+        for side, names in enumerate(files):
+            name = corpus / f"train.{'xy'[side]}-{i:05d}-of-00002"
+            name.write_text("".join(pair[side] + "\n" for pair in part), encoding="utf-8")
+            names.append(str(name))
+    tokenizer = train_tokenizers(pairs, vocab_size=40, model_type="bpe")[0]
+    hp = tiny_hparams(tokenizer.vocabulary_size, max_length=24)
+    options = job.TrainingOptions(
+        epochs=2, steps_per_epoch=3, batch_tokens=128, strategy=strategy,
+        dtype_policy="float32", dev_sentences=0, verbose=0,
+    )  # fmt: skip
+    with RunFolder(path) as folder:
+        splits = {"train": StreamedPairs(*map(tuple, files)), "dev": pairs[:4]}
         model, report = job.train_run(folder, splits, tokenizer, hp, options, log=lambda _: None)
     return model.get_weights(), report
 

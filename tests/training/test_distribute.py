@@ -180,6 +180,13 @@ def test_distribute_dataset_gives_each_replica_half_the_budget(mirrored_result, 
         assert np.isfinite(r["loss"]).all()
 
 
+def test_an_endless_stream_gives_every_replica_pairs_and_starts_at_a_step(mirrored_result):
+    r = mirrored_result["sharded"]["stream"]
+    assert r["real_batches"]  # 13 batches a pass per pipeline, no empty or PAD batch
+    assert r["started_equals"]  # the stream started at step 9 = steps 9.. of the whole
+    assert len(r["loss"]) == 2 and np.isfinite(r["loss"]).all()
+
+
 def test_static_batches_have_fixed_shapes_and_drop_long_examples():
     rng = np.random.default_rng(0)
     examples = [rng.integers(4, 9, n).astype("int32") for n in (3, 5, 12, 2, 6, 4, 7)]

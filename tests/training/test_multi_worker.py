@@ -149,6 +149,18 @@ def test_the_translation_job_trains_on_both_workers_to_identical_weights(trained
         np.testing.assert_array_equal(first[name], second[name])
 
 
+def test_workers_reading_their_own_unequal_files_take_the_same_steps(trained):
+    # `steps_per_epoch` on a streamed corpus of two files (30 and 11 pairs): each worker
+    # repeats its own file, so neither runs out and the collectives never wait in vain.
+    logs = [worker["log"] for worker in trained]
+    assert [log["stream_epochs"] for log in logs] == [2, 2]
+    assert logs[0]["stream_losses"] == logs[1]["stream_losses"]
+    assert np.isfinite(logs[0]["stream_losses"]).all()
+    first, second = (np.load(str(w["out"]).replace(".npz", "_stream.npz")) for w in trained)
+    for name in first.files:
+        np.testing.assert_array_equal(first[name], second[name])
+
+
 def test_without_the_fix_keras_fails(tmp_path):
     if not multi_worker.patch_keras():
         pytest.skip("this Keras no longer needs the keras#20585 work-around")

@@ -26,6 +26,8 @@ FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", 
     [
         (("--vocab-size", "0"), "--vocab-size=0"),
         (("--epochs", "0"), "--epochs=0"),
+        (("--steps-per-epoch", "0"), "--steps-per-epoch=0"),
+        (("--steps-per-epoch", "-2"), "--steps-per-epoch=-2"),
         (("--tokenizer-sample", "0"), "--tokenizer-sample=0"),
         (("--seed", "-1"), "--seed=-1"),
         (("--batch-tokens", "-5"), "--batch-tokens=-5"),
@@ -250,3 +252,17 @@ def test_without_a_stream_flag_large_train_files_are_streamed(tmp_path, monkeypa
     (tmp_path / "train.xx").unlink()
     with pytest.raises(FileNotFoundError, match=r"train\.xx"):
         choose()
+
+
+def test_steps_per_epoch_binds_the_run_folder(tmp_path):
+    # An epoch of 3 steps; the folder keeps the number, and a continuation that asks for
+    # another one is refused before anything is trained (the stream would be cut elsewhere).
+    run = ("--output", str(tmp_path / "run"))
+    metrics = train_command.main([*FAST, *run, "--steps-per-epoch", "3"])
+    assert metrics["epochs"] == 1 and len(metrics["history"]) == 1
+    settings = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
+    assert settings["steps_per_epoch"] == 3
+    message = "steps_per_epoch: the folder has 3, this run asks for 4"
+    with pytest.raises(ValueError, match=message):
+        train_command.main([*FAST, *run, "--steps-per-epoch", "4", "--epochs", "2"])
+    assert RunFolder(tmp_path / "run").progress()["epochs"] == 1

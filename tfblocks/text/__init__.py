@@ -14,6 +14,7 @@ from tfblocks.text.dataset import (
     distribute_dataset,
     length_summary,
     make_dataset,
+    pipeline_files,
 )
 from tfblocks.text.phrasebook import (
     RUNNING_EXAMPLE,
@@ -48,6 +49,7 @@ __all__ = [
     "load_phrasebook",
     "load_splits",
     "make_dataset",
+    "pipeline_files",
     "read_parallel",
     "read_sentences",
     "read_tsv",

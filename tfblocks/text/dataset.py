@@ -30,6 +30,7 @@ The features match `tfblocks.build_transformer`: `({"inputs": src, "targets": tg
 the segment features when packed); the model shifts the targets right itself.
 """
 
+import dataclasses
 import itertools
 import logging
 
@@ -320,6 +321,7 @@ def make_dataset(
     shapes="dynamic",
     bucket_lengths=None,
     input_context=None,
+    repeat=False,
 ):
     """Builds `({"inputs": src, "targets": tgt}, tgt)` batches for `model.fit`.
 
@@ -367,7 +369,12 @@ def make_dataset(
         bucket_lengths: the padded lengths of `shapes="buckets"`, increasing, at most
             `max_length` (which is appended if missing); default `fixed_bucket_lengths(max_length)`.
         input_context: optional `tf.distribute.InputContext` (from
-            `strategy.distribute_datasets_from_function`); each input pipeline reads its shard.
+            `strategy.distribute_datasets_from_function`); each input pipeline reads its
+            shard: every n-th pair of n pipelines, or, for a `StreamedPairs` with `repeat`
+            and at least n files a side, its own files (`pipeline_files`).
+        repeat: an endless stream of passes over the pairs (for `fit(steps_per_epoch=...)`),
+            each pass shuffled anew from `seed` and its number, so that the stream is the
+            same in every run with the same seed.
 
     Returns:
         A prefetched `tf.data.Dataset` of `({"inputs": [B, S], "targets": [B, T]}, [B, T])`
@@ -413,7 +420,13 @@ def make_dataset(
         )
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise TypeError(f"`seed` must be an int or None, got seed={seed!r}.")
+    if not isinstance(repeat, bool):
+        raise TypeError(f"`repeat` must be a bool, got repeat={repeat!r}.")
     streamed = isinstance(pairs, StreamedPairs)
+    own_files = None
+    if streamed and repeat and input_context is not None:
+        own_files = pipeline_files(pairs, input_context)
+        pairs = pairs if own_files is None else own_files
     if streamed:  # read as it goes: no summary, lengths filtered in the graph
         summary = None
         dataset = tf.data.Dataset.from_generator(
@@ -433,7 +446,7 @@ def make_dataset(
         if not kept:
             raise ValueError(f"No pair fits in max_length={max_length} tokens; raise `max_length`.")
         dataset = tf.data.Dataset.from_tensor_slices(([p[0] for p in kept], [p[1] for p in kept]))
-    if input_context is not None:
+    if input_context is not None and own_files is None:
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if shuffle and shapes != "packed":  # packed: the rows are shuffled instead
         buffer = STREAM_SHUFFLE_BUFFER if streamed else len(kept)
@@ -470,7 +483,7 @@ def make_dataset(
             shard = slice(input_context.input_pipeline_id, None, input_context.num_input_pipelines)
             lengths = [side[shard] for side in lengths]
         rows = batch_tokens // max_length
-        return _batch_packed(dataset, rows, max_length, shuffle, seed, *lengths)
+        return _finish(_batch_packed(dataset, rows, max_length, shuffle, seed, *lengths), repeat)
     if shapes == "max_length":
         lengths = [max_length]
         batch_size = batch_tokens // max_length
@@ -505,7 +518,7 @@ def make_dataset(
         dataset = dataset.map(
             lambda source, target: ({"inputs": source, "targets": target}, target)
         )
-        return dataset.prefetch(tf.data.AUTOTUNE).with_options(_FIXED_PARALLELISM)
+        return _finish(dataset, repeat)
     # Bucketing hides the number of batches from tf.data; it only depends on how many pairs
     # fall in each bucket, so state it (Keras then shows progress and does not warn).
     pair_lengths = np.array(
@@ -530,11 +543,51 @@ def make_dataset(
         )
     dataset = dataset.map(lambda source, target: ({"inputs": source, "targets": target}, target))
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
+    return _finish(dataset, repeat)
+
+
+def _finish(dataset, repeat):
+    """The pipeline's end: endless passes with `repeat` (each pass iterates the pipeline
+    anew, so its seeded shuffles draw the pass's own order), prefetched, no autotuning."""
+    if repeat:
+        dataset = dataset.repeat()
     return dataset.prefetch(tf.data.AUTOTUNE).with_options(_FIXED_PARALLELISM)
 
 
+def pipeline_files(pairs, input_context):
+    """The files of one input pipeline of a streamed corpus, or None to keep every n-th pair.
+
+    With n input pipelines and at least n files on each side (as many on both, aligned
+    file by file, and no `limit`), pipeline i reads files i, i + n, i + 2n, ... of each
+    side and nothing of the others': the pipelines' pairs are disjoint and together the
+    whole corpus, but in general unequal in number. `make_dataset` reads this way only
+    with `repeat` (an endless stream per pipeline: every worker takes as many steps as
+    the others, whatever its files hold); otherwise each pipeline reads every file and
+    keeps every n-th pair, so that the pipelines end within a step of each other.
+
+    Args:
+        pairs: a `StreamedPairs`.
+        input_context: a `tf.distribute.InputContext`.
+
+    Returns:
+        A `StreamedPairs` of the pipeline's files, or None.
+
+    Example:
+
+    >>> pairs = StreamedPairs(("a.0", "a.1", "a.2"), ("b.0", "b.1", "b.2"))
+    >>> context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+    >>> pipeline_files(pairs, context).sources
+    ('a.1',)
+    """
+    count, index = input_context.num_input_pipelines, input_context.input_pipeline_id
+    sources, targets = tuple(pairs.sources), tuple(pairs.targets)
+    if count < 2 or pairs.limit is not None or not count <= len(sources) == len(targets):
+        return None
+    return dataclasses.replace(pairs, sources=sources[index::count], targets=targets[index::count])
+
+
 def distribute_dataset(strategy, pairs, source_tokenizer, target_tokenizer, *,
-                       batch_tokens=4096, max_length=64, **options):  # fmt: skip
+                       batch_tokens=4096, max_length=64, start_step=0, **options):  # fmt: skip
     """`make_dataset` for a `tf.distribute` strategy: a shard per worker, a global budget.
 
     `strategy.distribute_datasets_from_function` builds one input pipeline per worker,
@@ -550,6 +603,13 @@ def distribute_dataset(strategy, pairs, source_tokenizer, target_tokenizer, *,
     fixed shapes each pipeline's last step is completed with all-PAD batches, so no
     pair is dropped. The length of the epoch is unknown to `fit`.
 
+    With `repeat=True` (for `fit(steps_per_epoch=...)`) each pipeline is an endless
+    stream of passes over its shard, so every step has a batch for every replica (no
+    empty or all-PAD batches); a streamed corpus with at least as many files a side as
+    pipelines is then read file by file (`pipeline_files`: a worker reads only its own
+    files). `start_step` starts the stream at that step: each pipeline skips the
+    batches of the steps before it (reading and batching them, without training).
+
     Under `MirroredStrategy`, Keras 3's `fit` needs `tfblocks.training.multi_worker.
     patch_keras()` for such batches (`get_strategy` applies it).
 
@@ -561,6 +621,8 @@ def distribute_dataset(strategy, pairs, source_tokenizer, target_tokenizer, *,
         target_tokenizer: as in `make_dataset`.
         batch_tokens: token budget of a step over all replicas.
         max_length: as in `make_dataset`; a replica's budget must hold a longest pair.
+        start_step: with `repeat=True`, the first step of the stream to give (0: its
+            beginning).
         **options: further `make_dataset` arguments (`shuffle`, `seed`, `shapes`, ...).
 
     Returns:
@@ -587,6 +649,13 @@ def distribute_dataset(strategy, pairs, source_tokenizer, target_tokenizer, *,
             f"max_length={max_length}: raise it to {replicas * max_length} at least, got "
             f"batch_tokens={batch_tokens}."
         )
+    start_step = _checks.check_non_negative_int("start_step", start_step)
+    repeat = options.get("repeat", False)
+    if start_step and not repeat:
+        raise ValueError(
+            f"`start_step` starts an endless stream and needs repeat=True, got "
+            f"start_step={start_step}, repeat={repeat!r}."
+        )
     if not isinstance(pairs, StreamedPairs):  # streamed: each worker streams its shard
         pairs = _check_pairs(pairs)
 
@@ -599,6 +668,8 @@ def distribute_dataset(strategy, pairs, source_tokenizer, target_tokenizer, *,
         # (outside multi-worker), so the last batches are completed to a whole step with
         # all-PAD batches, which count for nothing.
         local = replicas // input_context.num_input_pipelines
+        if repeat:  # endless: each step takes `local` batches of this pipeline
+            return dataset.skip(start_step * local)
         batches = int(dataset.cardinality())
         # Unknown for a streamed corpus: local - 1 all-PAD batches complete any last step
         # (those beyond it fall with the partial step that fixed shapes never take).
@@ -648,4 +719,4 @@ def _batch_packed(dataset, rows, max_length, shuffle, seed, source_lengths, targ
     dataset = dataset.map(lambda features: (features, features["targets"]))
     if packed_rows is not None:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(-(-packed_rows // rows)))
-    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_FIXED_PARALLELISM)
+    return dataset

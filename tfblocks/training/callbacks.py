@@ -9,6 +9,10 @@ import keras
 class TimeLimit(keras.callbacks.Callback):
     """Stops `fit` at the first batch that ends after `seconds` of training.
 
+    The time counts within epochs (from each epoch's start to its end, validation
+    included), so what a callback does between the epochs of one `fit` (dev BLEU, saving
+    the run) does not use up the limit.
+
     Example:
 
     >>> limit = TimeLimit(seconds=60)
@@ -24,10 +28,17 @@ class TimeLimit(keras.callbacks.Callback):
         self.stopped_early = False
 
     def on_train_begin(self, logs=None):
+        self._used = 0.0  # seconds of the finished epochs
         self._start = time.perf_counter()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._used += time.perf_counter() - self._start
+
     def on_train_batch_end(self, batch, logs=None):
-        if time.perf_counter() - self._start > self.seconds:
+        if self._used + time.perf_counter() - self._start > self.seconds:
             self.model.stop_training = True
             self.stopped_early = True
 

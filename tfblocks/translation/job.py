@@ -6,10 +6,16 @@ here is what it does with it:
 
 - Each epoch is one `model.fit` call on a dataset shuffled with the seed and the epoch
   number, so epoch e sees the same batches whether the run went straight through or was
-  stopped and continued. After each finished epoch the model and optimizer state, the
-  epoch's weights and the progress (epochs, total training time, history) are saved as
-  one commit (`RunFolder.commit`): a kill at any moment leaves the folder at the last
-  recorded epoch, with no file of a later one.
+  stopped and continued. With `steps_per_epoch=N` an epoch is N steps of one endless
+  stream of passes over the corpus (pass p shuffled from the seed and p), epoch e its
+  steps [e·N, (e+1)·N): one `fit` goes through the epochs left on that stream, and a
+  continued run starts it at step e·N by skipping the steps before (the input pipeline
+  reads, tokenizes and batches them again, without training: time proportional to the
+  data already trained on, spent once per continuation).
+- After each finished epoch the model and optimizer state, the epoch's weights and the
+  progress (epochs, total training time, history) are saved as one commit
+  (`RunFolder.commit`): a kill at any moment leaves the folder at the last recorded
+  epoch, with no file of a later one.
 - A loss that is not finite (NaN or infinite) stops the run with a `FloatingPointError`
   naming the epoch and step; nothing of that epoch is saved.
 - Rerunning the same command continues after the last finished epoch: after a crash,
@@ -109,6 +115,12 @@ class TrainingOptions:
 
     Attributes:
         epochs: total epochs of the run (a rerun with more continues).
+        steps_per_epoch: None (an epoch is a pass over the training pairs), or N: an
+            epoch is N optimizer steps of an endless stream of passes (pass p shuffled
+            from `seed` and p), epoch e taking the stream's steps [e·N, (e+1)·N). A
+            continued run starts the stream at its first epoch's step (reading and
+            batching the steps before it, without training); a run folder keeps the
+            value it was trained with.
         batch_tokens: token budget of a training step, over all replicas under a
             strategy (each of R replicas gets `batch_tokens // R`).
         seed: seed of the initialisation and of every epoch's shuffle.
@@ -138,6 +150,7 @@ class TrainingOptions:
     """
 
     epochs: int
+    steps_per_epoch: int | None = None
     batch_tokens: int = 4096
     seed: int = 0
     strategy: object = "auto"
@@ -155,6 +168,7 @@ class TrainingOptions:
 
     def __post_init__(self):
         _checks.check_positive_int("epochs", self.epochs)
+        _checks.check_optional_positive_int("steps_per_epoch", self.steps_per_epoch)
         _checks.check_positive_int("batch_tokens", self.batch_tokens)
         _checks.check_non_negative_int("dev_sentences", self.dev_sentences)
         _checks.check_non_negative_int("average_last", self.average_last)
@@ -218,6 +232,7 @@ def train_run(
     xla = options.shapes != "dynamic"  # fixed shapes: one XLA program per shape
     policy = resolve_dtype_policy(options.dtype_policy, xla)
     progress = folder.progress()
+    _check_steps_per_epoch(folder, progress, options.steps_per_epoch)
     with strategy.scope():
         model = build_transformer(hp, dtype=policy)
         if init_weights is not None and not progress["epochs"]:
@@ -254,13 +269,17 @@ def train_run(
 
     target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
 
-    def train_input(seed):
+    steps_per_epoch = options.steps_per_epoch
+
+    def train_input(seed, start_step=0):
+        """An epoch's dataset; with `steps_per_epoch`, the endless stream from `start_step`."""
         args = (splits["train"], tokenizer, target_tokenizer)
         kwargs = dict(batch_tokens=options.batch_tokens, max_length=hp.max_length, seed=seed,
-                      shapes=options.shapes)  # fmt: skip
+                      shapes=options.shapes, repeat=steps_per_epoch is not None)  # fmt: skip
         if sharded:  # each worker reads its shard; the budget is the whole step's
-            return distribute_dataset(strategy, *args, **kwargs)
-        return make_dataset(*args, **kwargs)
+            return distribute_dataset(strategy, *args, start_step=start_step, **kwargs)
+        data = make_dataset(*args, **kwargs)
+        return data.skip(start_step) if start_step else data
 
     dev = make_dataset(
         splits["dev"], tokenizer, target_tokenizer, batch_tokens=options.batch_tokens,
@@ -271,51 +290,28 @@ def train_run(
 
     logdir = folder.join("logs")
     writer = tf.summary.create_file_writer(os.path.join(logdir, "validation"))
-    limit = TimeLimit(options.time_limit) if options.time_limit else None
-    spent = 0.0
-    stopped = "epochs"
+    run = {"spent": 0.0, "stopped": "epochs"}  # this invocation's training time, why it ended
     first = progress["epochs"]
-    for epoch in range(first, options.epochs):
-        epoch_callbacks = [
-            keras.callbacks.TensorBoard(logdir, write_graph=False),
-            EpochProgress(options.epochs),
-            *callbacks,
-        ]
-        guard = FiniteLoss()
-        epoch_callbacks.append(guard)
-        if limit is not None:
-            limit = TimeLimit(max(options.time_limit - spent, 1e-3))
-            epoch_callbacks.append(limit)
-        data = train_input(options.seed * 100_003 + epoch)
-        start = time.perf_counter()
-        with warnings.catch_warnings():
-            # A streamed corpus has no known number of batches: its epoch ends when the
-            # files do, which Keras reports as "Your input ran out of data".
-            if isinstance(splits["train"], StreamedPairs):
-                warnings.filterwarnings("ignore", "Your input ran out of data", UserWarning)
-            history = model.fit(
-                data, validation_data=dev, initial_epoch=epoch, epochs=epoch + 1,
-                callbacks=epoch_callbacks, shuffle=False, verbose=options.verbose,
-            )  # fmt: skip
-        elapsed = time.perf_counter() - start
+
+    def end_epoch(epoch, logs, elapsed, guard, limit):
+        """Records a finished (or time-cut) epoch; returns why training stops, or None."""
         if guard.failure is not None:
             raise _non_finite(guard.failure, progress["epochs"])  # nothing of it committed
-        spent += elapsed
+        run["spent"] += elapsed
         progress["train_seconds"] += elapsed
         keep = max(options.keep_checkpoints, options.average_last)
         weights = sync()  # the serving model's now: dev BLEU and the .npz files
         if limit is not None and limit.stopped_early:
             # The cut epoch counts as time, not as an epoch: a rerun repeats it from the
             # saved state. Its weights still compete for the best dev BLEU.
-            stopped = "time limit"
             best = False
             if dev_pairs:
                 bleu = _dev_scores(translator, dev_pairs)["dev_bleu"]
                 log(f"dev BLEU of the cut epoch {epoch + 1}: {bleu}")
                 best = _record_bleu(progress, bleu, epoch + 1)
             folder.commit(model, progress, best=best, keep=keep, weights=weights)
-            break
-        logs = {k: float(v[-1]) for k, v in history.history.items()}
+            return "time limit"
+        logs = dict(logs)
         if dev_pairs:
             logs.update(_dev_scores(translator, dev_pairs))
             with writer.as_default():
@@ -334,15 +330,65 @@ def train_run(
         )  # fmt: skip
         if options.time_limit:
             to_go = options.epochs - epoch - 1
-            log(_time_left(spent, options.time_limit, epoch + 1 - first, to_go))
+            log(_time_left(run["spent"], options.time_limit, epoch + 1 - first, to_go))
         improved = progress["improved_epoch"] or progress["best_epoch"]
         if (
             options.early_stopping
             and improved is not None
             and progress["epochs"] - improved >= options.early_stopping
         ):
-            stopped = "early stopping"
-            break
+            return "early stopping"
+        return None
+
+    def fit_callbacks():
+        """The callbacks of a `fit`: TensorBoard, progress, the caller's, the NaN guard and
+        the time limit (what is left of it), and the guard and limit themselves."""
+        guard = FiniteLoss()
+        left = options.time_limit and max(options.time_limit - run["spent"], 1e-3)
+        limit = TimeLimit(left) if left else None
+        listed = [
+            keras.callbacks.TensorBoard(logdir, write_graph=False),
+            EpochProgress(options.epochs),
+            *callbacks,
+            guard,
+        ]
+        return [*listed, *([limit] if limit else [])], guard, limit
+
+    if options.steps_per_epoch is not None:
+        # One `fit` for the epochs left, on one endless stream of passes that it keeps
+        # iterating from epoch to epoch; each epoch is recorded at its end (`_EndEpoch`).
+        # A continued run starts the stream at the step where its first epoch starts.
+        if first < options.epochs:
+            listed, guard, limit = fit_callbacks()
+            ending = _EndEpoch(lambda e, logs, seconds: end_epoch(e, logs, seconds, guard, limit))
+            data = train_input(options.seed * 100_003, first * options.steps_per_epoch)
+            model.fit(
+                data, validation_data=dev, initial_epoch=first, epochs=options.epochs,
+                steps_per_epoch=options.steps_per_epoch, callbacks=[*listed, ending],
+                shuffle=False, verbose=options.verbose,
+            )  # fmt: skip
+            run["stopped"] = ending.stopped or "epochs"
+    else:
+        for epoch in range(first, options.epochs):  # one `fit` and one dataset each
+            listed, guard, limit = fit_callbacks()
+            data = train_input(options.seed * 100_003 + epoch)
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                # A streamed corpus has no known number of batches: its epoch ends when
+                # the files do, which Keras reports as "Your input ran out of data".
+                if isinstance(splits["train"], StreamedPairs):
+                    warnings.filterwarnings("ignore", "Your input ran out of data", UserWarning)
+                history = model.fit(
+                    data, validation_data=dev, initial_epoch=epoch, epochs=epoch + 1,
+                    callbacks=listed, shuffle=False, verbose=options.verbose,
+                )  # fmt: skip
+            elapsed = time.perf_counter() - start
+            logs = {k: float(v[-1]) for k, v in history.history.items()}
+            stop = end_epoch(epoch, logs, elapsed, guard, limit)
+            if stop is not None:
+                run["stopped"] = stop
+                break
+    stopped = run["stopped"]
     log(_stop_line(stopped, progress, options))
     sync()
     report = _final_weights(folder, serving, translator, dev_pairs, progress, options)
@@ -352,6 +398,39 @@ def train_run(
     )  # fmt: skip
     report["curves"] = _write_curves(folder, report, log)
     return serving, report
+
+
+class _EndEpoch(keras.callbacks.Callback):
+    """Calls `end(epoch, logs, seconds)` at the end of each epoch of a `fit` over several
+    epochs (last of its callbacks: after validation and the others); a reason to stop
+    that it returns stops `fit` and is kept in `stopped`."""
+
+    def __init__(self, end):
+        super().__init__()
+        self.end = end
+        self.stopped = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = {k: float(v) for k, v in (logs or {}).items()}
+        self.stopped = self.end(epoch, logs, time.perf_counter() - self.start)
+        if self.stopped is not None:
+            self.model.stop_training = True
+
+
+def _check_steps_per_epoch(folder, progress, steps_per_epoch):
+    """Refuses to continue a run with another `steps_per_epoch` (its epochs would cut the
+    stream elsewhere); records it in `progress` (committed with the next epoch)."""
+    recorded = progress.get("steps_per_epoch")
+    if progress["epochs"] and recorded != steps_per_epoch:
+        raise ValueError(
+            f"`steps_per_epoch` must stay what the run in {folder.path!r} was trained with "
+            f"(steps_per_epoch={recorded!r}), got steps_per_epoch={steps_per_epoch!r}."
+        )
+    if steps_per_epoch is not None:
+        progress["steps_per_epoch"] = steps_per_epoch
 
 
 def _record_bleu(progress, bleu, epoch):

@@ -66,6 +66,12 @@ def parse_args(argv=None):
         "learning_rate_warmup_steps=200,learning_rate_constant=0.35,max_length=32)",
     )
     parser.add_argument("--epochs", type=int, default=5, help="total epochs of the run")
+    parser.add_argument(
+        "--steps-per-epoch", type=int, default=None, metavar="N",
+        help="an epoch is N optimizer steps of an endless stream of passes over the training "
+        "pairs, continued from epoch to epoch (validation, dev BLEU and checkpoints every N "
+        "steps; for corpora too large to validate once a pass); default: a pass",
+    )  # fmt: skip
     parser.add_argument("--batch-tokens", type=int, default=4096, help="tokens per batch")
     parser.add_argument(
         "--accumulate-steps", type=int, default=1, metavar="N",
@@ -158,7 +164,7 @@ def check_arguments(args):
         _checks.check_positive_int(f"--{flag.replace('_', '-')}", getattr(args, flag))
     for flag in ("dev_sentences", "average_last", "seed"):
         _checks.check_non_negative_int(f"--{flag.replace('_', '-')}", getattr(args, flag))
-    for flag in ("early_stopping", "limit_train", "limit_test", "lora_rank"):
+    for flag in ("early_stopping", "limit_train", "limit_test", "lora_rank", "steps_per_epoch"):
         _checks.check_optional_positive_int(f"--{flag.replace('_', '-')}", getattr(args, flag))
     if args.vocab_size < 8:  # SentencePiece's smallest (pad, EOS, unknown, BOS and more)
         raise ValueError(f"`--vocab-size` must be at least 8, got --vocab-size={args.vocab_size}.")
@@ -290,6 +296,7 @@ def main(argv=None):
         strategy = get_strategy(strategy)
     options = job.TrainingOptions(
         epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch,
         batch_tokens=args.batch_tokens,
         seed=args.seed,
         strategy=strategy,
@@ -383,6 +390,7 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer,
             "lora_ffn": args.lora_ffn,
             "separate_vocab": args.separate_vocab,
             "stream": args.stream,
+            "steps_per_epoch": args.steps_per_epoch,
         }
         # None: a new folder, or one whose start failed before an epoch was recorded.
         saved = folder.check_settings(settings, must_match=list(settings))
