@@ -188,6 +188,12 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
     assert (settings["source_lang"], settings["target_lang"]) == ("xx", "yy")
     assert (tmp_path / "run" / "export" / "1" / "saved_model.pb").exists()
     assert settings["separate_vocab"] is True and settings["stream"] is True
+    # The folder's epochs are passes: a continuation in epochs of N steps is refused
+    # before anything is trained (tests/translation/test_steps_per_epoch.py trains them).
+    message = "steps_per_epoch: the folder has None, this run asks for 4"
+    with pytest.raises(ValueError, match=message):
+        train_command.main([*command, "--steps-per-epoch", "4", "--epochs", "3"])
+    assert RunFolder(tmp_path / "run").progress()["epochs"] == 2
     from tfblocks.models import load_preset, load_target_tokenizer
 
     model, source_tokenizer, _ = load_preset(tmp_path / "run" / "model")
@@ -252,17 +258,3 @@ def test_without_a_stream_flag_large_train_files_are_streamed(tmp_path, monkeypa
     (tmp_path / "train.xx").unlink()
     with pytest.raises(FileNotFoundError, match=r"train\.xx"):
         choose()
-
-
-def test_steps_per_epoch_binds_the_run_folder(tmp_path):
-    # An epoch of 3 steps; the folder keeps the number, and a continuation that asks for
-    # another one is refused before anything is trained (the stream would be cut elsewhere).
-    run = ("--output", str(tmp_path / "run"))
-    metrics = train_command.main([*FAST, *run, "--steps-per-epoch", "3"])
-    assert metrics["epochs"] == 1 and len(metrics["history"]) == 1
-    settings = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
-    assert settings["steps_per_epoch"] == 3
-    message = "steps_per_epoch: the folder has 3, this run asks for 4"
-    with pytest.raises(ValueError, match=message):
-        train_command.main([*FAST, *run, "--steps-per-epoch", "4", "--epochs", "2"])
-    assert RunFolder(tmp_path / "run").progress()["epochs"] == 1

@@ -250,11 +250,9 @@ class StreamedPairs:
         one counts their lines (checking that they are UTF-8 and aligned), the other
         takes the drawn lines. An unreadable or misaligned file raises what iterating
         raises (file and line named). With a `limit`, the first `limit` pairs are
-        sampled as they are read instead (`tfblocks.text.tokenizers.sample_pairs`).
+        sampled as they are read instead (`sample_pairs`).
         """
         if self.limit is not None:
-            from tfblocks.text.tokenizers import sample_pairs
-
             return sample_pairs(self, size, seed)
         sources, targets = list(self.sources), list(self.targets)
         try:
@@ -298,6 +296,28 @@ class StreamedPairs:
         files = len(self.sources) + len(self.targets)
         cut = "" if self.limit is None else f", at most {self.limit} pairs"
         return f"streamed from {files} files ({self.sources[0]}, ...{cut})"
+
+
+def sample_pairs(pairs, sample, seed=0):
+    """A seeded uniform random sample of at most `sample` of `pairs` (any iterable, read
+    once, never held whole: reservoir sampling), in their order; all of them when there
+    are no more than `sample`.
+
+    >>> sample_pairs(range(10), 3, seed=1), sample_pairs(range(2), 3)
+    ([5, 6, 7], [0, 1])
+    """
+    if isinstance(pairs, StreamedPairs) and pairs.limit is None:
+        return pairs.sample(sample, seed)  # two passes over its files, no line split off
+    rng = random.Random(seed)
+    kept = []  # (position, pair)
+    for position, pair in enumerate(pairs):
+        if position < sample:
+            kept.append((position, pair))
+        else:
+            slot = rng.randrange(position + 1)
+            if slot < sample:
+                kept[slot] = (position, pair)
+    return [pair for _, pair in sorted(kept, key=lambda item: item[0])]
 
 
 def _file_list(name, value):

@@ -13,7 +13,6 @@ tokenizer holds the proto (it is never re-trained when loaded).
 
 import io
 import os
-import random
 
 import sentencepiece
 import tensorflow as tf
@@ -21,6 +20,7 @@ import tensorflow_text
 
 from tfblocks import _checks
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tfblocks.text.corpus import sample_pairs
 
 _MODEL_TYPES = ("unigram", "bpe", "char", "word")
 
@@ -201,30 +201,6 @@ def train_tokenizer(
             f"keep; raise `vocab_size` or lower `character_coverage`. SentencePiece: {error}"
         ) from None
     return SubwordTokenizer(model.getvalue())
-
-
-def sample_pairs(pairs, sample, seed=0):
-    """A seeded uniform random sample of at most `sample` of `pairs` (any iterable, read
-    once, never held whole: reservoir sampling), in their order; all of them when there
-    are no more than `sample`.
-
-    >>> sample_pairs(range(10), 3, seed=1), sample_pairs(range(2), 3)
-    ([5, 6, 7], [0, 1])
-    """
-    from tfblocks.text.corpus import StreamedPairs
-
-    if isinstance(pairs, StreamedPairs) and pairs.limit is None:
-        return pairs.sample(sample, seed)  # two passes over its files, no line split off
-    rng = random.Random(seed)
-    kept = []  # (position, pair)
-    for position, pair in enumerate(pairs):
-        if position < sample:
-            kept.append((position, pair))
-        else:
-            slot = rng.randrange(position + 1)
-            if slot < sample:
-                kept[slot] = (position, pair)
-    return [pair for _, pair in sorted(kept, key=lambda item: item[0])]
 
 
 def train_tokenizers(

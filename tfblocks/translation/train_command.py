@@ -344,7 +344,7 @@ def _streamed_sample(args, splits, init, output):
     """A streamed train split's tokenizer sample (two fast passes over its files,
     before the run folder is touched: an unreadable or misaligned file is refused now), or
     None when no tokenizer is trained (`--init-from`, or the folder has one)."""
-    from tfblocks.text.tokenizers import sample_pairs
+    from tfblocks.text.corpus import sample_pairs
     from tfblocks.translation.run_folder import TOKENIZER_FILE
 
     if not args.stream or init is not None:
