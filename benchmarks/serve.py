@@ -40,10 +40,11 @@ task's ratio to `translate` is the median of the per-round ratios.
 engines alternating) loads the exported model and translates the test sentences once at
 batch 32 (beam 4; XLA compiles a program per batch size, source bucket and cache length
 during that first pass), then once more. It prints the seconds to load, of the first and
-of the second pass, and the first pass's ratio to CTranslate2 float32's (median of the
-per-round ratios), for `SavedModel`, `SavedModel XLA cache` (the same export run with
-TensorFlow's persistent XLA cache, `TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR`,
-filled by one untimed process first), `SavedModel no-XLA` and `CT2 float32`.
+of the second pass, and the first pass's time over CTranslate2 float32's (median of the
+per-round ratios; lower is better), for `SavedModel`, `SavedModel XLA cache` (the same
+export run with TensorFlow's persistent XLA cache,
+`TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR`, filled by one untimed process
+first), `SavedModel no-XLA` and `CT2 float32`.
 
 There is no trained model on disk: the script trains `--hparams` (transformer_small)
 for `--train-minutes` on the 50k training pairs, or loads `--preset DIR`
@@ -509,7 +510,7 @@ def measure_cold(args, model, tokenizer, workdir):
         f"{len(load_data(args)[1])} sentences, beam 4, batch 32, {args.threads} threads, "
         f"a fresh process per engine and round, median of {args.rounds} round(s)"
     )
-    print(f"{'engine':<22} {'load s':>7} {'1st pass s':>10} {'2nd pass s':>10} {'1st vs CT2':>11}")
+    print(f"{'engine':<22} {'load s':>7} {'1st pass s':>10} {'2nd pass s':>10} {'1st / CT2':>10}")
     peer = [r["first"] for r in results[PEER]]
     for engine in COLD_ENGINES:
         rows = results[engine]
@@ -517,7 +518,7 @@ def measure_cold(args, model, tokenizer, workdir):
         print(
             f"{engine:<22} {statistics.median(r['load'] for r in rows):>7.2f} "
             f"{statistics.median(r['first'] for r in rows):>10.2f} "
-            f"{statistics.median(r['second'] for r in rows):>10.2f} {ratio:>10.2f}×"
+            f"{statistics.median(r['second'] for r in rows):>10.2f} {ratio:>9.2f}×"
         )
 
 
