@@ -36,6 +36,16 @@ float32: `translate` (the best translation), `n-best 4` (the 4 best, `n_best` of
 `num_hypotheses=4`) and `score` (`score` of the references, one forward pass); each
 task's ratio to `translate` is the median of the per-round ratios.
 
+`--cold` times a cold start instead: a fresh process per engine (`--rounds` of them,
+engines alternating) loads the exported model and translates the test sentences once at
+batch 32 (beam 4; XLA compiles a program per batch size, source bucket and cache length
+during that first pass), then once more. It prints the seconds to load, of the first and
+of the second pass, and the first pass's time over CTranslate2 float32's (median of the
+per-round ratios; lower is better), for `SavedModel`, `SavedModel XLA cache` (the same
+export run with TensorFlow's persistent XLA cache,
+`TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR`, filled by one untimed process
+first), `SavedModel no-XLA` and `CT2 float32`.
+
 There is no trained model on disk: the script trains `--hparams` (transformer_small)
 for `--train-minutes` on the 50k training pairs, or loads `--preset DIR`
 (`tfblocks.load_preset`); `--save-preset DIR` keeps what it trained. `--quick` is a smoke
@@ -46,13 +56,16 @@ the embedded phrasebook, max_length 16, 8 sentences, beam 4 at batch 32 only
     python benchmarks/serve.py --train-minutes 5 --save-preset /tmp/serve_small
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3 --overhead
+    python benchmarks/serve.py --preset /tmp/serve_small --rounds 3 --cold --stop-early
 
 Figures: benchmarks/README.md.
 """
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,6 +97,7 @@ PEER = "CT2 float32"
 # --quick's default engines: one of each kind (the other SavedModels run the same code
 # with other Translator options: jit_compile, source_buckets, cache_lengths).
 QUICK_ENGINES = ("Translator", "SavedModel", "CT2 float32", "CT2 int8")
+COLD_ENGINES = ("SavedModel", "SavedModel XLA cache", "SavedModel no-XLA", "CT2 float32")
 
 
 def parse_args(argv=None):
@@ -114,6 +128,11 @@ def parse_args(argv=None):
     parser.add_argument("--overhead", action="store_true",
                         help="instead of the engines: time n-best (4) and scoring against "
                         "plain translation, beam 4 at batch 32")  # fmt: skip
+    parser.add_argument("--cold", action="store_true",
+                        help="instead of the engines: time a fresh process's load and first "
+                        "pass (beam 4, batch 32) per engine")  # fmt: skip
+    parser.add_argument("--cold-child", nargs=2, metavar=("ENGINE", "PATH"),
+                        help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args(argv)
     args.configs, args.overrides = CONFIGS, {}
     if args.beam_only:
@@ -417,8 +436,97 @@ def measure_overhead(args, tasks, test_pairs):
             print(f"{engine:<12} {task:<10} {statistics.median(rows):>8.2f} {ratio:>11.3f}×")
 
 
+def cold_child(args):
+    """In a fresh process: load `args.cold_child`'s engine, translate the test sentences
+    twice at batch 32 (beam 4), print the seconds as one JSON line."""
+    engine, path = args.cold_child
+    set_threads(args.threads)
+    import tensorflow as tf
+
+    import tfblocks
+
+    _, test_pairs = load_data(args)
+    sources = [s for s, _ in test_pairs]
+    start = time.perf_counter()
+    if engine.startswith("SavedModel"):
+        signature = tf.saved_model.load(path).signatures["serving_default"]
+        translate = _strings(lambda texts: signature(text=tf.constant(texts))["translation"])
+    else:
+        translate = tfblocks.CTranslate2Translator(
+            path, beam_size=4, max_length=args.max_length, compute_type="float32",
+            intra_threads=args.threads, inter_threads=1,
+        )  # fmt: skip
+    loaded = time.perf_counter()
+    first = sum(run_pass(translate, sources, 32)[1])
+    second = sum(run_pass(translate, sources, 32)[1])
+    print(json.dumps({"load": loaded - start, "first": first, "second": second}))
+
+
+def measure_cold(args, model, tokenizer, workdir):
+    """`--cold`: each engine's load and passes in fresh processes, `--rounds` times."""
+    import tfblocks
+
+    strategy = tfblocks.decoding.beam_or_greedy(4, stop_early=args.stop_early)
+    paths = {}
+    for name, jit in (("SavedModel", True), ("SavedModel no-XLA", False)):
+        translator = tfblocks.Translator(model, tokenizer, tokenizer, max_length=args.max_length,
+                                         strategy=strategy, jit_compile=jit)  # fmt: skip
+        paths[name] = translator.export(os.path.join(workdir, name.replace(" ", "_"), "1"))
+    paths["SavedModel XLA cache"] = paths["SavedModel"]
+    paths["CT2 float32"] = tfblocks.export_ctranslate2(
+        model, tokenizer, os.path.join(workdir, "ct2")
+    )
+    cache = os.path.join(workdir, "xla_cache")
+    os.makedirs(cache)
+
+    def child(engine):
+        env = dict(os.environ)
+        if engine == "SavedModel XLA cache":
+            flags = env.get("TF_XLA_FLAGS", "")
+            env["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={cache}".strip()
+        command = [
+            sys.executable, os.path.abspath(__file__), "--cold-child", engine, paths[engine],
+            "--data", args.data, "--sentences", str(args.sentences),
+            "--max-length", str(args.max_length), "--threads", str(args.threads),
+        ]  # fmt: skip
+        if args.quick:
+            command.append("--quick")
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode:
+            sys.exit(f"serve.py --cold: the {engine} process failed:\n{done.stderr[-3000:]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    child("SavedModel XLA cache")  # fills the cache: what a deployment would do once
+    size = sum(os.path.getsize(os.path.join(cache, f)) for f in os.listdir(cache))
+    print(f"XLA cache: {len(os.listdir(cache))} programs, {size / 2**20:.1f} MiB")
+    order, results = list(COLD_ENGINES), {}
+    for round_index in range(args.rounds):
+        for engine in order:
+            results.setdefault(engine, []).append(child(engine))
+        order = order[1:] + order[:1]
+        print(f"round {round_index + 1}/{args.rounds} done", flush=True)
+    print(
+        f"\n{args.preset or args.hparams}, max_length {args.max_length}, "
+        f"{len(load_data(args)[1])} sentences, beam 4, batch 32, {args.threads} threads, "
+        f"a fresh process per engine and round, median of {args.rounds} round(s)"
+    )
+    print(f"{'engine':<22} {'load s':>7} {'1st pass s':>10} {'2nd pass s':>10} {'1st / CT2':>10}")
+    peer = [r["first"] for r in results[PEER]]
+    for engine in COLD_ENGINES:
+        rows = results[engine]
+        ratio = statistics.median(r["first"] / p for r, p in zip(rows, peer, strict=True))
+        print(
+            f"{engine:<22} {statistics.median(r['load'] for r in rows):>7.2f} "
+            f"{statistics.median(r['first'] for r in rows):>10.2f} "
+            f"{statistics.median(r['second'] for r in rows):>10.2f} {ratio:>9.2f}×"
+        )
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.cold_child:
+        cold_child(args)
+        return
     set_threads(args.threads)
     import tfblocks
 
@@ -427,6 +535,10 @@ def main(argv=None):
         model, tokenizer, _ = tfblocks.load_preset(args.preset)
     else:
         model, tokenizer = train_model(args, train_pairs)
+    if args.cold:
+        with tempfile.TemporaryDirectory(prefix="serve-") as workdir:
+            measure_cold(args, model, tokenizer, workdir)
+        return
     if args.overhead:
         with tempfile.TemporaryDirectory(prefix="serve-") as workdir:
             measure_overhead(args, build_overhead(args, model, tokenizer, workdir), test_pairs)

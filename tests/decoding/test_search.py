@@ -912,3 +912,23 @@ def test_a_target_prefix_is_forced_then_the_search_goes_on(reverser, monkeypatch
         assert (n_ids.numpy()[row, :, :k] == prefix[row, :k]).all()
     with pytest.raises(ValueError, match="`prefix` must hold integer token ids"):
         whole.decode(Greedy(), source, prefix=prefix.astype("float32"))
+
+
+def test_top_k_equals_tf_top_k_ties_included():
+    """The chunked top-k of a beam's candidates gives tf.math.top_k's values and indices
+    (ties to the lower index), for static rows long enough to be chunked and for rows of
+    unknown length (a segment's trace), even shorter than k chunks."""
+    rng = np.random.default_rng(3)
+    long_row = 4 * 2 * steps_module.TOP_K_CHUNK + 77  # chunked with a static length
+    unknown = tf.function(
+        lambda x: steps_module.top_k(x, 2),
+        input_signature=[tf.TensorSpec([None, None], tf.float32)],
+    )
+    for n in (5, 300, long_row):
+        x = np.round(rng.standard_normal((3, n)) * 2).astype("float32") / 2  # many ties
+        x[2] = steps_module.NEG_INF
+        x[2, n // 2] = 0.0
+        expected = tf.math.top_k(x, 2)
+        for values, indices in (steps_module.top_k(tf.constant(x), 2), unknown(x)):
+            np.testing.assert_array_equal(indices.numpy(), expected.indices.numpy())
+            np.testing.assert_array_equal(values.numpy(), expected.values.numpy())

@@ -28,6 +28,33 @@ def _dim(x, axis):
     return size if size is not None else tf.shape(x)[axis]
 
 
+# `top_k` over rows longer than this many chunks' worth reads chunk maxima first.
+TOP_K_CHUNK = 128
+
+
+def top_k(x, k):
+    """`tf.math.top_k(x, k)` of float32 `x` `[B, n]`: the same values and indices (ties to
+    the lower index), faster for long rows (a beam's `K·V` candidates).
+
+    XLA's CPU TopK walks every element through a heap; here the row is cut into chunks of
+    `TOP_K_CHUNK` (padded with -inf to at least k chunks), the k chunks with the largest
+    maxima (ties to the lower chunk) are taken in index order, and the top k of their
+    elements are the row's: an element outside them has k chunk maxima ranked before it.
+    """
+    n, m = _dim(x, 1), TOP_K_CHUNK
+    if not tf.is_tensor(n) and n <= 4 * k * m:
+        return tf.math.top_k(x, k)
+    chunks = tf.maximum((n + m - 1) // m, k)  # a segment's traced n may be small
+    padded = tf.pad(x, [[0, 0], [0, chunks * m - n]], constant_values=float("-inf"))
+    padded = tf.reshape(padded, [_dim(x, 0), chunks, m])  # [B, C, m]
+    _, best = tf.math.top_k(tf.reduce_max(padded, axis=-1), k)  # [B, k] chunks
+    best = tf.sort(best, axis=-1)  # index order: ties still go to the lower index
+    candidates = tf.reshape(tf.gather(padded, best, batch_dims=1), [_dim(x, 0), k * m])
+    values, where = tf.math.top_k(candidates, k)  # [B, k]
+    index = tf.reshape(best[:, :, None] * m + tf.range(m)[None, None], [_dim(x, 0), k * m])
+    return values, tf.gather(index, where, batch_dims=1)
+
+
 def _write(seqs, index, tokens):
     """Writes `tokens` `[...]` at position `index` of `seqs` `[..., L]` (zeros there)."""
     column = tf.one_hot(index, tf.shape(seqs)[-1], dtype=seqs.dtype)  # [L]
@@ -260,7 +287,7 @@ class _Beam(_Pieces):
         log_probs = regroup(tf.nn.log_softmax(logits)) + loop.alive_log_probs[:, :, None]
         penalty = length_penalty(i + 1, self.alpha)
         flat_scores = tf.reshape(log_probs / penalty, [batch, -1])  # [B, K·V]
-        top_scores, top_index = tf.math.top_k(flat_scores, k=2 * beam)  # [B, 2K]
+        top_scores, top_index = top_k(flat_scores, 2 * beam)  # [B, 2K]
         origin, token = top_index // vocab, top_index % vocab  # [B, 2K]
         top_seq = _write(tf.gather(loop.alive_seq, origin, batch_dims=1), i, token)  # [B, 2K, L]
         # A candidate is real unless it extends a dead beam (score near NEG_INF).
