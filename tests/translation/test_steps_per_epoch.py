@@ -5,9 +5,10 @@ import keras
 import numpy as np
 import pytest
 
+from tests.text.test_dataset import _streamed_files
 from tests.translation.run_job import options, parts
+from tests.translation.test_run_folder import assert_same_weights
 from tfblocks.text import make_dataset
-from tfblocks.text.corpus import StreamedPairs
 from tfblocks.translation.job import train_run
 from tfblocks.translation.run_folder import RunFolder
 
@@ -33,37 +34,13 @@ def quiet(_):
     pass
 
 
-def npz(path):
-    with np.load(path) as stored:
-        return {k: stored[k] for k in stored.files}
-
-
-def assert_same(a, b):
-    a, b = npz(a), npz(b)
-    assert sorted(a) == sorted(b)
-    for key in a:
-        np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
-
-
-def streamed(tmp_path, pairs):
-    """The pairs as a streamed corpus of two files a side."""
-    halves = [pairs[: len(pairs) // 2], pairs[len(pairs) // 2 :]]
-    sides = ([], [])
-    for i, half in enumerate(halves):
-        for side, names in enumerate(sides):
-            path = tmp_path / f"train.{'xy'[side]}-{i:05d}-of-00002"
-            path.write_text("".join(pair[side] + "\n" for pair in half), encoding="utf-8")
-            names.append(str(path))
-    return StreamedPairs(tuple(sides[0]), tuple(sides[1]))
-
-
 @pytest.mark.parametrize("corpus", ["list", "streamed"])
 def test_a_stopped_and_continued_run_trains_on_the_stream_of_a_straight_run(
     job, steps, tmp_path, corpus
 ):
     splits, tokenizer, hp = job
     if corpus == "streamed":
-        splits = {**splits, "train": streamed(tmp_path, splits["train"])}
+        splits = {**splits, "train": _streamed_files(tmp_path, splits["train"], 2)}
     straight = RunFolder(tmp_path / "straight")
     _, report = train_run(straight, splits, tokenizer, hp, options(2, steps_per_epoch=steps),
                           log=quiet)  # fmt: skip
@@ -83,7 +60,7 @@ def test_a_stopped_and_continued_run_trains_on_the_stream_of_a_straight_run(
                         log=quiet)  # fmt: skip
     assert done["epochs"] == 2 and [h["epoch"] for h in done["history"]] == [1, 2]
     np.testing.assert_allclose([h["loss"] for h in done["history"]], losses, rtol=1e-6)
-    assert_same(folder.join("last.npz"), straight.join("last.npz"))
+    assert_same_weights(folder.join("last.npz"), straight.join("last.npz"))
 
     # Another number of steps would cut the stream elsewhere: refused, as is a pass.
     for other in (steps + 1, None):
