@@ -39,6 +39,7 @@ SCRIPTS = {
     ),
     "train_throughput": ("benchmarks/train_throughput.py", "--quick", "--recipes", "layers"),
     "fused_projection": ("benchmarks/fused_projection.py", "--quick"),
+    "attention_layout": ("benchmarks/attention_layout.py", "--quick"),
     "dropout": ("benchmarks/dropout.py", "--quick"),
     "beam_steps": ("benchmarks/beam_steps.py", "--quick"),
     "compile_threshold": ("benchmarks/compile_threshold.py", "--quick"),
@@ -177,6 +178,12 @@ def test_fused_projection_quick_prints_the_ratio(outputs):
     out = _out(outputs, "fused_projection")
     assert re.search(r"^shape quick: unfused \d+\.\d ms/step, fused \d+\.\d ms/step", out, re.M)
     assert re.search(r"unfused/fused \d+\.\d{3}× \(range \d+\.\d{3}–\d+\.\d{3}", out), out
+
+
+def test_attention_layout_quick_prints_both_layouts_and_the_ratio(outputs):
+    # The script itself asserts that both layouts give the same attention outputs.
+    out = _out(outputs, "attention_layout")
+    assert re.search(r"^\s+8\s+\d+\.\d{3}\s+\d+\.\d{3}\s+\d+\.\d\d× \(range", out, re.M), out
 
 
 def test_dropout_quick_prints_both_modes(outputs):

@@ -259,7 +259,7 @@ def test_bad_cache_shapes_name_the_argument():
     mha = MultiHeadAttention(num_heads=2)
     x = np.zeros((2, 3, 8), "float32")
     mha(x, x)
-    with pytest.raises(ValueError, match=r"batch size.*cache\['key'\]\.shape=\(3, 4, 2, 4\)"):
+    with pytest.raises(ValueError, match=r"batch size.*cache\['key'\]\.shape=\(3, 2, 4, 4\)"):
         mha(x[:, :1], cache=mha.init_cache(3, 4), cache_index=0)
     with pytest.raises(ValueError, match=r"`query` must have last dimension 8.*\(2, 1, 6\)"):
         mha(np.zeros((2, 1, 6), "float32"), cache=mha.init_cache(2, 4), cache_index=0)

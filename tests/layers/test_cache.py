@@ -19,15 +19,15 @@ def test_cached_self_attention_equals_causal_attention():
     mha = MultiHeadAttention(num_heads=4)
     full = _np(mha(x, x, use_causal_mask=True))
     cache = mha.init_cache(2, 8)
-    assert tuple(cache["key"].shape) == (2, 8, 4, 4)
+    assert tuple(cache["key"].shape) == (2, 4, 8, 4)  # [B, H, S_max, depth]
     for i in range(6):
         out, cache = mha(x[:, i : i + 1], cache=cache, cache_index=i)
         np.testing.assert_allclose(_np(out)[:, 0], full[:, i], atol=1e-5)
-    # The cache holds exactly the projected keys of the six positions.
-    np.testing.assert_allclose(
-        _np(cache["key"])[:, :6], _np(mha.key_dense(x)).reshape(2, 6, 4, 4), atol=1e-5
-    )
-    np.testing.assert_array_equal(_np(cache["key"])[:, 6:], 0.0)
+    # The cache holds exactly the projected keys and values of the six positions, heads first.
+    for name, dense in (("key", mha.key_dense), ("value", mha.value_dense)):
+        want = _np(dense(x)).reshape(2, 6, 4, 4).transpose(0, 2, 1, 3)
+        np.testing.assert_allclose(_np(cache[name])[:, :, :6], want, atol=1e-5)
+        np.testing.assert_array_equal(_np(cache[name])[:, :, 6:], 0.0)
 
 
 def test_cached_chunk_of_several_positions():
@@ -47,6 +47,7 @@ def test_static_cache_equals_cross_attention_with_padding():
     mha = MultiHeadAttention(num_heads=2)
     want = _np(mha(q, ctx, value_mask=mask))
     cache = mha.compute_cache(ctx)
+    assert tuple(cache["value"].shape) == (2, 2, 5, 4)  # [B, H, S, depth]
     got, same = mha(q, cache=cache, value_mask=mask)
     np.testing.assert_allclose(_np(got), want, atol=1e-5)
     np.testing.assert_array_equal(_np(same["key"]), _np(cache["key"]))

@@ -444,11 +444,11 @@ def _cache_lengths(cache_lengths, max_length):
 
 
 def grow_caches(state, length):
-    """Pads every self-attention cache `[N, L, H, d]` of `state` to `length` positions."""
+    """Pads every self-attention cache `[N, H, L, d]` of `state` to `length` positions."""
 
     def pad(x):
-        old = x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
-        return tf.pad(x, [[0, 0], [0, length - old]] + [[0, 0]] * (x.shape.rank - 2))
+        old = x.shape[2] if x.shape[2] is not None else tf.shape(x)[2]
+        return tf.pad(x, [[0, 0], [0, 0], [0, length - old], [0, 0]])
 
     return tf.nest.map_structure(pad, state)
 

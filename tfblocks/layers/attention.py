@@ -17,6 +17,12 @@ Extension points (subclasses override these, nothing else branches): `_attention
 builds whatever mask `_compute_attention` consumes, `_compute_attention` is the one
 place q, k and v meet, and `_cache_mask` says which cache slots a decoded position may
 see (`_incremental_mask` hands positions on in incremental decoding).
+
+Caches hold k and v heads first, `[B, H, S, d]`: the layout the two attention
+products want (batch dimensions b, h leading). Stored as `[B, S, H, d]`, each
+decoding step would copy every cache into that layout before its products, which
+costs more than the products themselves at beam-search batch sizes
+(`benchmarks/attention_layout.py`).
 `LocalMultiHeadAttention` (local_attention.py) overrides the first three,
 `RelativeMultiHeadAttention` (relative_attention.py) the first two and the last.
 """
@@ -27,6 +33,11 @@ from keras import ops
 
 from tfblocks.layers import _utils
 from tfblocks.layers.dropout import HashDropout
+
+
+def key_value_subscripts(heads_first):
+    """The einsum subscripts of k and v: `"bhsd"` (a cache's layout) or `"bshd"`."""
+    return "bhsd" if heads_first else "bshd"
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -63,7 +74,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores: also return the `[B, H, T, S]` attention weights.
         training: enables dropout.
         cache: a K/V cache from `init_cache` (with `cache_index`: incremental
-            self-attention) or `compute_cache` (without: attention over fixed k/v).
+            self-attention) or `compute_cache` (without: attention over fixed k/v);
+            `{"key": [B, H, S, dk], "value": [B, H, S, dv]}`.
             With a cache the call returns `(output, cache)`, or
             `(output, scores, cache)` with `return_attention_scores=True`.
         cache_index: position of the first query in the sequence being decoded.
@@ -152,6 +164,10 @@ class MultiHeadAttention(keras.layers.Layer):
     def _split_heads(self, x, depth):
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1], self.num_heads, depth))  # [B, L, H, depth]
+
+    def _heads_first(self, x, depth):
+        """`[B, L, H·depth]` -> `[B, H, L, depth]`: the layout of a cache."""
+        return ops.transpose(self._split_heads(x, depth), (0, 2, 1, 3))
 
     def _scale_query(self, q):
         """q `[B, T, H, dk]` times `dk ** -0.5`: the one place q is scaled."""
@@ -274,27 +290,31 @@ class MultiHeadAttention(keras.layers.Layer):
             use_causal_mask=causal,
         )
 
-    def _compute_attention(self, q, k, v, mask=None, training=None, return_scores=False):
+    def _compute_attention(
+        self, q, k, v, mask=None, training=None, return_scores=False, heads_first=False
+    ):
         """Scaled dot-product attention on split heads: the one place q, k, v meet.
 
         Args:
             q: `[B, T, H, dk]` queries, already scaled by `dk ** -0.5`.
-            k: `[B, S, H, dk]` keys.
-            v: `[B, S, H, dv]` values.
+            k: `[B, S, H, dk]` keys (`[B, H, S, dk]` with `heads_first`: a cache).
+            v: `[B, S, H, dv]` values (`[B, H, S, dv]` with `heads_first`).
             mask: what `_attention_mask` returned (here boolean `[B|1, T, S]` or None).
             training: enables dropout on the weights.
             return_scores: whether the caller uses the weights.
+            heads_first: the layout of k and v.
 
         Returns:
             `(output [B, T, H, dv], weights [B, H, T, S] float32)`.
         """
+        kv = key_value_subscripts(heads_first)
         if mask is not None:
             mask = ops.expand_dims(mask, 1)  # [B|1, 1, T, S]
-        logits = ops.einsum("bthd,bshd->bhts", q, k)  # [B, H, T, S]
+        logits = ops.einsum(f"bthd,{kv}->bhts", q, k)  # [B, H, T, S]
         # Softmax in float32 even under mixed precision: float16 logits overflow.
         weights = _utils.masked_softmax(logits, mask)  # [B, H, T, S], float32
         dropped = self.dropout_layer(ops.cast(weights, v.dtype), training=training)
-        output = ops.einsum("bhts,bshd->bthd", dropped, v)  # [B, T, H, dv]
+        output = ops.einsum(f"bhts,{kv}->bthd", dropped, v)  # [B, T, H, dv]
         return output, weights
 
     def _cache_mask(self, rows, cols):
@@ -322,37 +342,37 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         _utils.check_rank("query", query, ("batch", "length", "dim"))
         _utils.check_last_dim("query", query, self._input_dims["query"])
-        layout = ("batch", "max_length", "heads", "depth")
+        layout = ("batch", "heads", "max_length", "depth")
         _utils.check_rank("cache['key']", cache["key"], layout)
         _utils.check_rank("cache['value']", cache["value"], layout)
         _utils.check_same_dim(0, "batch size", {"query": query, "cache['key']": cache["key"]})
         q = self._project_query(query)  # [B, T, H, dk], scaled
-        k, v = cache["key"], cache["value"]  # [B, S_max, H, dk], [B, S_max, H, dv]
+        k, v = cache["key"], cache["value"]  # [B, H, S_max, dk], [B, H, S_max, dv]
         if cache_index is None:
             # A static cache (cross-attention over a fixed encoder output).
-            mask = _utils.merge_attention_masks(
-                query, k, value_mask=value_mask, attention_mask=attention_mask
+            mask = _utils.merge_attention_masks(  # k[:, 0]: [B, S, dk], only its shape is used
+                query, k[:, 0], value_mask=value_mask, attention_mask=attention_mask
             )
         else:
             # Incremental self-attention: write the new positions' k/v at cache_index,
             # then let query t (absolute position cache_index + t) see `_cache_mask`.
             source = query if value is None else value
             index = ops.cast(cache_index, "int32")
-            start = (0, index, 0, 0)
+            start = (0, 0, index, 0)
             k_new, v_new = self._project_key_value(source, source)
-            k_new = self._split_heads(k_new, self._key_depth)  # [B, T, H, dk]
-            v_new = self._split_heads(v_new, self._value_depth)  # [B, T, H, dv]
-            k = ops.slice_update(k, start, ops.cast(k_new, k.dtype))  # [B, S_max, H, dk]
-            v = ops.slice_update(v, start, ops.cast(v_new, v.dtype))  # [B, S_max, H, dv]
+            k_new = self._heads_first(k_new, self._key_depth)  # [B, H, T, dk]
+            v_new = self._heads_first(v_new, self._value_depth)  # [B, H, T, dv]
+            k = ops.slice_update(k, start, ops.cast(k_new, k.dtype))  # [B, H, S_max, dk]
+            v = ops.slice_update(v, start, ops.cast(v_new, v.dtype))  # [B, H, S_max, dv]
             rows = index + ops.expand_dims(ops.arange(ops.shape(query)[1], dtype="int32"), 1)
-            cols = ops.expand_dims(ops.arange(ops.shape(k)[1], dtype="int32"), 0)
+            cols = ops.expand_dims(ops.arange(ops.shape(k)[2], dtype="int32"), 0)
             mask = ops.expand_dims(self._cache_mask(rows, cols), 0)  # [1, T, S_max]
             if attention_mask is not None:
                 mask = ops.logical_and(mask, ops.cast(attention_mask, "bool"))
             mask = self._incremental_mask(mask, rows[:, 0], cols[0])
             cache = {"key": k, "value": v}
         output, weights = self._compute_attention(
-            q, k, v, mask, training=training, return_scores=return_scores
+            q, k, v, mask, training=training, return_scores=return_scores, heads_first=True
         )  # [B, T, H, dv]
         output = self._combine_heads(output)
         if return_scores:
@@ -360,7 +380,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return output, cache
 
     def init_cache(self, batch_size, max_length):
-        """An empty self-attention cache: zeros `[batch_size, max_length, H, depth]`.
+        """An empty self-attention cache: zeros `[batch_size, H, max_length, depth]`.
 
         Used with `call(x, cache=cache, cache_index=i)`, which writes the k/v of the new
         positions at `i` and returns `(output, updated_cache)`. The shapes never change,
@@ -368,8 +388,8 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         dtype = self.compute_dtype
         return {
-            "key": ops.zeros((batch_size, max_length, self.num_heads, self._key_depth), dtype),
-            "value": ops.zeros((batch_size, max_length, self.num_heads, self._value_depth), dtype),
+            "key": ops.zeros((batch_size, self.num_heads, max_length, self._key_depth), dtype),
+            "value": ops.zeros((batch_size, self.num_heads, max_length, self._value_depth), dtype),
         }
 
     def compute_cache(self, value, key=None):
@@ -380,8 +400,8 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         k, v = self._project_key_value(value if key is None else key, value)
         return {
-            "key": self._split_heads(k, self._key_depth),  # [B, S, H, dk]
-            "value": self._split_heads(v, self._value_depth),  # [B, S, H, dv]
+            "key": self._heads_first(k, self._key_depth),  # [B, H, S, dk]
+            "value": self._heads_first(v, self._value_depth),  # [B, H, S, dv]
         }
 
     def get_config(self):

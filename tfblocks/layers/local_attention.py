@@ -155,10 +155,12 @@ class LocalMultiHeadAttention(MultiHeadAttention):
             mask = ops.logical_and(mask, ops.expand_dims(query_ok, -1))  # [B, nb, r, W]
         return BlockedMask(offsets, mask)
 
-    def _compute_attention(self, q, k, v, mask=None, training=None, return_scores=False):
+    def _compute_attention(
+        self, q, k, v, mask=None, training=None, return_scores=False, heads_first=False
+    ):
         if not isinstance(mask, BlockedMask):
             # Cached decoding: dense attention over the cache, windowed by `_cache_mask`.
-            return super()._compute_attention(q, k, v, mask, training, return_scores)
+            return super()._compute_attention(q, k, v, mask, training, return_scores, heads_first)
         r, offsets = self.window, mask.offsets
         length = _length(q)
         qb, kb, vb = (_blocks(t, r) for t in (q, k, v))  # [B, nb, r, H, d]

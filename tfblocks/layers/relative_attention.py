@@ -25,7 +25,7 @@ import keras
 from keras import ops
 
 from tfblocks.layers import _utils
-from tfblocks.layers.attention import MultiHeadAttention
+from tfblocks.layers.attention import MultiHeadAttention, key_value_subscripts
 
 
 class RelativeMask(NamedTuple):
@@ -111,7 +111,9 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     def _incremental_mask(self, mask, query_positions, key_positions):
         return RelativeMask(mask, query_positions, key_positions)
 
-    def _compute_attention(self, q, k, v, mask=None, training=None, return_scores=False):
+    def _compute_attention(
+        self, q, k, v, mask=None, training=None, return_scores=False, heads_first=False
+    ):
         if not isinstance(mask, RelativeMask):
             raise ValueError(
                 f"RelativeMultiHeadAttention '{self.name}' needs the positions of its queries "
@@ -123,14 +125,15 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         )  # [T, S]
         a_k = ops.take(ops.cast(self.relative_keys, q.dtype), rows, axis=0)  # [T, S, dk]
         a_v = ops.take(ops.cast(self.relative_values, v.dtype), rows, axis=0)  # [T, S, dv]
-        logits = ops.einsum("bthd,bshd->bhts", q, k) + ops.einsum(
+        kv = key_value_subscripts(heads_first)
+        logits = ops.einsum(f"bthd,{kv}->bhts", q, k) + ops.einsum(
             "bthd,tsd->bhts", q, a_k
         )  # [B, H, T, S]
         boolean = None if mask.mask is None else ops.expand_dims(mask.mask, 1)  # [B|1, 1, T, S]
         # Softmax in float32 even under mixed precision.
         weights = _utils.masked_softmax(logits, boolean)  # [B, H, T, S], float32
         dropped = self.dropout_layer(ops.cast(weights, v.dtype), training=training)
-        output = ops.einsum("bhts,bshd->bthd", dropped, v) + ops.einsum(
+        output = ops.einsum(f"bhts,{kv}->bthd", dropped, v) + ops.einsum(
             "bhts,tsd->bthd", dropped, a_v
         )  # [B, T, H, dv]
         return output, weights
