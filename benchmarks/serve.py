@@ -44,7 +44,9 @@ of the second pass, and the first pass's time over CTranslate2 float32's (median
 per-round ratios; lower is better), for `SavedModel`, `SavedModel XLA cache` (the same
 export run with TensorFlow's persistent XLA cache,
 `TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR`, filled by one untimed process
-first), `SavedModel no-XLA` and `CT2 float32`.
+first), `SavedModel cache+no Grappler` (the same with TensorFlow's graph optimizer off,
+`tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})`, and a
+cache of its own), `SavedModel no-XLA` and `CT2 float32`.
 
 There is no trained model on disk: the script trains `--hparams` (transformer_small)
 for `--train-minutes` on the 50k training pairs, or loads `--preset DIR`
@@ -97,7 +99,16 @@ PEER = "CT2 float32"
 # --quick's default engines: one of each kind (the other SavedModels run the same code
 # with other Translator options: jit_compile, source_buckets, cache_lengths).
 QUICK_ENGINES = ("Translator", "SavedModel", "CT2 float32", "CT2 int8")
-COLD_ENGINES = ("SavedModel", "SavedModel XLA cache", "SavedModel no-XLA", "CT2 float32")
+COLD_ENGINES = (
+    "SavedModel",
+    "SavedModel XLA cache",
+    "SavedModel cache+no Grappler",
+    "SavedModel no-XLA",
+    "CT2 float32",
+)
+# Cold-start engines that run the XLA export with a persistent XLA cache (each its own:
+# without Grappler the graphs, and so the programs' keys, differ).
+CACHED = ("SavedModel XLA cache", "SavedModel cache+no Grappler")
 
 
 def parse_args(argv=None):
@@ -445,6 +456,9 @@ def cold_child(args):
 
     import tfblocks
 
+    if engine.endswith("no Grappler"):
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
     _, test_pairs = load_data(args)
     sources = [s for s, _ in test_pairs]
     start = time.perf_counter()
@@ -472,18 +486,21 @@ def measure_cold(args, model, tokenizer, workdir):
         translator = tfblocks.Translator(model, tokenizer, tokenizer, max_length=args.max_length,
                                          strategy=strategy, jit_compile=jit)  # fmt: skip
         paths[name] = translator.export(os.path.join(workdir, name.replace(" ", "_"), "1"))
-    paths["SavedModel XLA cache"] = paths["SavedModel"]
     paths["CT2 float32"] = tfblocks.export_ctranslate2(
         model, tokenizer, os.path.join(workdir, "ct2")
     )
-    cache = os.path.join(workdir, "xla_cache")
-    os.makedirs(cache)
+    caches = {}
+    for engine in CACHED:
+        paths[engine] = paths["SavedModel"]
+        caches[engine] = os.path.join(workdir, engine.replace(" ", "_") + "_xla_cache")
+        os.makedirs(caches[engine])
 
     def child(engine):
         env = dict(os.environ)
-        if engine == "SavedModel XLA cache":
+        if engine in caches:
             flags = env.get("TF_XLA_FLAGS", "")
-            env["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={cache}".strip()
+            option = f"--tf_xla_persistent_cache_directory={caches[engine]}"
+            env["TF_XLA_FLAGS"] = f"{flags} {option}".strip()
         command = [
             sys.executable, os.path.abspath(__file__), "--cold-child", engine, paths[engine],
             "--data", args.data, "--sentences", str(args.sentences),
@@ -496,9 +513,10 @@ def measure_cold(args, model, tokenizer, workdir):
             sys.exit(f"serve.py --cold: the {engine} process failed:\n{done.stderr[-3000:]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    child("SavedModel XLA cache")  # fills the cache: what a deployment would do once
-    size = sum(os.path.getsize(os.path.join(cache, f)) for f in os.listdir(cache))
-    print(f"XLA cache: {len(os.listdir(cache))} programs, {size / 2**20:.1f} MiB")
+    for engine, cache in caches.items():
+        child(engine)  # fills the cache: what a deployment would do once
+        size = sum(os.path.getsize(os.path.join(cache, f)) for f in os.listdir(cache))
+        print(f"{engine}: {len(os.listdir(cache))} programs, {size / 2**20:.1f} MiB")
     order, results = list(COLD_ENGINES), {}
     for round_index in range(args.rounds):
         for engine in order:
@@ -510,13 +528,13 @@ def measure_cold(args, model, tokenizer, workdir):
         f"{len(load_data(args)[1])} sentences, beam 4, batch 32, {args.threads} threads, "
         f"a fresh process per engine and round, median of {args.rounds} round(s)"
     )
-    print(f"{'engine':<22} {'load s':>7} {'1st pass s':>10} {'2nd pass s':>10} {'1st / CT2':>10}")
+    print(f"{'engine':<28} {'load s':>7} {'1st pass s':>10} {'2nd pass s':>10} {'1st / CT2':>10}")
     peer = [r["first"] for r in results[PEER]]
     for engine in COLD_ENGINES:
         rows = results[engine]
         ratio = statistics.median(r["first"] / p for r, p in zip(rows, peer, strict=True))
         print(
-            f"{engine:<22} {statistics.median(r['load'] for r in rows):>7.2f} "
+            f"{engine:<28} {statistics.median(r['load'] for r in rows):>7.2f} "
             f"{statistics.median(r['first'] for r in rows):>10.2f} "
             f"{statistics.median(r['second'] for r in rows):>10.2f} {ratio:>9.2f}×"
         )

@@ -40,6 +40,7 @@ SCRIPTS = {
     "train_throughput": ("benchmarks/train_throughput.py", "--quick", "--recipes", "layers"),
     "fused_projection": ("benchmarks/fused_projection.py", "--quick"),
     "attention_layout": ("benchmarks/attention_layout.py", "--quick"),
+    "step_rate": ("benchmarks/step_rate.py", "--quick"),
     "dropout": ("benchmarks/dropout.py", "--quick"),
     "beam_steps": ("benchmarks/beam_steps.py", "--quick"),
     "compile_threshold": ("benchmarks/compile_threshold.py", "--quick"),
@@ -184,6 +185,11 @@ def test_attention_layout_quick_prints_both_layouts_and_the_ratio(outputs):
     # The script itself asserts that both layouts give the same attention outputs.
     out = _out(outputs, "attention_layout")
     assert re.search(r"^\s+8\s+\d+\.\d{3}\s+\d+\.\d{3}\s+\d+\.\d\d× \(range", out, re.M), out
+
+
+def test_step_rate_quick_prints_the_step_and_the_matmul(outputs):
+    out = _out(outputs, "step_rate")
+    assert re.search(r"^\s+8\s+\d+\.\d{3}\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\d$", out, re.M), out
 
 
 def test_dropout_quick_prints_both_modes(outputs):
