@@ -14,8 +14,7 @@ of a `benchmarks/enja.sh` run) three ways:
   the floor that no batching can beat with t2t's stopping rule.
 
 All three give the same translations; the counts come from a counter wrapped around
-the search's step (`tfblocks.decoding.steps._Beam._advance`, called once per step, the
-first step included, which a batch computes on one row per sentence), so
+the search's step (`tfblocks.decoding.steps._Beam.step`, called once per loop iteration), so
 they run without XLA (the count does not depend on it). `--quick` is a smoke test: an
 untrained tiny model on 8 phrasebook sentences.
 
@@ -71,26 +70,25 @@ def load(args):
 
 
 def count_steps():
-    """Wraps every beam step (the first included) with a counter; returns the list it
-    appends batch sizes to."""
+    """Wraps the beam step with a counter; returns the list it appends batch sizes to."""
     import tensorflow as tf
 
     from tfblocks.decoding import steps as decoding
 
     sizes = []
-    advance = decoding._Beam._advance
+    step = decoding._Beam.step
 
     def record(batch):
         sizes.append(int(batch))
         return 0
 
-    def counted(self, loop, logits, new_state):
-        out = advance(self, loop, logits, new_state)
+    def counted(self, loop, context):
+        out = step(self, loop, context)
         zero = tf.py_function(record, [tf.shape(loop.alive_seq)[0]], tf.int32)
         zero.set_shape([])
         return out._replace(index=out.index + zero)  # keeps the counter in the graph
 
-    decoding._Beam._advance = counted
+    decoding._Beam.step = counted
     return sizes
 
 
