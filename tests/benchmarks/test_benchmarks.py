@@ -41,7 +41,6 @@ SCRIPTS = {
     "fused_projection": ("benchmarks/fused_projection.py", "--quick"),
     "attention_layout": ("benchmarks/attention_layout.py", "--quick"),
     "step_rate": ("benchmarks/step_rate.py", "--quick"),
-    "first_step": ("benchmarks/first_step.py", "--quick"),
     "dropout": ("benchmarks/dropout.py", "--quick"),
     "beam_steps": ("benchmarks/beam_steps.py", "--quick"),
     "compile_threshold": ("benchmarks/compile_threshold.py", "--quick"),
@@ -191,12 +190,6 @@ def test_attention_layout_quick_prints_both_layouts_and_the_ratio(outputs):
 def test_step_rate_quick_prints_the_step_and_the_matmul(outputs):
     out = _out(outputs, "step_rate")
     assert re.search(r"^\s+8\s+\d+\.\d{3}\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\d$", out, re.M), out
-
-
-def test_first_step_quick_translates_alike_and_prints_the_ratio(outputs):
-    out = _out(outputs, "first_step")
-    assert re.search(r"^64 sentences, beam 4, batch 32: 64 translated alike$", out, re.M), out
-    assert re.search(r"^per row / per sentence: \d+\.\d{3}× \(range", out, re.M), out
 
 
 def test_dropout_quick_prints_both_modes(outputs):

@@ -592,19 +592,17 @@ def test_batch_sizes_of_a_shrinking_search():
 def test_a_shrinking_batch_stops_at_min_rows(beam, monkeypatch):
     # Sentence b ends (EOS, id 1) at step b + 1, so without a floor the batch would
     # shrink to its last sentence; it stops at MIN_ROWS rows (16: 4 sentences of beam 4,
-    # 8 of beam 2, 16 of greedy, i.e. no shrinking of 11 sentences at all). A beam
-    # search's first step runs once per sentence (11 rows), then on every beam row.
+    # 8 of beam 2, 16 of greedy, i.e. no shrinking of 11 sentences at all).
     batch, length = 11, 14
-    rows_seen, first_rows = set(), set()  # rows of the steps after the first / of the first
+    rows_seen = set()
 
     def step(ids, index, state, context):  # context: each row's end step
-        (rows_seen if int(index) > 0 else first_rows).add(ids.shape[0])
+        rows_seen.add(ids.shape[0])
         ended = (index + 1 >= context)[:, None]
         return keras.ops.where(ended, [[0.0, 9.0, 0.0]], [[0.0, 0.0, 9.0]]), state
 
     def search(drop_finished):
         rows_seen.clear()
-        first_rows.clear()
         args = (step, np.zeros((batch, 1), "int32"), np.full(batch, 2, "int32"), length)
         kwargs = {"eos_id": 1, "context": np.arange(1, batch + 1, dtype="int32")}
         if beam == 1:
@@ -618,12 +616,9 @@ def test_a_shrinking_batch_stops_at_min_rows(beam, monkeypatch):
     np.testing.assert_array_equal(search(drop_finished=True), want)
     floor = {1: 16, 2: 8, 4: 4}[beam]  # sentences
     assert min(rows_seen) == min(batch, floor) * beam, sorted(rows_seen)
-    assert first_rows == {batch}, first_rows
     monkeypatch.setattr(dropping_module, "MIN_ROWS", 1)
     np.testing.assert_array_equal(search(drop_finished=True), want)
     assert min(rows_seen) == beam, sorted(rows_seen)  # down to the last sentence
-    search(drop_finished=False)
-    assert first_rows == {batch * beam}, first_rows  # the whole batch: a step of every row
 
 
 def test_dropping_finished_sentences_gives_the_same_translations(reverser, monkeypatch):
@@ -667,29 +662,6 @@ def test_dropping_finished_sentences_gives_the_same_translations(reverser, monke
     # Segments of every batch size, the one-sentence loop and the whole-batch search: under
     # XLA one trace of the model's step per Decoder; without, a trace per loop (> 1).
     assert traces[:2] == [1, 1] and min(traces[2:]) > 1, traces
-
-
-@pytest.mark.parametrize("jit", [False, True])
-def test_a_dropping_beam_search_takes_its_first_step_once_per_sentence(reverser, monkeypatch, jit):
-    # Before the first step a sentence's beam rows are identical: the step function runs on
-    # one row per sentence there (5 rows, not 5 · 3), and the results are the whole batch's.
-    source = _sources(np.random.default_rng(4), 5)
-    search = BeamSearch(beam_size=3)
-    decoder = Decoder(reverser, max_length=10, jit_compile=jit)
-    first_rows = tf.Variable(-1)  # the rows of the step at index 0
-    step = decoder.step
-
-    def recording_step(ids, index, *args):
-        first_rows.assign(tf.where(tf.equal(index, 0), tf.shape(ids)[0], first_rows))
-        return step(ids, index, *args)
-
-    monkeypatch.setattr(decoder, "step", recording_step)
-    ids, scores = decoder.decode(search, source)
-    assert int(first_rows.numpy()) == 5
-    whole = Decoder(reverser, max_length=10, jit_compile=jit, drop_finished=False)
-    want_ids, want_scores = whole.decode(search, source)
-    np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
-    np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def _recording_rows(decoder, fewest_rows):

@@ -6,9 +6,8 @@ are done for the batch to shrink to a smaller power of two, when the caches must
 or when all are done; in between, the leaving sentences' results are written and the
 rest gathered. Every sentence gets the result it gets in one batch.
 
-The driver sees only the search's pieces (`size`, `done`, `step`, `first_step`, `result`,
-`select`, `rows_per_sentence`, `length`: see `tfblocks.decoding.search`), never the model.
-A beam search's first step runs once per sentence (`first_step`, in the first segment).
+The driver sees only the search's pieces (`size`, `done`, `step`, `result`, `select`,
+`rows_per_sentence`, `length`: see `tfblocks.decoding.search`), never the model.
 """
 
 from typing import NamedTuple
@@ -50,8 +49,6 @@ def run_dropping(search, initial, context, cache_lengths, grow_state, jit_compil
         return tf.logical_or(count == 0, _shrunk_size(count, floor) < search.size(loop))
 
     def segment(loop, context, real, end):
-        loop = search.first_step(loop, context, end)  # once per sentence where it can
-
         def cond(loop):
             return tf.logical_and(loop.index < end, tf.logical_not(shrinkable(loop, real)))
 

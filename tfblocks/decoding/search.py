@@ -16,8 +16,8 @@ With `num_hypotheses=N` a search returns N results per sentence, best first: bea
 search's N best hypotheses, or N samples (`ids [B, N, L]`, `scores [B, N]`).
 
 A new strategy subclasses `SearchStrategy`: its constructor checks its options, and
-`_pieces` returns the loop's pieces (`initial`, `step`, `first_step`, `done`, `result`,
-`select`, `repeat`, `size`), as `_Sequential` and `_Beam` do.
+`_pieces` returns the loop's pieces (`initial`, `step`, `done`, `result`, `select`,
+`repeat`, `size`), as `_Sequential` and `_Beam` do.
 
 Hand-written because no library searches with t2t's semantics over an encoder–decoder
 cache: keras-hub's samplers drive a decoder-only cache callback and have no t2t length

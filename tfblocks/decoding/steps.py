@@ -117,20 +117,11 @@ class _Pieces:
 
     def logits(self, loop, context):
         """`(float32 logits, new state)` of the step function for `loop.last`."""
-        return self._call(loop.last, loop.index, loop.state, context)
-
-    def _call(self, ids, index, state, context):
         if context is None:
-            logits, new_state = self.step_fn(ids, index, state)
+            logits, new_state = self.step_fn(loop.last, loop.index, loop.state)
         else:
-            logits, new_state = self.step_fn(ids, index, state, context)
+            logits, new_state = self.step_fn(loop.last, loop.index, loop.state, context)
         return tf.cast(logits, tf.float32), new_state
-
-    def first_step(self, loop, context, end):
-        """`loop` after its first step when it has not taken one and `end` (the segment's
-        last index) allows one, else `loop` (here always `loop`: every row of a sentence
-        is a search of its own)."""
-        return loop
 
 
 class _Sequential(_Pieces):
@@ -280,37 +271,8 @@ class _Beam(_Pieces):
         final = tf.logical_and(flags[:, 0], loop.finished_scores[:, 0] >= best_alive)
         return tf.logical_and(final, flags[:, n - 1])
 
-    def first_step(self, loop, context, end):
-        """`loop` after its first step, computed once per sentence, when `loop` has not
-        taken one (index 0) and `end` > 0, else `loop`; `context` holds the step
-        function's context.
-
-        Before the first step a sentence's K rows hold the same ids and state, so one
-        row computes what all K would: the step function runs on `B` rows (every K-th
-        one, with its context) and its logits and state are repeated to the `B·K` rows
-        that `step` would have computed (CTranslate2 expands to the beam the same way).
-        Only with an explicit `context`: a step function that closes over its context
-        sees `B·K` rows.
-        """
-        if context is None:
-            return loop
-
-        def first():
-            rows = tf.range(0, _dim(loop.last, 0), self.beam)  # [B]: each sentence's row 0
-            take = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, rows), nest)  # noqa: E731
-            logits, new_state = self._call(
-                take(loop.last), loop.index, take(loop.state), take(context)
-            )
-            return self._advance(loop, self.repeat(logits), self.repeat(new_state))
-
-        return tf.cond(tf.logical_and(tf.equal(loop.index, 0), end > 0), first, lambda: loop)
-
     def step(self, loop, context):
         """One step: every beam extended by one token."""
-        return self._advance(loop, *self.logits(loop, context))
-
-    def _advance(self, loop, logits, new_state):
-        """`loop` after a step whose logits `[B·K, V]` and new state are given."""
         beam, i = self.beam, loop.index
         batch = _dim(loop.alive_seq, 0)
 
@@ -320,7 +282,8 @@ class _Beam(_Pieces):
         def flatten(x):  # [B, K, ...] -> [B·K, ...]
             return tf.reshape(x, [batch * beam, *(_dim(x, a) for a in range(2, x.shape.rank))])
 
-        vocab = tf.shape(logits)[-1]  # logits: [B·K, V]
+        logits, new_state = self.logits(loop, context)  # [B·K, V]
+        vocab = tf.shape(logits)[-1]
         log_probs = regroup(tf.nn.log_softmax(logits)) + loop.alive_log_probs[:, :, None]
         penalty = length_penalty(i + 1, self.alpha)
         flat_scores = tf.reshape(log_probs / penalty, [batch, -1])  # [B, K·V]
