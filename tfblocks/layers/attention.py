@@ -17,14 +17,14 @@ Extension points (subclasses override these, nothing else branches): `_attention
 builds whatever mask `_compute_attention` consumes, `_compute_attention` is the one
 place q, k and v meet, and `_cache_mask` says which cache slots a decoded position may
 see (`_incremental_mask` hands positions on in incremental decoding).
+`LocalMultiHeadAttention` (local_attention.py) overrides the first three,
+`RelativeMultiHeadAttention` (relative_attention.py) the first two and the last.
 
 Caches hold k and v heads first, `[B, H, S, d]`: the layout the two attention
 products want (batch dimensions b, h leading). Stored as `[B, S, H, d]`, each
 decoding step would copy every cache into that layout before its products, which
 costs more than the products themselves at beam-search batch sizes
 (`benchmarks/attention_layout.py`).
-`LocalMultiHeadAttention` (local_attention.py) overrides the first three,
-`RelativeMultiHeadAttention` (relative_attention.py) the first two and the last.
 """
 
 import keras
