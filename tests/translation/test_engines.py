@@ -59,8 +59,9 @@ def test_random_unicode_one_line_out_per_line_in(translators, tmp_path, monkeypa
         assert any(got), name  # the model said something
         outputs[name] = got
     if len(outputs) == 2:  # greedy: the same ids, but for a rare near-tie of the logits
+        # (150 of 150 on an AVX2 CPU; the margin leaves room for other kernels' near-ties)
         same = sum(a == b for a, b in zip(*outputs.values(), strict=True))
-        assert same >= 0.9 * len(lines), same
+        assert same >= 0.75 * len(lines), same
 
 
 def _translate_file(monkeypatch, capsys, tmp_path, lines, *args):
