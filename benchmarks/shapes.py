@@ -3,9 +3,9 @@
 `name -> (preset, hparams overrides, batch per worker/replica, length)`. Shape (a) is the
 README's comparison shape; `base` and `big` are transformer_base/big width with vocab 8000
 and the batch this 2-core machine fits; `quick` is the smoke runs' smallest model that
-still has every part. `train_throughput.py`, `profile_step.py`, `scaling.py` and
-`accelerator_check.py` read it (scaling.py's parent process must not import TensorFlow,
-hence this module of its own).
+still has every part. `train_throughput.py`, `scaling.py` and `accelerator_check.py`
+read it (scaling.py's parent process must not import TensorFlow, hence this module of
+its own).
 """
 
 SHAPES = {

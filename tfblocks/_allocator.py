@@ -19,8 +19,8 @@ with more physical memory than TensorFlow's 64 GiB default limit for that pool,
 `TF_CPU_BFC_MEM_LIMIT_IN_MB` to the physical memory. It runs when tfblocks is imported
 (`tfblocks/__init__.py`, before anything of tfblocks touches TensorFlow) and changes
 nothing when the user set `TF_CPU_ALLOCATOR_USE_BFC` (to `true`/`1` or `false`/`0`),
-when oneDNN is on, or off Linux x86. Figures: `benchmarks/input_shapes.py`, run with
-`TF_CPU_ALLOCATOR_USE_BFC` true and false.
+when oneDNN is on, or off Linux x86. Figures: docs/performance.md, "Measured design
+choices".
 
 Consequences, also in docs/performance.md: the pool grows as needed and keeps its memory until
 the process ends; the variables are in `os.environ`, so processes the program starts

@@ -1,17 +1,18 @@
 """Smoke runs of the benchmark scripts (`--quick`): they run and print their tables.
 
 Speed is never asserted here (benchmarks/README.md holds the measured figures); these
-tests only keep the scripts working as the package changes.
+tests only keep the scripts working as the package changes. Every Python script in
+benchmarks/ has a test here (`accelerator_check.py` with small sizes instead of `--quick`);
+`enja.sh` trains for 45 minutes and has none.
 
 Their cost is start-up and tracing / XLA compilation, which keep one core busy, so the
 `outputs` fixture runs the scripts of the selected tests one after the other in the
 background as soon as the first of them starts; each test waits for its own script. One
 at a time: `make test` already runs two test processes on the 2-core machine, and a
-second script beside them only made every process slower (the benchmark scripts took
-440 CPU-s two at a time, 385 one at a time). The scripts in `ALONE` configure TensorFlow
-before it starts (XLA flags, threads) or start processes of their own, and each runs in
-its own Python, longest first; the others run one after another in one more Python
-(`run_together.py`: TensorFlow and keras-hub start once, not ten times).
+second script beside them only made every process slower. The scripts in `ALONE`
+configure TensorFlow before it starts (threads) or start processes of their own, and each
+runs in its own Python; the others run one after another in one more Python
+(`run_together.py`: TensorFlow and keras-hub start once, not three times).
 """
 
 import importlib.util
@@ -31,27 +32,16 @@ SCRIPTS = {
         *("--steps", 2, "--rounds", 2, "--decode-calls", 1),
     ),
     "input_shapes": ("benchmarks/input_shapes.py", "--quick"),
+    "train_throughput": ("benchmarks/train_throughput.py", "--quick"),
     "serve": ("benchmarks/serve.py", "--quick"),
-    # t2t here: train_throughput runs the `layers` recipe (both share `build_models`).
-    "profile_step": (
-        "benchmarks/profile_step.py",
-        *("--quick", "--recipe", "t2t", "--detail", "dropout"),
-    ),
-    "train_throughput": ("benchmarks/train_throughput.py", "--quick", "--recipes", "layers"),
-    "fused_projection": ("benchmarks/fused_projection.py", "--quick"),
-    "attention_layout": ("benchmarks/attention_layout.py", "--quick"),
-    "step_rate": ("benchmarks/step_rate.py", "--quick"),
-    "dropout": ("benchmarks/dropout.py", "--quick"),
-    "beam_steps": ("benchmarks/beam_steps.py", "--quick"),
-    "compile_threshold": ("benchmarks/compile_threshold.py", "--quick"),
-    "matmul_rate": ("benchmarks/matmul_rate.py", "--quick"),
-    "accumulation": ("benchmarks/accumulation.py", "--quick", "--no-xla"),
+    "seq_scaling": ("benchmarks/seq_scaling.py", "--quick"),
+    "corpus_scale": ("benchmarks/corpus_scale.py", "--quick"),
 }  # fmt: skip
 
 
-# Each in a Python of its own: scaling starts its workers, profile_step sets XLA_FLAGS
-# and serve the thread counts before TensorFlow starts.
-ALONE = ("scaling", "profile_step", "serve")
+# Each in a Python of its own: scaling, seq_scaling and corpus_scale start processes of
+# their own, serve sets the thread counts before TensorFlow starts.
+ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve")
 
 
 # A test waits for the scripts queued before its own, shared ones for the whole group:
@@ -135,6 +125,23 @@ def test_input_shapes_quick_prints_every_mode(outputs):
     assert "load at the end:" in out, out
 
 
+def test_train_throughput_quick_prints_both_recipes(outputs):
+    # float32 only: mixed precision training is tests/training/test_mixed_precision.py's.
+    out = _out(outputs, "train_throughput")
+    assert "float32, XLA" in out, out
+    tables = out.split("\n[")[1:]
+    for title in ("layers] layers only", "t2t] full t2t recipe"):
+        table = [t for t in tables if t.startswith(title)]
+        assert len(table) == 1, out
+        # One tfblocks row with a positive ratio and its range, one keras-hub row.
+        ratio = re.search(
+            r"^quick\s+tfblocks\s.*\s\d+\.\d{3}–\d+\.\d{3}\s+(\d+\.\d+)×$", table[0], re.M
+        )
+        assert ratio and float(ratio.group(1)) > 0, out
+        assert re.search(r"^quick\s+keras-hub\s+\d+\.\d\s+\d+\s", table[0], re.M), out
+    assert re.search(r"^end \S+Z, load average \d", out, re.M), out
+
+
 def test_serve_quick_prints_every_engine(outputs):
     pytest.importorskip("ctranslate2")
     out = _out(outputs, "serve")
@@ -148,98 +155,15 @@ def test_serve_quick_prints_every_engine(outputs):
         assert re.search(row, out, re.M), out
 
 
-def test_profile_step_quick_lists_components(outputs):
-    out = _out(outputs, "profile_step")
-    assert re.search(r"^\[t2t\] shape quick: ", out, re.M), out
-    for label in ("tfblocks", "keras-hub"):
-        assert re.search(rf"^{label}: \d+ ms/step in XLA instructions", out, re.M), out
-    assert "  dropout " in out and "largest ops of 'dropout':" in out, out
-    assert "  loss " in out and "  optimizer " in out, out
+def test_seq_scaling_quick_prints_full_and_local_at_every_length(outputs):
+    out = _out(outputs, "seq_scaling")
+    for length, batch in ((32, 8), (64, 4)):  # --quick: 256 tokens a step
+        number = r"\s+\d+\.\d+"
+        row = rf"^\s+{length}\s+{batch}{number}{number}\s+\d+\.\d\d×{number * 6}$"
+        assert re.search(row, out, re.M), out
 
 
-def test_train_throughput_quick_prints_the_layers_table(outputs):
-    # One recipe (t2t runs in the profile_step test); float32 only: mixed precision
-    # training is tests/training/test_mixed_precision.py's.
-    out = _out(outputs, "train_throughput")
-    assert "float32, XLA" in out, out
-    tables = out.split("\n[")[1:]
-    titles = [t for t in tables if t.startswith("layers] layers only")]
-    assert len(titles) == 1, out
-    assert not [t for t in tables if t.startswith("t2t]")], out
-    # One tfblocks row with a positive ratio and its range, one keras-hub row.
-    ratio = re.search(
-        r"^quick\s+tfblocks\s.*\s\d\.\d{3}–\d+\.\d{3}\s+(\d+\.\d+)×$", titles[0], re.M
-    )
-    assert ratio and float(ratio.group(1)) > 0, out
-    assert re.search(r"^quick\s+keras-hub\s+\d+\.\d\s+\d+\s", titles[0], re.M), out
-    assert re.search(r"^end \S+Z, load average \d", out, re.M), out
-
-
-def test_fused_projection_quick_prints_the_ratio(outputs):
-    out = _out(outputs, "fused_projection")
-    assert re.search(r"^shape quick: unfused \d+\.\d ms/step, fused \d+\.\d ms/step", out, re.M)
-    assert re.search(r"unfused/fused \d+\.\d{3}× \(range \d+\.\d{3}–\d+\.\d{3}", out), out
-
-
-def test_attention_layout_quick_prints_both_layouts_and_the_ratio(outputs):
-    # The script itself asserts that both layouts give the same attention outputs.
-    out = _out(outputs, "attention_layout")
-    assert re.search(r"^\s+8\s+\d+\.\d{3}\s+\d+\.\d{3}\s+\d+\.\d\d× \(range", out, re.M), out
-
-
-def test_step_rate_quick_prints_the_step_and_the_matmul(outputs):
-    out = _out(outputs, "step_rate")
-    assert re.search(r"^\s+8\s+\d+\.\d{3}\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\d$", out, re.M), out
-
-
-def test_dropout_quick_prints_both_modes(outputs):
-    out = _out(outputs, "dropout")
-    for label in ("XLA", "no XLA"):
-        assert re.search(rf"^{label}\s+\d+\.\d+ ms .*\d+\.\d+×$", out, re.M), out
-
-
-def test_beam_steps_quick_counts_every_mode(outputs):
-    out = _out(outputs, "beam_steps")
-    assert re.search(r"^8 sentences, beam 4, .* same translations in every mode: True$", out, re.M)
-    counts = {}
-    for mode, batch in (("dropping", 4), ("whole batch", 4), ("alone", 1)):
-        row = re.search(
-            rf"^{mode}\s+{batch}\s+(\d+)\s+\d+\.\d\d\s+(\d+)\s+\d\.\d{{3}}×$", out, re.M
-        )
-        assert row, out
-        counts[mode] = int(row.group(1))
-    # Nothing beats searching each sentence alone; dropping never computes more than
-    # the whole batch does.
-    assert counts["alone"] <= counts["dropping"] <= counts["whole batch"], out
-
-
-def test_compile_threshold_quick_prints_both_tables(outputs):
-    out = _out(outputs, "compile_threshold")
-    assert re.search(r"^dropout .*COMPILE_MIN_ELEMENTS = [\d,]+$", out, re.M), out
-    assert re.search(r"^loss \+ gradient, COMPILE_MIN_LOGITS = [\d,]+$", out, re.M), out
-    label, number = r"(\d+x\d+x\d+|\[\d+, \d+\] logits)", r"\s+\d+\.\d{3}"
-    ratio, rest = r"\s+\d+\.\d\d×", r"\s+\d+\s+(?:\d+|never)\s+(compiled|TF ops)$"
-    pattern = rf"^{label}\s+[\d,]+{number}{number}{ratio}{rest}"
-    rows = re.findall(pattern, out, re.M)
-    assert len(rows) == 4, out  # --quick: two sizes of each, all below the thresholds
-    assert {side for _, side in rows} == {"TF ops"}, out
-
-
-def test_accumulation_quick_prints_every_way_and_the_ratios(outputs):
-    out = _out(outputs, "accumulation")
-    for name, rows, batches in (
-        ("one batch", 16, 1),
-        ("small batches", 4, 4),
-        ("accumulated", 4, 4),
-    ):
-        assert re.search(rf"^{name}\s+{rows}\s+{batches}\s+\d+\s+\d+\.\d$", out, re.M), out
-    for peer in ("one batch", "small batches"):
-        for what in ("time", "CPU time"):
-            ratio = rf"^{what} per token, accumulated / {peer}: \d+\.\d{{3}}× \([+-]\d+\.\d%\)$"
-            assert re.search(ratio, out, re.M), out
-
-
-def test_matmul_rate_quick_prints_both_paths(outputs):
-    out = _out(outputs, "matmul_rate")
-    for label in ("TF", "XLA"):
-        assert re.search(rf"^\s+64\s+{label}\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\d×$", out, re.M), out
+def test_corpus_scale_quick_reaches_the_first_step(outputs):
+    out = _out(outputs, "corpus_scale")
+    assert re.search(r"^\s+2000\s+\d+\s+\d+\.\d\s+\d+$", out, re.M), out  # not "> timeout"
+    assert re.search(r"^load average \d+\.\d\d", out, re.M), out

@@ -11,7 +11,7 @@ kernels are concatenated at call time and applied as one matrix product
 `x · [W_q | W_k | W_v]` (k and v alike for cross-attention); the variables stay the
 three `Dense` kernels, so parameters and checkpoints are unchanged. One wider matmul
 keeps the CPU/GPU busier than three narrow ones, and its backward pass is one
-`dx` product instead of three plus a sum (`benchmarks/profile_step.py`).
+`dx` product instead of three plus a sum (docs/performance.md, "Measured design choices").
 
 Extension points (subclasses override these, nothing else branches): `_attention_mask`
 builds whatever mask `_compute_attention` consumes, `_compute_attention` is the one
@@ -24,7 +24,7 @@ Caches hold k and v heads first, `[B, H, S, d]`: the layout the two attention
 products want (batch dimensions b, h leading). Stored as `[B, S, H, d]`, each
 decoding step would copy every cache into that layout before its products, which
 costs more than the products themselves at beam-search batch sizes
-(`benchmarks/attention_layout.py`).
+(docs/performance.md, "Measured design choices").
 """
 
 import keras

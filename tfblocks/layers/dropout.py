@@ -14,7 +14,7 @@ dropout applied to the incoming gradient, so no mask is stored for the backward 
 Positions are int64 (split into two 32-bit words for the hash), so tensors of 2³¹
 elements and more get distinct positions. The seed changes on every call (a Keras
 `SeedGenerator`, as in Keras' Dropout). The keep probability is quantized to 2⁻²⁴.
-Speed figures: `benchmarks/dropout.py` and `benchmarks/compile_threshold.py`.
+Speed figures: docs/performance.md, "Measured design choices".
 """
 
 import keras

@@ -76,7 +76,7 @@ def _cross_entropy(ids, logits, confidence, low):
 # one small compiled function (XLA fuses the one-hot, the softmax and the gradient's
 # product), compiled once per shape; below that a compilation does not pay back and the
 # same ops run as TensorFlow kernels (equal up to rounding). Figures, AVX2 and AVX-512
-# CPUs: `benchmarks/compile_threshold.py`.
+# CPUs: docs/performance.md, "Measured design choices".
 COMPILE_MIN_LOGITS = 1 << 22
 _compiled_cross_entropy = tf.function(
     _cross_entropy, jit_compile=True, reduce_retracing=True, autograph=False

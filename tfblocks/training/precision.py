@@ -2,11 +2,11 @@
 
 On a CPU with bfloat16 dot-product instructions (`avx512_bf16` or AMX), TensorFlow's
 oneDNN matmul kernels run bfloat16 faster than float32, while XLA's CPU backend runs it
-slower (figures: `benchmarks/matmul_rate.py`). So a step *without* XLA, the translation
-job's default on variable-length batches, trains fastest under `mixed_bfloat16` (float32
-variables, bfloat16 compute, float32 logits and loss); with XLA, or on an older CPU,
-float32 stays the default. GPUs and TPUs keep float32 unless asked (`mixed_float16` /
-`mixed_bfloat16`): this project has no figures for them.
+slower (figures: docs/performance.md, "Measured design choices"). So a step *without*
+XLA, the translation job's default on variable-length batches, trains fastest under
+`mixed_bfloat16` (float32 variables, bfloat16 compute, float32 logits and loss); with
+XLA, or on an older CPU, float32 stays the default. GPUs and TPUs keep float32 unless
+asked (`mixed_float16` / `mixed_bfloat16`): this project has no figures for them.
 """
 
 import tensorflow as tf
