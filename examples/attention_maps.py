@@ -47,6 +47,7 @@ from tfblocks import text
 
 # tfblocks' internal writer of whole folders (the exports use it too); not public API.
 from tfblocks._files import check_directory, replace_directory
+from tfblocks.text.phrasebook import RUNNING_EXAMPLE
 
 KIND = "tfblocks-attention-maps"  # what the output folder's marker file names
 
@@ -162,7 +163,7 @@ def plot(weights, queries, keys, title, path, font, query_label):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
-    parser.add_argument("--sentence", default=text.RUNNING_EXAMPLE[0])
+    parser.add_argument("--sentence", default=RUNNING_EXAMPLE[0])
     parser.add_argument(
         "--model", help="a run folder, a preset folder, or a build_transformer .keras file"
     )

@@ -1,16 +1,18 @@
 """The tiny Transformer and the synthetic data that the training tests and their scripts share.
 
 The scripts under tests/training/ run as `python -m tests.training.NAME` from the
-repository root, so they import this module as the tests do. TensorFlow and Keras are
-imported only when a function needs them: a script sets up its devices first.
+repository root, so they import this module as the tests do, after setting up their
+devices (importing it imports `tfblocks`, and so TensorFlow).
 """
 
 import numpy as np
 
+from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
 # `transformer_tiny` cut down to one encoder and one decoder layer of width 32.
 TINY = {"hidden_size": 32, "filter_size": 64, "num_encoder_layers": 1, "num_decoder_layers": 1}
 NO_DROPOUT = {"layer_prepostprocess_dropout": 0.0, "attention_dropout": 0.0, "relu_dropout": 0.0}
-FIRST_ID = 4  # ids 0-3 are PAD, EOS, UNK, BOS
+FIRST_ID = max(PAD_ID, EOS_ID, UNK_ID, BOS_ID) + 1  # the first id of no special token
 
 
 def tiny_hparams(vocab_size=16, *, dropout=False, **overrides):
@@ -113,3 +115,24 @@ def random_unicode_lines(n, *, seed=0, long_length=5000):
         line = "".join(rng.choice(rng.choice(kinds)) for _ in range(length))
         lines.append(line[:length])  # (an escaped surrogate is 6 characters)
     return lines
+
+
+def batch_rows(ids):
+    """The rows of a `[B, L]` batch of ids as tuples, padding left out."""
+    return [tuple(int(i) for i in row if i != PAD_ID) for row in np.asarray(ids)]
+
+
+def dataset_rows(dataset):
+    """`(sources, targets)`: the rows of every `({"inputs", "targets"}, targets)` batch of
+    `dataset` as tuples (`batch_rows`), checking that the labels are the targets."""
+    sources, targets = [], []
+    for features, labels in dataset:
+        np.testing.assert_array_equal(features["targets"], labels)
+        sources += batch_rows(features["inputs"])
+        targets += batch_rows(labels)
+    return sources, targets
+
+
+def tokenized_rows(tokenizer, pairs, side):
+    """The ids of side `side` (0 = source, 1 = target) of `pairs` as tuples."""
+    return [tuple(row) for row in tokenizer.tokenize([p[side] for p in pairs]).to_list()]

@@ -9,6 +9,7 @@ from tfblocks import _quiet  # noqa: F401  # isort: skip
 from tfblocks import decoding, layers, models, serving, text, training
 from tfblocks._version import __version__
 from tfblocks.decoding import Decoder, Ensemble
+from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.layers import (
     DenseReluDense,
     HashDropout,
@@ -20,10 +21,6 @@ from tfblocks.layers import (
     timing_signal,
 )
 from tfblocks.models import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
     HParams,
     Transformer,
     build_language_model,
@@ -42,7 +39,6 @@ from tfblocks.training import (
     SmoothedCrossEntropy,
     compile_transformer,
     get_strategy,
-    static_batches,
 )
 
 __all__ = [
@@ -83,7 +79,6 @@ __all__ = [
     "models",
     "save_preset",
     "serving",
-    "static_batches",
     "text",
     "timing_signal",
     "training",

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 
+from tests.fixtures import FIRST_ID
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models.builders import build_language_model, build_transformer
 from tfblocks.models.hparams import PRESETS, hparams
@@ -40,8 +41,8 @@ def tiny(**overrides):
 
 
 def batch(rng, b=2, s=7, t=6):
-    src = rng.integers(4, VOCAB, (b, s)).astype("int32")
-    tgt = rng.integers(4, VOCAB, (b, t)).astype("int32")
+    src = rng.integers(FIRST_ID, VOCAB, (b, s)).astype("int32")
+    tgt = rng.integers(FIRST_ID, VOCAB, (b, t)).astype("int32")
     src[1, 4:] = PAD_ID
     tgt[1, 3] = EOS_ID
     tgt[1, 4:] = PAD_ID

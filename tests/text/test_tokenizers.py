@@ -9,6 +9,7 @@ import pytest
 import sentencepiece
 import tensorflow as tf
 
+from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.text import corpus, phrasebook, tokenizers
 
 DATA = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data" / "small_parallel_enja"
@@ -34,8 +35,8 @@ def _texts(ragged_or_tensor):
 def test_ids_follow_the_project_convention(tokenizer):
     ids = tokenizer.tokenize([EXAMPLE_JA, EXAMPLE_EN, ""])
     rows = ids.to_list()
-    assert [row[-1] for row in rows] == [tokenizers.EOS_ID] * 3
-    assert rows[2] == [tokenizers.EOS_ID]  # the empty string is just EOS
+    assert [row[-1] for row in rows] == [EOS_ID] * 3
+    assert rows[2] == [EOS_ID]  # the empty string is just EOS
     flat = np.concatenate([np.array(r[:-1]) for r in rows[:2]])
     assert not np.isin(flat, [0, 1, 2, 3]).any()  # no pad, EOS, unknown or BOS inside
     assert ids.dtype == tf.int32 and tokenizer.vocabulary_size == 400
@@ -46,7 +47,7 @@ def test_ids_follow_the_project_convention(tokenizer):
 def test_ids_match_the_model():
     import tfblocks  # the model is a later stage; only the test may look at it
 
-    ids = (tokenizers.PAD_ID, tokenizers.EOS_ID, tokenizers.UNK_ID, tokenizers.BOS_ID)
+    ids = (PAD_ID, EOS_ID, UNK_ID, BOS_ID)
     assert ids == (tfblocks.PAD_ID, tfblocks.EOS_ID, tfblocks.UNK_ID, tfblocks.BOS_ID)
 
 
@@ -54,20 +55,20 @@ def test_round_trip_is_exact_on_training_text(tokenizer, pairs):
     texts = [text for pair in pairs for text in pair]
     ids = tokenizer.tokenize(texts)
     assert _texts(tokenizer.detokenize(ids.to_tensor())) == texts
-    assert int(tf.reduce_sum(tf.cast(ids.flat_values == tokenizers.UNK_ID, tf.int32))) == 0
+    assert int(tf.reduce_sum(tf.cast(ids.flat_values == UNK_ID, tf.int32))) == 0
 
 
 def test_detokenize_stops_at_eos_and_skips_pad_and_bos(tokenizer):
     body = tokenizer.tokenize([EXAMPLE_JA]).to_list()[0][:-1]
-    noisy = [tokenizers.BOS_ID, *body, tokenizers.EOS_ID, *body, tokenizers.PAD_ID]
-    padded = body + [tokenizers.PAD_ID] * (len(noisy) - len(body))
+    noisy = [BOS_ID, *body, EOS_ID, *body, PAD_ID]
+    padded = body + [PAD_ID] * (len(noisy) - len(body))
     out = tokenizer.detokenize(tf.constant([noisy, padded], tf.int32))
     assert _texts(out) == [EXAMPLE_JA, EXAMPLE_JA]
 
 
 def test_unknown_characters_map_to_unk(tokenizer):
     ids = tokenizer.tokenize(["象"]).to_list()[0]  # never in the phrasebook
-    assert tokenizers.UNK_ID in ids and ids[-1] == tokenizers.EOS_ID
+    assert UNK_ID in ids and ids[-1] == EOS_ID
 
 
 def test_runs_in_tf_function_and_tf_data(tokenizer):
@@ -109,8 +110,8 @@ def test_separate_vocabularies(pairs):
     )
     assert source is not target and source.proto != target.proto
     # Each side only knows its own script: English letters are unknown to the Japanese side.
-    assert tokenizers.UNK_ID in source.tokenize(["lunch"]).to_list()[0]
-    assert tokenizers.UNK_ID not in target.tokenize(["lunch"]).to_list()[0]
+    assert UNK_ID in source.tokenize(["lunch"]).to_list()[0]
+    assert UNK_ID not in target.tokenize(["lunch"]).to_list()[0]
 
 
 def test_a_tokenizer_sample_bounds_what_the_tokenizer_trains_on():
@@ -177,7 +178,7 @@ def test_small_parallel_enja_vocabulary_and_unknown_share(record_property):
     train_ja = tokenizer.tokenize([ja for ja, _ in splits["train"].pairs])
     train_en = tokenizer.tokenize([en for _, en in splits["train"].pairs])
     test_ids = tokenizer.tokenize([text for pair in splits["test"] for text in pair]).flat_values
-    unknown_share = float(np.mean(test_ids.numpy() == tokenizers.UNK_ID))
+    unknown_share = float(np.mean(test_ids.numpy() == UNK_ID))
     stats = {
         "vocabulary_size": tokenizer.vocabulary_size,
         "tokens_per_sentence_ja": float(np.mean(train_ja.row_lengths())),

@@ -87,8 +87,10 @@ class DigitTokenizer:
     def tokenize(self, texts):
         import tensorflow as tf
 
+        from tfblocks.ids import EOS_ID
+
         ids = tf.strings.to_number(tf.strings.split(texts), tf.int32)  # [N, (len)]
-        return tf.concat([ids, tf.ones_like(ids[:, :1])], axis=1)  # EOS = 1
+        return tf.concat([ids, EOS_ID * tf.ones_like(ids[:, :1])], axis=1)  # [N, (len + 1)]
 
 
 def text_pairs(n, vocab_size):

@@ -1,4 +1,4 @@
-"""Tests for tfblocks.training.distribute: strategies, mirrored training, static batches."""
+"""Tests for tfblocks.training.distribute: strategies and mirrored training."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tests.fixtures import tiny_hparams, tiny_model
 from tfblocks.training import distribute
-from tfblocks.training.distribute import get_strategy, static_batches
+from tfblocks.training.distribute import get_strategy
 
 pytestmark = pytest.mark.heavy
 SCRIPT = "tests.training.mirrored_script"  # run as `python -m` from the repository root
@@ -185,35 +185,6 @@ def test_an_endless_stream_gives_every_replica_pairs_and_starts_at_a_step(mirror
     assert r["real_batches"]  # 13 batches a pass per pipeline, no empty or PAD batch
     assert r["started_equals"]  # the stream started at step 9 = steps 9.. of the whole
     assert len(r["loss"]) == 2 and np.isfinite(r["loss"]).all()
-
-
-def test_static_batches_have_fixed_shapes_and_drop_long_examples():
-    rng = np.random.default_rng(0)
-    examples = [rng.integers(4, 9, n).astype("int32") for n in (3, 5, 12, 2, 6, 4, 7)]
-    dataset = tf.data.Dataset.from_generator(
-        lambda: (({"inputs": e, "targets": e[::-1]}, e[::-1]) for e in examples),
-        output_signature=(
-            {
-                "inputs": tf.TensorSpec([None], tf.int32),
-                "targets": tf.TensorSpec([None], tf.int32),
-            },
-            tf.TensorSpec([None], tf.int32),
-        ),
-    )
-    batched = static_batches(dataset, batch_size=4, max_length=8)
-    features, labels = batched.element_spec
-    assert features["inputs"].shape == features["targets"].shape == labels.shape == (4, 8)
-    batches = list(batched)
-    assert len(batches) == 1  # 6 examples fit in 8 tokens; the partial batch is dropped
-    inputs = batches[0][0]["inputs"].numpy()
-    np.testing.assert_array_equal(inputs[2], np.pad(examples[3], (0, 6)))
-    np.testing.assert_array_equal(batches[0][1].numpy()[0], np.pad(examples[0][::-1], (0, 5)))
-
-
-def test_static_batches_validates_arguments():
-    dataset = tf.data.Dataset.from_tensor_slices(({"inputs": [[1]], "targets": [[1]]}, [[1]]))
-    with pytest.raises(ValueError, match="max_length=0"):
-        static_batches(dataset, batch_size=2, max_length=0)
 
 
 def test_cluster_task_names_the_chief(monkeypatch):

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from tests.fixtures import FIRST_ID, tiny_hparams, tiny_model
-from tfblocks.models import EOS_ID, PAD_ID
-from tfblocks.training import RsqrtDecay, static_batches
+from tfblocks.ids import EOS_ID, PAD_ID
+from tfblocks.training import RsqrtDecay
 
 pytestmark = pytest.mark.heavy
 
@@ -42,9 +42,10 @@ def test_sequence_reversal_reaches_99_percent_held_out(tmp_path):
     # The preset's 8000 warm-up steps are longer than this whole run (500 steps).
     schedule = RsqrtDecay(64, warmup_steps=100, constant=0.5)
     model = tiny_model(hp, learning_rate=schedule, steps_per_execution=25)
-    # Static shapes (the TPU data path): one XLA compilation for the whole run.
+    # Static shapes (the TPU data path): one XLA compilation for the whole run. The ids are
+    # padded to MAX_LENGTH already; whole batches only.
     examples = tf.data.Dataset.from_tensor_slices((train_x, train_y)).shuffle(3200, seed=0)
-    train = static_batches(examples, batch_size=64, max_length=MAX_LENGTH).repeat()
+    train = examples.batch(64, drop_remainder=True).repeat()
     model.fit(train, epochs=10, steps_per_epoch=3200 // 64, verbose=0, shuffle=False)
 
     results = model.evaluate(test_x, test_y, batch_size=100, verbose=0, return_dict=True)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.fixtures import tiny_hparams, tiny_model
+from tests.fixtures import FIRST_ID, tiny_hparams, tiny_model
 from tfblocks.training import compile_transformer
 from tfblocks.training.lora import enable_lora, lora_targets, merged_weights
 
@@ -22,7 +22,7 @@ def test_only_the_adapters_of_the_projections_train():
     assert trainable == {v.path for d in adapted for v in (d.lora_kernel_a, d.lora_kernel_b)}
     assert sum(int(np.prod(v.shape)) for v in model.trainable_weights) == 12 * (16 * 3 + 3 * 16)
     compile_transformer(model, hp, jit_compile=False, learning_rate=1e-2)
-    ids = np.random.default_rng(0).integers(4, 20, (8, 6)).astype("int32")
+    ids = np.random.default_rng(0).integers(FIRST_ID, 20, (8, 6)).astype("int32")
     model.fit({"inputs": ids, "targets": ids}, ids, batch_size=4, epochs=1, verbose=0)
     for variable in model.weights:
         if variable.path in before:  # frozen: the plain model's variables
@@ -48,7 +48,7 @@ def test_merged_weights_are_the_plain_model_computing_the_same():
     assert sorted(merged) == sorted(v.path for v in plain.weights)
     for variable in plain.weights:
         variable.assign(merged[variable.path])
-    ids = rng.integers(4, 20, (2, 5)).astype("int32")
+    ids = rng.integers(FIRST_ID, 20, (2, 5)).astype("int32")
     x = {"inputs": ids, "targets": ids}
     np.testing.assert_allclose(plain(x), model(x), atol=1e-5)
 

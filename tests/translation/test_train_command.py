@@ -11,6 +11,7 @@ import pytest
 
 from tests.translation.test_commands import TINY, TRAIN, in_process
 from tfblocks import text
+from tfblocks.ids import UNK_ID
 from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation import train_command
 from tfblocks.translation.run_folder import RunFolder
@@ -202,7 +203,7 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
     ids = [
         t.tokenize(["Oban Ak"]).flat_values.numpy() for t in (source_tokenizer, target_tokenizer)
     ]
-    assert text.UNK_ID in ids[0] and text.UNK_ID not in ids[1]  # yy's letters are yy's own
+    assert UNK_ID in ids[0] and UNK_ID not in ids[1]  # yy's letters are yy's own
     run, test = tmp_path / "run", ("--src", corpus / "test.xx", "--ref", corpus / "test.yy")
     status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run, *test,
                                   "--beam-size", "1")  # fmt: skip

@@ -16,6 +16,7 @@ import math
 import keras
 from keras import ops
 
+from tfblocks.ids import PAD_ID
 from tfblocks.layers import _utils
 from tfblocks.layers.dropout import HashDropout
 
@@ -104,7 +105,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
     """Token embedding × √d + sinusoidal timing signal, with tied output logits.
 
     Args:
-        vocab_size: number of token ids; id 0 is padding.
+        vocab_size: number of token ids; id 0 (`PAD_ID`) is padding.
         hidden_size: embedding size d.
         mask_zero: emit the Keras mask `ids != 0` (padding positions are zeroed
             before the timing signal is added either way, as in t2t).
@@ -246,7 +247,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
         if self.scale:
             x = x * ops.cast(self.hidden_size**0.5, x.dtype)
         # t2t zeroes the embedding of padding so it carries no signal.
-        keep = ops.not_equal(ids, 0)  # [B, L]
+        keep = ops.not_equal(ids, PAD_ID)  # [B, L]
         if zeroed_id is not None:
             keep = ops.logical_and(keep, ops.not_equal(ids, zeroed_id))
         x = x * ops.cast(ops.expand_dims(keep, -1), x.dtype)
@@ -261,7 +262,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
     def compute_mask(self, ids, previous_mask=None):
         if not self.mask_zero:
             return None
-        return ops.not_equal(ids, 0)
+        return ops.not_equal(ids, PAD_ID)
 
     def compute_output_shape(self, ids_shape):
         return (*tuple(ids_shape), self.hidden_size)

@@ -1,17 +1,12 @@
 """The model class, its builders and the hyper-parameter presets."""
 
-from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models.builders import build_language_model, build_transformer
 from tfblocks.models.hparams import PRESETS, HParams, hparams
 from tfblocks.models.preset import Preset, load_preset, load_target_tokenizer, save_preset
 from tfblocks.models.transformer import Transformer, padding_mask, shift_right
 
 __all__ = [
-    "BOS_ID",
-    "EOS_ID",
-    "PAD_ID",
     "PRESETS",
-    "UNK_ID",
     "HParams",
     "Preset",
     "Transformer",

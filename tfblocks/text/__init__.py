@@ -1,5 +1,9 @@
-"""Text pipeline: the embedded phrasebook, corpus readers, subword tokenizers and tf.data."""
+"""Text pipeline: the embedded phrasebook, corpus readers, subword tokenizers and tf.data.
 
+The special ids the tokenizers reserve are in `tfblocks.ids`.
+"""
+
+from tfblocks.text.batching import bucket_boundaries
 from tfblocks.text.corpus import (
     Corpus,
     StreamedPairs,
@@ -9,35 +13,11 @@ from tfblocks.text.corpus import (
     read_tsv,
     remove_japanese_spaces,
 )
-from tfblocks.text.dataset import (
-    bucket_boundaries,
-    distribute_dataset,
-    length_summary,
-    make_dataset,
-    pipeline_files,
-)
-from tfblocks.text.phrasebook import (
-    RUNNING_EXAMPLE,
-    PhrasePair,
-    generate_phrasebook,
-    load_phrasebook,
-)
-from tfblocks.text.tokenizers import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
-    SubwordTokenizer,
-    train_tokenizer,
-    train_tokenizers,
-)
+from tfblocks.text.dataset import distribute_dataset, length_summary, make_dataset
+from tfblocks.text.phrasebook import PhrasePair, generate_phrasebook, load_phrasebook
+from tfblocks.text.tokenizers import SubwordTokenizer, train_tokenizer, train_tokenizers
 
 __all__ = [
-    "BOS_ID",
-    "EOS_ID",
-    "PAD_ID",
-    "RUNNING_EXAMPLE",
-    "UNK_ID",
     "Corpus",
     "PhrasePair",
     "StreamedPairs",
@@ -49,7 +29,6 @@ __all__ = [
     "load_phrasebook",
     "load_splits",
     "make_dataset",
-    "pipeline_files",
     "read_parallel",
     "read_sentences",
     "read_tsv",

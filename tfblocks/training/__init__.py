@@ -1,6 +1,6 @@
 """The t2t training recipe: loss, metrics, schedules, compile, and tf.distribute."""
 
-from tfblocks.training.distribute import get_strategy, static_batches
+from tfblocks.training.distribute import get_strategy
 from tfblocks.training.losses import SmoothedCrossEntropy
 from tfblocks.training.metrics import CrossEntropy, MaskedAccuracy, Perplexity
 from tfblocks.training.optimizers import FusedAdam, averaged_weights
@@ -19,5 +19,4 @@ __all__ = [
     "compile_transformer",
     "get_strategy",
     "learning_rate_schedule",
-    "static_batches",
 ]

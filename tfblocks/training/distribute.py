@@ -1,11 +1,13 @@
-"""Choosing a `tf.distribute` strategy, and the static-shape batches TPUs need.
+"""Choosing a `tf.distribute` strategy.
 
-Build and compile the model inside `strategy.scope()`; `model.fit` does the rest:
+Build and compile the model inside `strategy.scope()`; `model.fit` does the rest (TPUs need
+batches of one static shape: `tfblocks.text.make_dataset(..., shapes="max_length")` or
+`shapes="packed"`):
 
     strategy = get_strategy("auto")
     with strategy.scope():
         model = compile_transformer(build_transformer(hp), hp)
-    train = static_batches(dataset, batch_size=64, max_length=64).repeat()
+    train = make_dataset(pairs, tokenizer, tokenizer, shapes="max_length", repeat=True)
     model.fit(train, epochs=..., steps_per_epoch=...)
 
 Losses and metrics in `tfblocks.training` are exact over the *global* batch (token
@@ -127,55 +129,3 @@ def cluster_task():
         ) from None
     chief = kind == "chief" or (kind == "worker" and index == 0 and not chiefs)
     return chief, f"{kind}-{index}"
-
-
-def static_batches(dataset, batch_size, max_length, drop_remainder=True):
-    """Pads and batches `({"inputs", "targets"}, targets)` examples to fixed shapes.
-
-    TPUs (and XLA without recompiling) need every batch to have the same shape:
-    sequences longer than `max_length` are dropped, the rest are padded with 0 to
-    exactly `max_length`, and the last partial batch is dropped.
-
-    Args:
-        dataset: a `tf.data.Dataset` of `({"inputs": [S], "targets": [T]}, [T])`
-            (un-batched, int ids).
-        batch_size: examples per (global) batch.
-        max_length: the fixed length of both `inputs` and `targets`.
-        drop_remainder: drop the last partial batch (required on TPU).
-
-    Returns:
-        A dataset whose element spec has fully static shapes
-        `[batch_size, max_length]` (when `drop_remainder`). Its length is unknown
-        (long examples are filtered out), so, as on TPUs, `.repeat()` it and pass
-        `steps_per_epoch` to `fit`; otherwise Keras warns "Your input ran out of
-        data" at the end of the first epoch.
-
-    Example:
-
-    >>> ds = tf.data.Dataset.from_tensor_slices(
-    ...     ({"inputs": [[4, 5, 0]] * 5, "targets": [[6, 1, 0]] * 5}, [[6, 1, 0]] * 5))
-    >>> spec = static_batches(ds, batch_size=2, max_length=8).element_spec
-    >>> spec[0]["inputs"].shape, spec[1].shape
-    (TensorShape([2, 8]), TensorShape([2, 8]))
-    """
-    for name, value in (("batch_size", batch_size), ("max_length", max_length)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"`{name}` must be a positive integer, got {name}={value!r}.")
-
-    def short_enough(features, labels):
-        return tf.logical_and(
-            tf.shape(features["inputs"])[0] <= max_length,
-            tf.shape(features["targets"])[0] <= max_length,
-        )
-
-    def pad(features, labels):
-        def fixed(ids):
-            ids = tf.cast(ids, tf.int32)
-            ids = tf.pad(ids, [[0, max_length - tf.shape(ids)[0]]])  # [max_length]
-            return tf.ensure_shape(ids, [max_length])
-
-        padded = {"inputs": fixed(features["inputs"]), "targets": fixed(features["targets"])}
-        return padded, fixed(labels)
-
-    dataset = dataset.filter(short_enough).map(pad, num_parallel_calls=tf.data.AUTOTUNE)
-    return dataset.batch(batch_size, drop_remainder=drop_remainder)

@@ -36,6 +36,7 @@ from typing import NamedTuple
 from tfblocks import _checks
 from tfblocks.text.corpus import SPLITS
 from tfblocks.text.dataset import SHAPES
+from tfblocks.text.phrasebook import RUNNING_EXAMPLE
 from tfblocks.training.precision import POLICIES
 from tfblocks.translation.console import run_command
 from tfblocks.translation.corpus_options import (
@@ -451,7 +452,7 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer,
         print(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")
     samples = [source for source, _ in splits["test"][:2]]
     if args.source_lang == "ja":  # the seed notes' running example
-        samples.insert(0, text.RUNNING_EXAMPLE[0])
+        samples.insert(0, RUNNING_EXAMPLE[0])
 
     with timer("export"):
         save_preset(model, tokenizer, folder.join("model"), hp, target_tokenizer)
