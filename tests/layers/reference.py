@@ -1,5 +1,7 @@
 """Small NumPy references of the formulas the layers implement (float64)."""
 
+import math
+
 import numpy as np
 
 
@@ -9,15 +11,17 @@ def softmax(x, axis=-1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def attention(query, value, wq, wk, wv, wo, num_heads, mask=None, key=None):
+def attention(query, value, wq, wk, wv, wo, num_heads, mask=None, key=None, biases=None):
     """softmax(Q Kᵀ / √d_k) V per head, heads concatenated, times W_O.
 
     `mask` is boolean, broadcastable to [B, T, S], True = may attend. Fully masked
-    rows give the uniform average (the layer's documented behaviour).
+    rows give the uniform average (the layer's documented behaviour). `biases`: optional
+    (b_q, b_k, b_v, b_o) added after each projection (q is scaled after its bias).
     Returns (output [B, T, out], weights [B, H, T, S]).
     """
     key = value if key is None else key
-    q, k, v = query @ wq, key @ wk, value @ wv
+    bq, bk, bv, bo = biases if biases is not None else (0.0, 0.0, 0.0, 0.0)
+    q, k, v = query @ wq + bq, key @ wk + bk, value @ wv + bv
     b, t, _ = q.shape
     s = k.shape[1]
     dk, dv = q.shape[-1] // num_heads, v.shape[-1] // num_heads
@@ -32,13 +36,35 @@ def attention(query, value, wq, wk, wv, wo, num_heads, mask=None, key=None):
         logits = np.where(all_masked, 0.0, logits)
     weights = softmax(logits)
     out = (weights @ v).transpose(0, 2, 1, 3).reshape(b, t, num_heads * dv)
-    return out @ wo, weights
+    return out @ wo + bo, weights
 
 
 def layer_norm(x, gamma, beta, eps=1e-6):
     mean = x.mean(-1, keepdims=True)
     var = x.var(-1, keepdims=True)
     return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def activation(name, h):
+    """The FFN activations: relu, exact gelu, swish (= silu) `h · sigmoid(h)`."""
+    if name == "relu":
+        return np.maximum(0.0, h)
+    if name == "gelu":
+        return 0.5 * h * (1 + np.vectorize(math.erf)(h / np.sqrt(2)))
+    return h / (1 + np.exp(-h))
+
+
+def half_depth_signal(length, channels, start_index=0):
+    """Hugging Face Marian's sinusoidal table (even `channels`), written from its rule:
+    column j holds `p / 10000^(2·(j // 2) / d)`; the sines of the even columns fill the
+    first half, the cosines of the odd columns the second half."""
+    angles = np.array(
+        [
+            [p / np.power(10000.0, 2 * (j // 2) / channels) for j in range(channels)]
+            for p in range(start_index, start_index + length)
+        ]
+    )
+    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=-1)[None]
 
 
 def timing_signal(length, channels, min_timescale=1.0, max_timescale=1e4, start_index=0):

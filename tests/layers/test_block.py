@@ -16,20 +16,25 @@ def _np(x):
     return keras.ops.convert_to_numpy(x).astype("float64")
 
 
+def _bias(dense):
+    return 0.0 if dense.bias is None else _np(dense.bias)
+
+
 def _attention(x, ctx, mha, mask):
-    ws = [
-        _np(d.kernel) for d in (mha.query_dense, mha.key_dense, mha.value_dense, mha.output_dense)
-    ]
-    return reference.attention(x, ctx, *ws, mha.num_heads, mask)[0]
+    denses = (mha.query_dense, mha.key_dense, mha.value_dense, mha.output_dense)
+    ws = [_np(d.kernel) for d in denses]
+    biases = [_bias(d) for d in denses]
+    return reference.attention(x, ctx, *ws, mha.num_heads, mask, biases=biases)[0]
 
 
 def _norm(x, ln):
-    return reference.layer_norm(x, _np(ln.gamma), _np(ln.beta), eps=1e-6)
+    return reference.layer_norm(x, _np(ln.gamma), _np(ln.beta), eps=ln.epsilon)
 
 
 def _ffn(x, ffn):
-    h = np.maximum(0.0, x @ _np(ffn.filter_dense.kernel) + _np(ffn.filter_dense.bias))
-    return h @ _np(ffn.output_dense.kernel) + _np(ffn.output_dense.bias)
+    h = x @ _np(ffn.filter_dense.kernel) + _bias(ffn.filter_dense)
+    h = reference.activation(ffn.activation, h)
+    return h @ _np(ffn.output_dense.kernel) + _bias(ffn.output_dense)
 
 
 def _reference_block(block, x, ctx=None, mask=None, ctx_mask=None):
@@ -64,10 +69,14 @@ def _reference_block(block, x, ctx=None, mask=None, ctx_mask=None):
 
 
 def _randomize_norms(block):
+    """Random LayerNorm scales and offsets, and random biases where the block has them."""
     for ln in (block.self_attention_norm, block.cross_attention_norm, block.ffn_norm):
         if ln is not None:
             ln.gamma.assign(RNG.normal(1.0, 0.2, size=ln.gamma.shape).astype("float32"))
             ln.beta.assign(RNG.normal(0.0, 0.2, size=ln.beta.shape).astype("float32"))
+    for weight in block.weights:
+        if weight.path.endswith("/bias"):
+            weight.assign(RNG.normal(0.0, 0.5, size=weight.shape).astype("float32"))
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
@@ -143,9 +152,62 @@ def test_matches_numpy_reference(norm_first, decoder):
     np.testing.assert_allclose(got[mask], want[mask], atol=2e-5, rtol=1e-5)
 
 
+MARIAN_OPTIONS = {
+    "activation": "swish",
+    "use_bias": True,
+    "ffn_use_bias": True,
+    "epsilon": 1e-5,
+    "norm_first": False,
+}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        MARIAN_OPTIONS,
+        {"activation": "gelu", "use_bias": True, "ffn_use_bias": False, "epsilon": 1e-3},
+        {"activation": "silu", "use_bias": False, "ffn_use_bias": False, "norm_first": True},
+    ],
+)
+@pytest.mark.parametrize("decoder", [False, True])
+def test_architecture_options_match_numpy_reference(options, decoder):
+    block = TransformerBlock(H, F, causal=decoder, cross_attention=decoder, **options)
+    x = RNG.normal(size=(B, T, D)).astype("float32")
+    ctx = RNG.normal(size=(B, S, D)).astype("float32") if decoder else None
+    mask = np.ones((B, T), bool)
+    mask[1, 3:] = False
+    kwargs = {"context": ctx} if decoder else {}
+    block(x, padding_mask=mask, **kwargs)
+    _randomize_norms(block)
+    has_bias = {w.path.split("/")[-2]: True for w in block.weights if w.path.endswith("/bias")}
+    assert ("query_dense" in has_bias) == options["use_bias"]
+    assert ("filter_dense" in has_bias) == options["ffn_use_bias"]
+    assert block.ffn_norm.epsilon == options.get("epsilon", 1e-6)
+    got = _np(block(x, padding_mask=mask, **kwargs))
+    want = _reference_block(block, x.astype("float64"), ctx, mask)
+    np.testing.assert_allclose(got[mask], want[mask], atol=2e-5, rtol=1e-5)
+
+
+def test_layer_harness_marian_options(tmp_path):
+    run_layer_test(
+        TransformerBlock,
+        {"num_heads": H, "filter_size": F, "causal": True, "cross_attention": True}
+        | MARIAN_OPTIONS,
+        {
+            "x": RNG.normal(size=(B, T, D)).astype("float32"),
+            "context": RNG.normal(size=(B, S, D)).astype("float32"),
+        },
+        expected_output_shape=(B, T, D),
+        tmp_path=tmp_path,
+        # Softmax ignores a constant added to every logit of a row: no gradient on b_k.
+        zero_gradient_weights=("key_dense/bias",),
+    )
+
+
+@pytest.mark.parametrize("options", [{}, MARIAN_OPTIONS])
 @pytest.mark.parametrize("norm_first", [True, False])
-def test_appended_padding_leaves_real_outputs_unchanged(norm_first):
-    block = TransformerBlock(H, F, norm_first=norm_first)
+def test_appended_padding_leaves_real_outputs_unchanged(norm_first, options):
+    block = TransformerBlock(H, F, **{"norm_first": norm_first, **options})
     x = RNG.normal(size=(B, T, D)).astype("float32")
     base = _np(block(x))
     padded = np.concatenate([x, RNG.normal(size=(B, 3, D)).astype("float32")], axis=1)
@@ -256,7 +318,8 @@ def test_errors():
         ({"attention_dropout": 1.0}, r"attention_dropout=1\.0"),
         ({"relu_dropout": 3}, "relu_dropout=3"),
         ({"epsilon": 0}, "epsilon=0"),
-        ({"activation": "swish"}, "activation='swish'"),
+        ({"activation": "tanh"}, "activation='tanh'"),
+        ({"ffn_use_bias": 1}, "ffn_use_bias=1"),
     ]:
         with pytest.raises(ValueError, match=words):
             TransformerBlock(H, F, **kwargs)

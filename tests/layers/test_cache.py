@@ -75,6 +75,28 @@ def test_cached_decoder_block_equals_full_block(norm_first, dtype):
         np.testing.assert_allclose(_np(out)[:, 0], full[:, i], atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "mixed_float16", "mixed_bfloat16"])
+def test_cached_block_with_marian_options_equals_full_block(dtype):
+    """Biases on every projection, swish, epsilon 1e-5, Post-LN: cached equals uncached."""
+    tol = {"float32": 1e-5, "mixed_float16": 2e-2, "mixed_bfloat16": 1e-1}[dtype]
+    x = RNG.normal(size=(2, 5, 16)).astype("float32")
+    ctx = RNG.normal(size=(2, 4, 16)).astype("float32")
+    ctx_mask = np.array([[True] * 4, [True] * 2 + [False] * 2])
+    options = {"activation": "swish", "use_bias": True, "epsilon": 1e-5, "dtype": dtype}
+    block = TransformerBlock(4, 32, norm_first=False, causal=True, cross_attention=True, **options)
+    block(x, context=ctx)
+    for weight in block.weights:
+        if weight.path.endswith("/bias"):
+            weight.assign(RNG.normal(0.0, 0.5, size=weight.shape).astype("float32"))
+    full = _np(block(x, context=ctx, context_padding_mask=ctx_mask))
+    cache = block.init_cache(2, 5, context=ctx)
+    for i in range(5):
+        out, cache = block(
+            x[:, i : i + 1], cache=cache, cache_index=i, context_padding_mask=ctx_mask
+        )
+        np.testing.assert_allclose(_np(out)[:, 0], full[:, i], atol=tol, rtol=tol)
+
+
 def test_cache_errors():
     x = np.zeros((1, 2, 8), "float32")
     mha = MultiHeadAttention(num_heads=2)

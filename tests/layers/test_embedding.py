@@ -114,10 +114,76 @@ def test_tied_logits_under_mixed_precision():
     assert keras.backend.standardize_dtype(emb.attend(h).dtype) == "bfloat16"
 
 
+@pytest.mark.parametrize(("length", "channels", "start_index"), [(6, 8, 0), (4, 16, 3), (2, 4, 7)])
+def test_half_depth_timing_signal_matches_hugging_face_marian_table(length, channels, start_index):
+    got = _np(timing_signal(length, channels, start_index=start_index, timescale_rule="half_depth"))
+    want = reference.half_depth_signal(length, channels, start_index)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    # The two rules differ (beyond position 0, where every sine is 0 and cosine 1).
+    t2t = reference.timing_signal(length, channels, start_index=start_index)
+    assert np.abs(t2t - want)[:, int(start_index == 0) :].max() > 1e-2
+
+
+def test_layer_harness_stored_position_table(tmp_path):
+    run_layer_test(
+        SinusoidalEmbedding,
+        {"vocab_size": 12, "hidden_size": 8, "max_positions": 6, "timescale_rule": "half_depth"},
+        np.array([[5, 7, 9, 0], [3, 0, 0, 0]], "int32"),
+        expected_output_shape=(2, 4, 8),
+        tmp_path=tmp_path,
+    )
+
+
+@pytest.mark.parametrize("timescale_rule", ["t2t", "half_depth"])
+def test_stored_position_table_starts_as_the_signal_and_is_read_by_position(timescale_rule):
+    ids = np.array([[5, 7, 2, 0]], "int32")
+    options = {"timescale_rule": timescale_rule, "scale": False}
+    computed = SinusoidalEmbedding(10, 8, **options)
+    stored = SinusoidalEmbedding(10, 8, max_positions=9, **options)
+    computed(ids), stored(ids)
+    stored.embeddings.assign(computed.embeddings)
+    signal = _np(timing_signal(9, 8, timescale_rule=timescale_rule))[0]
+    np.testing.assert_allclose(_np(stored.position_embeddings), signal, atol=1e-6)
+    assert stored.position_embeddings.trainable
+    for kwargs in ({}, {"start_index": 5}, {"positions": np.array([[0, 1, 0, 4]])}):
+        np.testing.assert_allclose(_np(stored(ids, **kwargs)), _np(computed(ids, **kwargs)), 1e-6)
+    # An imported table replaces the formula: row p is what position p adds.
+    table = np.random.default_rng(0).normal(size=(9, 8)).astype("float32")
+    stored.position_embeddings.assign(table)
+    emb = _np(stored.embeddings)
+    got = _np(stored(ids, start_index=3))[0]
+    np.testing.assert_allclose(got[:3], emb[[5, 7, 2]] + table[3:6], atol=1e-6)
+    np.testing.assert_allclose(got[3], table[6], atol=1e-6)  # padding: the position only
+
+
+def test_stored_position_table_under_mixed_precision():
+    emb = SinusoidalEmbedding(10, 8, max_positions=4, dtype="mixed_float16")
+    out = emb(np.array([[1, 2, 3, 4]]))
+    assert keras.backend.standardize_dtype(out.dtype) == "float16"
+    assert emb.position_embeddings.dtype == "float32"
+    assert np.all(np.isfinite(_np(keras.ops.cast(out, "float32"))))
+
+
+def test_zeroed_id_gives_the_signal_alone_and_stays_unmasked():
+    ids = np.array([[3, 5, 0]], "int32")
+    emb = SinusoidalEmbedding(vocab_size=10, hidden_size=6)
+    out = emb(ids, zeroed_id=3)
+    signal = reference.timing_signal(3, 6)[0]
+    np.testing.assert_allclose(_np(out)[0, 0], signal[0], atol=1e-6)
+    np.testing.assert_allclose(_np(out)[0, 1], _np(emb(ids))[0, 1], atol=1e-6)
+    np.testing.assert_array_equal(_np(emb.compute_mask(ids)), [[True, True, False]])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
         ({"vocab_size": 0, "hidden_size": 4}, "vocab_size=0"),
+        ({"vocab_size": 5, "hidden_size": 4, "timescale_rule": "hf"}, "timescale_rule='hf'"),
+        ({"vocab_size": 5, "hidden_size": 4, "max_positions": 0}, "max_positions=0"),
+        (
+            {"vocab_size": 5, "hidden_size": 4, "max_positions": 8, "add_timing_signal": False},
+            "max_positions=8, add_timing_signal=False",
+        ),
         ({"vocab_size": 5, "hidden_size": -4}, "hidden_size=-4"),
         ({"vocab_size": 5, "hidden_size": 4, "dropout": 2}, "dropout=2"),
         ({"vocab_size": 5, "hidden_size": 4, "min_timescale": 0.0}, "min_timescale=0.0"),

@@ -14,7 +14,7 @@ def _np(x):
     return keras.ops.convert_to_numpy(x)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "swish", "silu"])
 def test_layer_harness(tmp_path, activation):
     run_layer_test(
         DenseReluDense,
@@ -49,6 +49,28 @@ def test_gelu_formula():
     h = x @ _np(ffn.filter_dense.kernel) + _np(ffn.filter_dense.bias)
     gelu = 0.5 * h * (1 + np.vectorize(__import__("math").erf)(h / np.sqrt(2)))
     want = gelu @ _np(ffn.output_dense.kernel) + _np(ffn.output_dense.bias)
+    np.testing.assert_allclose(y, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ["swish", "silu"])
+def test_swish_formula(activation):
+    x = RNG.normal(size=(1, 3, 4)).astype("float32")
+    ffn = DenseReluDense(filter_size=8, activation=activation)
+    ffn.build(x.shape)
+    ffn.filter_dense.bias.assign(RNG.normal(size=8).astype("float32"))
+    ffn.output_dense.bias.assign(RNG.normal(size=4).astype("float32"))
+    h = x.astype("float64") @ _np(ffn.filter_dense.kernel) + _np(ffn.filter_dense.bias)
+    want = (h / (1 + np.exp(-h))) @ _np(ffn.output_dense.kernel) + _np(ffn.output_dense.bias)
+    np.testing.assert_allclose(_np(ffn(x)), want, atol=1e-5)
+
+
+def test_without_biases():
+    x = RNG.normal(size=(2, 3, 4)).astype("float32")
+    ffn = DenseReluDense(filter_size=8, use_bias=False)
+    y = _np(ffn(x))
+    assert ffn.filter_dense.bias is None and ffn.output_dense.bias is None
+    assert ffn.count_params() == 2 * 4 * 8
+    want = np.maximum(0.0, x @ _np(ffn.filter_dense.kernel)) @ _np(ffn.output_dense.kernel)
     np.testing.assert_allclose(y, want, atol=1e-5)
 
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras import ops
 
 from tfblocks._checks import (  # noqa: F401  (the layers' checks: one home)
+    check_bool,
     check_choice,
     check_optional_positive_int,
     check_positive_int,

@@ -7,7 +7,9 @@ Each sub-layer f is wrapped t2t style (`layer_preprocess` / `layer_postprocess`)
   builder adds it), as t2t does.
 - Post-LN (`norm_first=False`, the paper / `transformer_base_v1`): `LN(x + dropout(f(x)))`.
 
-LayerNorm epsilon is 1e-6 as in t2t.
+LayerNorm epsilon is 1e-6 as in t2t by default (`epsilon`; Marian / Hugging Face use 1e-5).
+A Post-LN stack needs no final LayerNorm (each block ends with one); Hugging Face's
+Marian models are Post-LN stacks without one.
 """
 
 import keras
@@ -36,8 +38,10 @@ class TransformerBlock(keras.layers.Layer):
         cross_attention: add attention over a `context` (encoder output). After
             construction the attribute `cross_attention` holds that sublayer (or
             None), so its truth value is still this flag.
-        activation: FFN activation, `"relu"` or `"gelu"`.
-        use_bias: biases on the attention projections (the FFN always has them).
+        activation: FFN activation, `"relu"`, `"gelu"` or `"swish"` / `"silu"`.
+        use_bias: biases on the q, k, v and output projections of the attention
+            sublayers (t2t: none; Marian: all four).
+        ffn_use_bias: biases on the two FFN layers (t2t and Marian: yes).
         epsilon: LayerNorm epsilon.
         kernel_initializer: initializer of every kernel.
         attention_window: restricted (local) self-attention over blocks of this many
@@ -90,6 +94,7 @@ class TransformerBlock(keras.layers.Layer):
         cross_attention=False,
         activation="relu",
         use_bias=False,
+        ffn_use_bias=True,
         epsilon=1e-6,
         kernel_initializer="glorot_uniform",
         attention_window=None,
@@ -108,6 +113,7 @@ class TransformerBlock(keras.layers.Layer):
         self.causal = bool(causal)
         self.activation = activation
         self.use_bias = bool(use_bias)
+        self.ffn_use_bias = _utils.check_bool("ffn_use_bias", ffn_use_bias)
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon <= 0:
             raise ValueError(f"`epsilon` must be a positive float, got epsilon={epsilon!r}.")
         self.epsilon = float(epsilon)
@@ -164,6 +170,7 @@ class TransformerBlock(keras.layers.Layer):
             self.filter_size,
             activation=activation,
             dropout=self.relu_dropout,
+            use_bias=self.ffn_use_bias,
             kernel_initializer=_utils.clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="ffn",
@@ -364,6 +371,7 @@ class TransformerBlock(keras.layers.Layer):
                 "cross_attention": self.cross_attention is not None,
                 "activation": self.activation,
                 "use_bias": self.use_bias,
+                "ffn_use_bias": self.ffn_use_bias,
                 "epsilon": self.epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "attention_window": self.attention_window,

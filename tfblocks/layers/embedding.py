@@ -4,6 +4,11 @@ Mirrors t2t's symbol modality (`bottom`/`top` with shared weights) followed by
 `common_attention.add_timing_signal_1d`: embeddings are initialised N(0, d^-0.5),
 multiplied by √d, zeroed at padding (id 0), the timing signal is added, then dropout
 (t2t `layer_prepostprocess_dropout`). `attend(h)` gives the tied logits `h · Eᵀ`.
+
+Options for imported models (defaults are t2t's): `timescale_rule="half_depth"` spaces the
+timescales over d/2 steps instead of t2t's d/2 − 1 (Hugging Face's Marian models; Marian's
+own C++ code uses t2t's rule), `max_positions` reads the signal from a stored table of that
+many positions (a weight, so an imported table can replace it), `scale=False` skips the √d.
 """
 
 import math
@@ -14,14 +19,20 @@ from keras import ops
 from tfblocks.layers import _utils
 from tfblocks.layers.dropout import HashDropout
 
+TIMESCALE_RULES = ("t2t", "half_depth")
 
-def timing_signal(length, channels, min_timescale=1.0, max_timescale=1e4, start_index=0):
+
+def timing_signal(
+    length, channels, min_timescale=1.0, max_timescale=1e4, start_index=0, timescale_rule="t2t"
+):
     """The t2t sinusoidal position signal (`get_timing_signal_1d`).
 
-    For `i < channels // 2`: `inv_timescale_i = min_timescale · exp(−i · log(max/min) /
-    max(channels // 2 − 1, 1))`; position p gets `sin(p · inv_timescale)` in the first
-    half of the channels and `cos(p · inv_timescale)` in the second half (concatenated,
-    not interleaved); one zero channel is appended when `channels` is odd.
+    For `i < channels // 2`: `inv_timescale_i = min_timescale · exp(−i · log(max/min) / n)`
+    with `n = max(channels // 2 − 1, 1)` (t2t, and Marian's C++ code) or
+    `n = channels // 2` (`timescale_rule="half_depth"`: `10000^(−2i/d)` of the paper, as
+    Hugging Face's Marian models compute it); position p gets `sin(p · inv_timescale)` in
+    the first half of the channels and `cos(p · inv_timescale)` in the second half
+    (concatenated, not interleaved); one zero channel is appended when `channels` is odd.
 
     Args:
         length: number of positions (int or scalar tensor).
@@ -30,6 +41,7 @@ def timing_signal(length, channels, min_timescale=1.0, max_timescale=1e4, start_
         max_timescale: longest wavelength scale.
         start_index: position of the first row (int or scalar tensor), used when
             decoding one position at a time.
+        timescale_rule: `"t2t"` (d/2 − 1 steps) or `"half_depth"` (d/2 steps).
 
     Returns:
         float32 tensor `[1, length, channels]`.
@@ -48,11 +60,15 @@ def timing_signal(length, channels, min_timescale=1.0, max_timescale=1e4, start_
             f"min_timescale={min_timescale!r}, max_timescale={max_timescale!r}."
         )
     position = ops.cast(ops.arange(length), "float32") + ops.cast(start_index, "float32")
-    signal = timing_signal_at(position, channels, min_timescale, max_timescale)  # [L, C]
+    signal = timing_signal_at(
+        position, channels, min_timescale, max_timescale, timescale_rule
+    )  # [L, C]
     return ops.expand_dims(signal, 0)  # [1, L, C]
 
 
-def timing_signal_at(positions, channels, min_timescale=1.0, max_timescale=1e4):
+def timing_signal_at(
+    positions, channels, min_timescale=1.0, max_timescale=1e4, timescale_rule="t2t"
+):
     """The timing signal of `timing_signal` at given positions: `[...]` → float32 `[..., channels]`.
 
     Packed rows (several pairs in one row, `make_dataset(shapes="packed")`) restart the
@@ -66,10 +82,10 @@ def timing_signal_at(positions, channels, min_timescale=1.0, max_timescale=1e4):
     True
     """
     channels = _utils.check_positive_int("channels", channels)
+    _utils.check_choice("timescale_rule", timescale_rule, TIMESCALE_RULES)
     num_timescales = channels // 2
-    log_increment = math.log(float(max_timescale) / float(min_timescale)) / max(
-        num_timescales - 1, 1
-    )
+    steps = num_timescales - 1 if timescale_rule == "t2t" else num_timescales
+    log_increment = math.log(float(max_timescale) / float(min_timescale)) / max(steps, 1)
     inv_timescales = min_timescale * ops.exp(
         ops.cast(ops.arange(num_timescales), "float32") * -log_increment
     )  # [C/2]
@@ -100,6 +116,12 @@ class SinusoidalEmbedding(keras.layers.Layer):
         add_timing_signal: add the sinusoidal timing signal (t2t `pos="timing"`); False
             for models whose attention knows positions (t2t `pos=None`, relative
             attention).
+        timescale_rule: `"t2t"` or `"half_depth"` (see `timing_signal`).
+        max_positions: None computes the signal at each call; an int keeps it in a
+            trainable weight `position_embeddings` `[max_positions, hidden_size]`
+            initialised with the signal (t2t `pos="emb"`, whose table starts random;
+            an importer overwrites it with a model's stored table). Positions must then
+            stay below `max_positions`. Needs `add_timing_signal`.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -111,6 +133,9 @@ class SinusoidalEmbedding(keras.layers.Layer):
         start_index: position of the first id (for one-step decoding).
         positions: optional int `[B, L]`, each token's position (packed rows restart it
             per pair); replaces `start_index`.
+        zeroed_id: optional id whose embedding is zeroed like padding's, though it is
+            not masked: t2t's zero vector as the decoder's first input (the model passes
+            its start id here with `decoder_start="zeros"`).
         training: enables dropout.
 
     Example:
@@ -133,10 +158,19 @@ class SinusoidalEmbedding(keras.layers.Layer):
         dropout=0.0,
         embeddings_initializer=None,
         add_timing_signal=True,
+        timescale_rule="t2t",
+        max_positions=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.add_timing_signal = bool(add_timing_signal)
+        self.timescale_rule = _utils.check_choice("timescale_rule", timescale_rule, TIMESCALE_RULES)
+        self.max_positions = _utils.check_optional_positive_int("max_positions", max_positions)
+        if self.max_positions is not None and not self.add_timing_signal:
+            raise ValueError(
+                "`max_positions` (a stored position table) needs add_timing_signal=True, got "
+                f"max_positions={max_positions}, add_timing_signal={add_timing_signal!r}."
+            )
         self.vocab_size = _utils.check_positive_int("vocab_size", vocab_size)
         self.hidden_size = _utils.check_positive_int("hidden_size", hidden_size)
         self.mask_zero = bool(mask_zero)
@@ -163,9 +197,48 @@ class SinusoidalEmbedding(keras.layers.Layer):
             shape=(self.vocab_size, self.hidden_size),
             initializer=self.embeddings_initializer,
         )
+        self.position_embeddings = None
+        if self.max_positions is not None:
+            self.position_embeddings = self.add_weight(
+                name="position_embeddings",
+                shape=(self.max_positions, self.hidden_size),
+                initializer=self._signal_table,
+            )
         self.dropout_layer.build(None)
 
-    def call(self, ids, start_index=0, positions=None, training=None):
+    def _signal_table(self, shape, dtype=None):
+        """The timing signal of positions `[0, shape[0])`: the stored table's initial value."""
+        table = timing_signal(
+            shape[0],
+            shape[1],
+            self.min_timescale,
+            self.max_timescale,
+            timescale_rule=self.timescale_rule,
+        )[0]  # [max_positions, d]
+        return ops.cast(table, dtype or "float32")
+
+    def _signal(self, length, start_index, positions):
+        """The position signal `[1, L, d]` (or `[B, L, d]` at given `positions`)."""
+        if self.position_embeddings is not None:
+            if positions is None:
+                positions = ops.expand_dims(
+                    ops.arange(length, dtype="int32") + ops.cast(start_index, "int32"), 0
+                )  # [1, L]
+            return ops.take(self.position_embeddings, ops.cast(positions, "int32"), axis=0)
+        if positions is None:
+            return timing_signal(
+                length,
+                self.hidden_size,
+                self.min_timescale,
+                self.max_timescale,
+                start_index=start_index,
+                timescale_rule=self.timescale_rule,
+            )  # [1, L, d]
+        return timing_signal_at(
+            positions, self.hidden_size, self.min_timescale, self.max_timescale, self.timescale_rule
+        )  # [B, L, d]
+
+    def call(self, ids, start_index=0, positions=None, zeroed_id=None, training=None):
         _utils.check_rank("ids", ids, ("batch", "length"))
         _utils.check_token_ids("ids", ids, self.vocab_size)
         ids = ops.cast(ids, "int32")
@@ -173,22 +246,15 @@ class SinusoidalEmbedding(keras.layers.Layer):
         if self.scale:
             x = x * ops.cast(self.hidden_size**0.5, x.dtype)
         # t2t zeroes the embedding of padding so it carries no signal.
-        x = x * ops.cast(ops.expand_dims(ops.not_equal(ids, 0), -1), x.dtype)
+        keep = ops.not_equal(ids, 0)  # [B, L]
+        if zeroed_id is not None:
+            keep = ops.logical_and(keep, ops.not_equal(ids, zeroed_id))
+        x = x * ops.cast(ops.expand_dims(keep, -1), x.dtype)
         if not self.add_timing_signal:
             return self.dropout_layer(x, training=training)
-        if positions is None:
-            signal = timing_signal(
-                ops.shape(ids)[1],
-                self.hidden_size,
-                self.min_timescale,
-                self.max_timescale,
-                start_index=start_index,
-            )  # [1, L, d]
-        else:
+        if positions is not None:
             _utils.check_mask_shape("positions", positions, tuple(ids.shape))
-            signal = timing_signal_at(
-                positions, self.hidden_size, self.min_timescale, self.max_timescale
-            )  # [B, L, d]
+        signal = self._signal(ops.shape(ids)[1], start_index, positions)  # [1|B, L, d]
         x = x + ops.cast(signal, x.dtype)
         return self.dropout_layer(x, training=training)
 
@@ -217,6 +283,8 @@ class SinusoidalEmbedding(keras.layers.Layer):
                 "dropout": self.dropout,
                 "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
                 "add_timing_signal": self.add_timing_signal,
+                "timescale_rule": self.timescale_rule,
+                "max_positions": self.max_positions,
             }
         )
         return config

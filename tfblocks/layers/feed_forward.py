@@ -1,8 +1,8 @@
 """Position-wise feed-forward network, t2t `common_layers.dense_relu_dense`.
 
-FFN(x) = W₂·act(W₁x + b₁) + b₂ with dropout (t2t `relu_dropout`) between the two
-`keras.layers.Dense`, which multiply the last axis only: the same two matrices are
-applied to every position of a `[B, L, d]` tensor.
+FFN(x) = W₂·act(W₁x + b₁) + b₂ (act: relu, gelu or swish) with dropout (t2t
+`relu_dropout`) between the two `keras.layers.Dense`, which multiply the last axis only:
+the same two matrices are applied to every position of a `[B, L, d]` tensor.
 """
 
 import keras
@@ -10,7 +10,7 @@ import keras
 from tfblocks.layers import _utils
 from tfblocks.layers.dropout import HashDropout
 
-_ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "swish", "silu")
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -20,7 +20,8 @@ class DenseReluDense(keras.layers.Layer):
     Args:
         filter_size: inner size (t2t `filter_size`, 4 × hidden in the base model).
         output_size: output size; defaults to the input's last dimension.
-        activation: `"relu"` (t2t) or `"gelu"`.
+        activation: `"relu"` (t2t), `"gelu"` (exact, erf form) or `"swish"` / `"silu"`
+            (two names of `x · sigmoid(x)`, Marian / OPUS-MT's choice).
         dropout: dropout rate on the inner activations (t2t `relu_dropout`).
         use_bias: whether both Dense layers have biases (t2t: yes).
         kernel_initializer: initializer of both kernels.
@@ -50,9 +51,9 @@ class DenseReluDense(keras.layers.Layer):
         super().__init__(**kwargs)
         self.filter_size = _utils.check_positive_int("filter_size", filter_size)
         self.output_size = _utils.check_optional_positive_int("output_size", output_size)
-        if activation not in _ACTIVATIONS:
+        if activation not in ACTIVATIONS:
             raise ValueError(
-                f"`activation` must be one of {_ACTIVATIONS}, got activation={activation!r}."
+                f"`activation` must be one of {ACTIVATIONS}, got activation={activation!r}."
             )
         self.activation = activation
         self.dropout = _utils.check_rate("dropout", dropout)
