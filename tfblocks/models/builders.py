@@ -23,7 +23,17 @@ def _from_hparams(hp, num_encoder_layers, name, dtype=None):
         max_relative_position=(
             hp.max_relative_position if hp.self_attention_type == "dot_product_relative" else None
         ),
-        add_timing_signal=hp.pos == "timing",
+        add_timing_signal=hp.pos in ("timing", "emb"),
+        max_positions=hp.max_length if hp.pos == "emb" else None,
+        ffn_activation=hp.ffn_activation,
+        attention_use_bias=hp.attention_use_bias,
+        ffn_use_bias=hp.ffn_use_bias,
+        norm_epsilon=hp.norm_epsilon,
+        scale_embedding=hp.multiply_embedding_mode == "sqrt_depth",
+        timescale_rule=hp.timescale_rule,
+        decoder_start=hp.decoder_start,
+        source_vocab_size=hp.source_vocab_size or None,
+        final_logits_bias=hp.final_logits_bias,
         name=name,
         dtype=dtype,
     )

@@ -17,6 +17,11 @@ transformer_big       6       1024   4096    16     pre      0.3 / 0.1 / 0.1
 `transformer_tiny` with relative position self-attention (`max_relative_position` 20) and
 no sinusoidal timing signal, as t2t's presets of these names.
 
+The architecture options of imported models (Marian / OPUS-MT: `ffn_activation`,
+`attention_use_bias`, `ffn_use_bias`, `norm_epsilon`, `final_logits_bias`,
+`timescale_rule`, `pos="emb"`, `multiply_embedding_mode`, `decoder_start`,
+`source_vocab_size`) default to t2t's values in every preset.
+
 `transformer_base` is t2t's v3: Adam β₂ = 0.997 and the learning rate
 `constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size` with constant 2 and 8000 warmup
 steps. `transformer_base_v1` is the paper's recipe: Post-LN, β₂ = 0.98 and the legacy
@@ -30,12 +35,16 @@ layer counts are explicit (`num_encoder_layers`/`num_decoder_layers` instead of
 import dataclasses
 
 from tfblocks import _checks
+from tfblocks.layers.embedding import TIMESCALE_RULES
+from tfblocks.layers.feed_forward import ACTIVATIONS
+from tfblocks.models.transformer import DECODER_STARTS, LAYER_NORM_EPSILON
 
 RSQRT_DECAY = "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size"
 LEGACY_NOAM = "legacy"
 _SCHEDULES = (RSQRT_DECAY, LEGACY_NOAM)
 SELF_ATTENTION_TYPES = ("dot_product", "dot_product_relative")
-POSITION_SIGNALS = ("timing", "none")
+POSITION_SIGNALS = ("timing", "emb", "none")
+EMBEDDING_MODES = ("sqrt_depth", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +80,27 @@ class HParams:
             2018: learned relative position embeddings in every self-attention,
             `RelativeMultiHeadAttention`; cross-attention stays `"dot_product"`).
         max_relative_position: the largest distance relative attention tells apart.
-        pos: `"timing"` (the sinusoidal timing signal added to the embeddings) or `"none"`
-            (t2t's `pos=None`, as `transformer_relative` sets).
+        pos: `"timing"` (the sinusoidal timing signal added to the embeddings), `"emb"`
+            (a trainable table of `max_length` positions, initialised with that signal;
+            t2t's starts random; an imported model's stored table) or `"none"` (t2t's
+            `pos=None`, as `transformer_relative` sets).
         accumulate_steps: micro-batches per optimizer update (t2t's
             `optimizer_multistep_accumulate_steps`; 1 = none): the update uses the mean
             of their gradients, each micro-batch's token mean weighing equally, and the
             learning-rate schedule counts updates (`compile_transformer`).
+        ffn_activation: `"relu"` (t2t), `"gelu"` or `"swish"` / `"silu"` (Marian).
+        attention_use_bias: biases on the attention's q, k, v and output projections.
+        ffn_use_bias: biases on the FFN's two layers.
+        norm_epsilon: LayerNorm epsilon (t2t's name; 1e-6, Marian 1e-5).
+        final_logits_bias: a trainable bias added to the logits (Marian).
+        timescale_rule: `"t2t"` or `"half_depth"` (Hugging Face's Marian models): the
+            timing signal's timescales spaced over d/2 − 1 or d/2 steps.
+        multiply_embedding_mode: `"sqrt_depth"` (embeddings × √d) or `"none"`.
+        decoder_start: the decoder's first input, `"bos"` (`BOS_ID`'s embedding) or
+            `"zeros"` (t2t's zero vector).
+        source_vocab_size: 0: the source shares the target vocabulary (`vocab_size`);
+            else the size of a separate source vocabulary with its own embedding
+            (`shared_embedding_and_softmax_weights` then ties the target's only).
 
     Example:
 
@@ -110,6 +134,15 @@ class HParams:
     max_relative_position: int = 20
     pos: str = "timing"
     accumulate_steps: int = 1
+    ffn_activation: str = "relu"
+    attention_use_bias: bool = False
+    ffn_use_bias: bool = True
+    norm_epsilon: float = LAYER_NORM_EPSILON
+    final_logits_bias: bool = False
+    timescale_rule: str = "t2t"
+    multiply_embedding_mode: str = "sqrt_depth"
+    decoder_start: str = "bos"
+    source_vocab_size: int = 0
 
     def __post_init__(self):
         for name in (
@@ -135,9 +168,21 @@ class HParams:
             "optimizer_adam_beta2",
         ):
             _checks.check_rate(name, getattr(self, name))
-        for name in ("learning_rate", "learning_rate_constant", "optimizer_adam_epsilon"):
+        _checks.check_non_negative_int("source_vocab_size", self.source_vocab_size)
+        for name in (
+            "learning_rate",
+            "learning_rate_constant",
+            "optimizer_adam_epsilon",
+            "norm_epsilon",
+        ):
             _checks.check_positive_float(name, getattr(self, name))
-        for name in ("norm_first", "shared_embedding_and_softmax_weights"):
+        for name in (
+            "norm_first",
+            "shared_embedding_and_softmax_weights",
+            "attention_use_bias",
+            "ffn_use_bias",
+            "final_logits_bias",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be a bool, got {name}={getattr(self, name)!r}.")
         if self.hidden_size % self.num_heads:
@@ -147,6 +192,12 @@ class HParams:
             )
         _checks.check_choice("self_attention_type", self.self_attention_type, SELF_ATTENTION_TYPES)
         _checks.check_choice("pos", self.pos, POSITION_SIGNALS)
+        _checks.check_choice("ffn_activation", self.ffn_activation, ACTIVATIONS)
+        _checks.check_choice("timescale_rule", self.timescale_rule, TIMESCALE_RULES)
+        _checks.check_choice(
+            "multiply_embedding_mode", self.multiply_embedding_mode, EMBEDDING_MODES
+        )
+        _checks.check_choice("decoder_start", self.decoder_start, DECODER_STARTS)
         if self.learning_rate_schedule not in _SCHEDULES:
             raise ValueError(
                 f"`learning_rate_schedule` must be one of {_SCHEDULES}, got "

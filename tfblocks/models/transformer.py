@@ -43,6 +43,15 @@ from `<s>` as the study notes describe.
 Layout (t2t `transformer.body`): `SinusoidalEmbedding` (× √d + timing signal +
 dropout) → `TransformerBlock`s (→ LayerNorm when Pre-LN) → causal decoder blocks with
 cross-attention over the encoder output (→ LayerNorm when Pre-LN) → softmax.
+
+Architectures of imported models (Marian / OPUS-MT) are options of the same layers, t2t's
+values the defaults: the FFN activation (`ffn_activation="swish"`), biases on the attention
+projections (`attention_use_bias`) and the FFN (`ffn_use_bias`), `norm_epsilon`, a bias
+added to the float32 logits (`final_logits_bias`), the timing signal's `timescale_rule`
+and a stored position table (`max_positions`), `scale_embedding`, the decoder's first
+input (`decoder_start`: `BOS_ID`'s embedding, or t2t's zero vector), and a separate source
+vocabulary (`source_vocab_size`) with a tied or untied softmax. Post-LN stacks
+(`norm_first=False`) end without a LayerNorm, as Hugging Face's Marian models do.
 """
 
 import keras
@@ -58,8 +67,11 @@ from tfblocks.ids import (
     PAD_ID,
 )
 from tfblocks.layers import SinusoidalEmbedding, TransformerBlock, segment_mask
+from tfblocks.layers.embedding import TIMESCALE_RULES
+from tfblocks.layers.feed_forward import ACTIVATIONS
 
 LAYER_NORM_EPSILON = 1e-6
+DECODER_STARTS = ("bos", "zeros")
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -71,10 +83,12 @@ class _TiedEmbedding(SinusoidalEmbedding):
     through `.keras` serialization.
     """
 
-    def call(self, x, start_index=0, positions=None, reverse=False, training=None):
+    def call(self, x, start_index=0, positions=None, zeroed_id=None, reverse=False, training=None):
         if reverse:
             return self.attend(x)  # [B, T, vocab]
-        return super().call(x, start_index=start_index, positions=positions, training=training)
+        return super().call(
+            x, start_index=start_index, positions=positions, zeroed_id=zeroed_id, training=training
+        )
 
     def compute_mask(self, x, previous_mask=None):
         # The logits carry no mask: padding is excluded by the loss and metrics.
@@ -82,10 +96,34 @@ class _TiedEmbedding(SinusoidalEmbedding):
             return None
         return super().compute_mask(x, previous_mask)
 
-    def compute_output_spec(self, x, start_index=0, positions=None, reverse=False, training=None):
+    def compute_output_spec(
+        self, x, start_index=0, positions=None, zeroed_id=None, reverse=False, training=None
+    ):
         last = self.vocab_size if reverse else self.hidden_size
         shape = tuple(x.shape[:-1]) if reverse else tuple(x.shape)
         return keras.KerasTensor((*shape, last), dtype=self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="tfblocks")
+class _LogitsBias(keras.layers.Layer):
+    """Adds a bias `[vocab]` to float32 logits `[..., vocab]` (Marian's `final_logits_bias`,
+    added after the tied or untied projection)."""
+
+    def __init__(self, vocab_size, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = _checks.check_positive_int("vocab_size", vocab_size)
+
+    def build(self, logits_shape=None):
+        self.bias = self.add_weight(name="bias", shape=(self.vocab_size,), initializer="zeros")
+
+    def call(self, logits):
+        return logits + ops.cast(self.bias, logits.dtype)  # [..., vocab]
+
+    def compute_output_shape(self, logits_shape):
+        return tuple(logits_shape)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size}
 
 
 def padding_mask(ids):
@@ -131,7 +169,8 @@ class Transformer(keras_hub.models.Backbone):
     `build_language_model(hp)`; the constructor takes the architecture explicitly.
 
     Args:
-        vocab_size: token ids `[0, vocab_size)`; 0 is padding.
+        vocab_size: token ids `[0, vocab_size)` (of the target, and of the source unless
+            `source_vocab_size` is given); 0 is padding.
         hidden_size: d_model.
         filter_size: inner size of the feed-forward networks.
         num_heads: attention heads.
@@ -148,6 +187,30 @@ class Transformer(keras_hub.models.Backbone):
             distance; None = plain dot-product attention.
         add_timing_signal: add the sinusoidal timing signal to the embeddings (t2t
             `pos="timing"`; `transformer_relative` turns it off).
+        ffn_activation: the FFN activation, `"relu"` (t2t), `"gelu"` or `"swish"` /
+            `"silu"` (Marian).
+        attention_use_bias: biases on the q, k, v and output projections (t2t: none;
+            Marian: all).
+        ffn_use_bias: biases on the two FFN layers (t2t and Marian: yes).
+        norm_epsilon: every LayerNorm's epsilon (t2t 1e-6; Marian / Hugging Face 1e-5).
+        scale_embedding: multiply the embeddings by √d (t2t
+            `multiply_embedding_mode="sqrt_depth"`, Marian's `scale_embedding`).
+        timescale_rule: the timing signal's spacing of timescales, `"t2t"` (over d/2 − 1
+            steps, also Marian's C++ code) or `"half_depth"` (over d/2: Hugging Face's
+            Marian models); see `tfblocks.layers.timing_signal`.
+        max_positions: None computes the timing signal; an int reads it from a table
+            weight of that many positions per embedding (`position_embeddings`,
+            initialised with the signal; t2t `pos="emb"`, an imported model's table).
+        decoder_start: the decoder's first input: `"bos"` (the embedding of `BOS_ID`, which
+            the shifted targets start with) or `"zeros"` (t2t's zero vector; the id stays
+            `BOS_ID`, its embedding is zeroed; the timing signal is still added).
+        source_vocab_size: None: the source uses the target vocabulary (and, with
+            `shared_embedding_and_softmax_weights`, the same matrix); an int: the source
+            has its own vocabulary and embedding matrix of that size, and
+            `shared_embedding_and_softmax_weights` ties only the target embedding and the
+            softmax. Encoder–decoder only.
+        final_logits_bias: add a trainable bias `[vocab_size]` (zeros at first) to the
+            float32 logits, after the tied or untied projection (Marian).
         dtype: dtype policy of every sublayer (e.g. `"mixed_bfloat16"`); defaults to
             the global policy. The logits are float32 either way.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
@@ -186,6 +249,16 @@ class Transformer(keras_hub.models.Backbone):
         shared_embedding_and_softmax_weights=True,
         max_relative_position=None,
         add_timing_signal=True,
+        ffn_activation="relu",
+        attention_use_bias=False,
+        ffn_use_bias=True,
+        norm_epsilon=LAYER_NORM_EPSILON,
+        scale_embedding=True,
+        timescale_rule="t2t",
+        max_positions=None,
+        decoder_start="bos",
+        source_vocab_size=None,
+        final_logits_bias=False,
         dtype=None,
         **kwargs,
     ):
@@ -211,14 +284,40 @@ class Transformer(keras_hub.models.Backbone):
         )
         has_input = num_encoder_layers > 0
         tied = bool(shared_embedding_and_softmax_weights)
+        _checks.check_choice("ffn_activation", ffn_activation, ACTIVATIONS)
+        for name, value in (
+            ("attention_use_bias", attention_use_bias),
+            ("ffn_use_bias", ffn_use_bias),
+            ("scale_embedding", scale_embedding),
+            ("final_logits_bias", final_logits_bias),
+        ):
+            _checks.check_bool(name, value)
+        norm_epsilon = _checks.check_positive_float("norm_epsilon", norm_epsilon)
+        _checks.check_choice("timescale_rule", timescale_rule, TIMESCALE_RULES)
+        max_positions = _checks.check_optional_positive_int("max_positions", max_positions)
+        _checks.check_choice("decoder_start", decoder_start, DECODER_STARTS)
+        source_vocab_size = _checks.check_optional_positive_int(
+            "source_vocab_size", source_vocab_size
+        )
+        if source_vocab_size is not None and not has_input:
+            raise ValueError(
+                "A decoder-only language model (num_encoder_layers=0) has no source "
+                f"vocabulary, got source_vocab_size={source_vocab_size}."
+            )
+        separate_source = has_input and (not tied or source_vocab_size is not None)
+        # The embedding call argument that makes the decoder's first input a zero vector.
+        self._zeroed_start = BOS_ID if decoder_start == "zeros" else None
 
         # === Layers ===
-        def embedding(cls, name):
+        def embedding(cls, name, size=vocab_size):
             return cls(
-                vocab_size,
+                size,
                 hidden_size,
                 dropout=dropout,
                 add_timing_signal=add_timing_signal,
+                scale=scale_embedding,
+                timescale_rule=timescale_rule,
+                max_positions=max_positions,
                 dtype=dtype,
                 name=name,
             )
@@ -233,7 +332,10 @@ class Transformer(keras_hub.models.Backbone):
                 norm_first=norm_first,
                 causal=decoder,
                 cross_attention=decoder and has_input,
-                epsilon=LAYER_NORM_EPSILON,
+                activation=ffn_activation,
+                use_bias=attention_use_bias,
+                ffn_use_bias=ffn_use_bias,
+                epsilon=norm_epsilon,
                 max_relative_position=max_relative_position,
                 dtype=dtype,
                 name=name,
@@ -242,22 +344,25 @@ class Transformer(keras_hub.models.Backbone):
         def norm(name):
             if not norm_first:
                 return None
-            return keras.layers.LayerNormalization(
-                epsilon=LAYER_NORM_EPSILON, dtype=dtype, name=name
-            )
+            return keras.layers.LayerNormalization(epsilon=norm_epsilon, dtype=dtype, name=name)
 
         if tied:
-            self.target_embedding = embedding(_TiedEmbedding, "embedding")
-            self.source_embedding = self.target_embedding if has_input else None
-            self.softmax = None
+            self.target_embedding = embedding(
+                _TiedEmbedding, "target_embedding" if separate_source else "embedding"
+            )
         else:
             self.target_embedding = embedding(SinusoidalEmbedding, "target_embedding")
-            self.source_embedding = (
-                embedding(SinusoidalEmbedding, "source_embedding") if has_input else None
+        if separate_source:
+            self.source_embedding = embedding(
+                SinusoidalEmbedding, "source_embedding", source_vocab_size or vocab_size
             )
-            self.softmax = keras.layers.Dense(
-                vocab_size, use_bias=False, dtype=dtype, name="softmax"
-            )
+        else:
+            self.source_embedding = self.target_embedding if has_input else None
+        self.softmax = (
+            None
+            if tied
+            else keras.layers.Dense(vocab_size, use_bias=False, dtype=dtype, name="softmax")
+        )
         self.encoder_blocks = [
             block(f"encoder_layer_{i}", False) for i in range(num_encoder_layers)
         ]
@@ -265,6 +370,11 @@ class Transformer(keras_hub.models.Backbone):
         self.decoder_blocks = [block(f"decoder_layer_{i}", True) for i in range(num_decoder_layers)]
         self.decoder_norm = norm("decoder_norm")
         self.logits_dtype = keras.layers.Activation("linear", dtype="float32", name="logits")
+        self.logits_bias = (
+            _LogitsBias(vocab_size, dtype="float32", name="final_logits_bias")
+            if final_logits_bias
+            else None
+        )
 
         # === Functional model: the methods below, traced once on keras.Input ===
         if has_input:
@@ -293,6 +403,16 @@ class Transformer(keras_hub.models.Backbone):
         self.shared_embedding_and_softmax_weights = tied
         self.max_relative_position = max_relative_position
         self.add_timing_signal = bool(add_timing_signal)
+        self.ffn_activation = ffn_activation
+        self.attention_use_bias = attention_use_bias
+        self.ffn_use_bias = ffn_use_bias
+        self.norm_epsilon = norm_epsilon
+        self.scale_embedding = scale_embedding
+        self.timescale_rule = timescale_rule
+        self.max_positions = max_positions
+        self.decoder_start = decoder_start
+        self.source_vocab_size = source_vocab_size
+        self.final_logits_bias = final_logits_bias
 
     @property
     def has_input(self):
@@ -415,7 +535,9 @@ class Transformer(keras_hub.models.Backbone):
                         "`segment_ids`, got source_segment_ids=None."
                     )
                 cross_pair = segment_mask(segment_ids, source_segment_ids)  # [B, T, S]
-        x = self.target_embedding(decoder_ids, positions=positions, training=training)  # [B, T, d]
+        x = self.target_embedding(
+            decoder_ids, positions=positions, zeroed_id=self._zeroed_start, training=training
+        )  # [B, T, d]
         target_mask = padding_mask(decoder_ids)  # [B, T]
         scores = []
         for block in self.decoder_blocks:
@@ -486,7 +608,9 @@ class Transformer(keras_hub.models.Backbone):
                 f"`cache` must hold one entry per decoder block ({len(self.decoder_blocks)}), "
                 f"got {len(cache)}."
             )
-        x = self.target_embedding(decoder_ids, start_index=index, training=training)
+        x = self.target_embedding(
+            decoder_ids, start_index=index, zeroed_id=self._zeroed_start, training=training
+        )  # [B, T, d]
         new_cache = []
         for block, block_cache in zip(self.decoder_blocks, cache, strict=True):
             x, block_cache = block(
@@ -501,12 +625,14 @@ class Transformer(keras_hub.models.Backbone):
         return x, new_cache
 
     def logits(self, hidden):
-        """Float32 logits `[..., vocab]` of decoder hidden states `[..., d]`."""
+        """Float32 logits `[..., vocab]` of decoder hidden states `[..., d]` (plus the
+        `final_logits_bias` when the model has one)."""
         if self.softmax is None:
             logits = self.target_embedding(hidden, reverse=True)  # tied: h · Eᵀ
         else:
             logits = self.softmax(hidden)
-        return self.logits_dtype(logits)
+        logits = self.logits_dtype(logits)  # float32
+        return logits if self.logits_bias is None else self.logits_bias(logits)
 
     def init_cache(self, batch_size, max_length, encoder_output=None):
         """Per-decoder-block caches for incremental decoding (t2t `fast_decode`).
@@ -540,6 +666,16 @@ class Transformer(keras_hub.models.Backbone):
             "shared_embedding_and_softmax_weights": self.shared_embedding_and_softmax_weights,
             "max_relative_position": self.max_relative_position,
             "add_timing_signal": self.add_timing_signal,
+            "ffn_activation": self.ffn_activation,
+            "attention_use_bias": self.attention_use_bias,
+            "ffn_use_bias": self.ffn_use_bias,
+            "norm_epsilon": self.norm_epsilon,
+            "scale_embedding": self.scale_embedding,
+            "timescale_rule": self.timescale_rule,
+            "max_positions": self.max_positions,
+            "decoder_start": self.decoder_start,
+            "source_vocab_size": self.source_vocab_size,
+            "final_logits_bias": self.final_logits_bias,
         }
 
 
