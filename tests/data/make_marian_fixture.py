@@ -189,6 +189,8 @@ def build(name, spec, seed):
     # A random model seldom ends a sentence: EOS's logit bias is raised a little.
     randomize(model, torch.Generator().manual_seed(seed), EOS_BOOST)
     model.save_pretrained(folder)
+    # What the files hold, as a user loads them (tied weights as saved, not as in memory).
+    model = MarianMTModel.from_pretrained(folder).eval()
     with tempfile.TemporaryDirectory() as scratch:  # the tokenizer's own files
         tokenizer.save_pretrained(scratch)
         for file in ("tokenizer_config.json", "special_tokens_map.json"):
@@ -237,8 +239,8 @@ def record(name, model, tokenizer, spec):
     without = step_logits.clone()
     without[..., pad] = -float("inf")
     no_pad = torch.log_softmax(without, -1).gather(-1, sequences[..., None])[..., 0]
-    full = (full * real).sum(1)
-    no_pad = (no_pad * real).sum(1)
+    full = torch.where(real, full, 0.0).sum(1)
+    no_pad = torch.where(real, no_pad, 0.0).sum(1)  # (-inf at padding otherwise)
     lengths = real.sum(1).double()
     # HF's score is the summed log-probability over (generated tokens) ** length_penalty;
     # a hypothesis that reached `max_new_tokens` got EOS forced (log-probability 0 added).
