@@ -3,6 +3,7 @@
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models.builders import build_language_model, build_transformer
 from tfblocks.models.hparams import PRESETS, HParams, hparams
+from tfblocks.models.marian import MarianImport, import_marian
 from tfblocks.models.preset import Preset, load_preset, load_target_tokenizer, save_preset
 from tfblocks.models.transformer import Transformer, padding_mask, shift_right
 
@@ -13,11 +14,13 @@ __all__ = [
     "PRESETS",
     "UNK_ID",
     "HParams",
+    "MarianImport",
     "Preset",
     "Transformer",
     "build_language_model",
     "build_transformer",
     "hparams",
+    "import_marian",
     "load_preset",
     "load_target_tokenizer",
     "padding_mask",

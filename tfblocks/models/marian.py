@@ -95,7 +95,8 @@ def import_marian(path):
     embedding = _embedding(weights, path)
     _check_vocab(vocab, size, embedding.shape, path)
     order = _order(config, vocab, size)  # Marian id of each tfblocks id
-    hp = _hparams(config, weights, len(order))
+    generation = _generation(path)
+    hp = _hparams(config, weights, len(order), generation)
     model = build_transformer(hp)
     _assign(model, config, weights, embedding, order, path)
     pieces = _pieces(vocab, order)
@@ -103,7 +104,7 @@ def import_marian(path):
     for side in ("source", "target"):
         with open(os.path.join(path, f"{side}.spm"), "rb") as f:
             tokenizers.append(reordered_tokenizer(f.read(), pieces, name=f"{side}_tokenizer"))
-    return MarianImport(model, *tokenizers, hp, _generation(path))
+    return MarianImport(model, *tokenizers, hp, generation)
 
 
 def _fail(path, message):
@@ -227,7 +228,17 @@ def _pieces(vocab, order):
     return pieces
 
 
-def _hparams(config, weights, vocab_size):
+def _max_length(config, generation, stored):
+    """`HParams.max_length`: the stored position table's size, or the longest output of
+    `generation_config.json` (HF's `max_length` counts the decoder start, tfblocks' not),
+    within the model's positions."""
+    positions = int(config.get("max_position_embeddings", 512))
+    if stored or "max_length" not in generation:
+        return positions
+    return max(2, min(positions, generation["max_length"] - 1))
+
+
+def _hparams(config, weights, vocab_size, generation):
     stored = "model.encoder.embed_positions.weight" in weights
     return hparams(
         "transformer_base_v1",
@@ -242,7 +253,7 @@ def _hparams(config, weights, vocab_size):
         relu_dropout=float(config.get("activation_dropout", 0.0)),
         norm_first=False,
         shared_embedding_and_softmax_weights=bool(config.get("tie_word_embeddings", True)),
-        max_length=int(config.get("max_position_embeddings", 512)),
+        max_length=_max_length(config, generation, stored),
         pos="emb" if stored else "timing",
         ffn_activation=_ACTIVATIONS[config.get("activation_function", "swish")],
         attention_use_bias=True,

@@ -31,6 +31,7 @@ from tfblocks.text.tokenizers import (
     train_tokenizer,
     train_tokenizers,
 )
+from tfblocks.text.vocabulary import reordered_tokenizer
 
 __all__ = [
     "BOS_ID",
@@ -53,6 +54,7 @@ __all__ = [
     "read_parallel",
     "read_sentences",
     "read_tsv",
+    "reordered_tokenizer",
     "remove_japanese_spaces",
     "train_tokenizer",
     "train_tokenizers",
