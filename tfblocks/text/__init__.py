@@ -54,8 +54,8 @@ __all__ = [
     "read_parallel",
     "read_sentences",
     "read_tsv",
-    "reordered_tokenizer",
     "remove_japanese_spaces",
+    "reordered_tokenizer",
     "train_tokenizer",
     "train_tokenizers",
 ]
