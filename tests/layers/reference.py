@@ -104,3 +104,60 @@ def t2t_local_1d_visibility(length, block_length, filter_width):
         rows = np.arange(n * block_length, min((n + 1) * block_length, length))
         seen[np.ix_(rows, keys)] = True
     return seen
+
+
+def _weight(w):
+    return np.asarray(w, "float64")
+
+
+def _bias(dense):
+    return 0.0 if dense.bias is None else _weight(dense.bias)
+
+
+def _attention(x, ctx, mha, mask):
+    denses = (mha.query_dense, mha.key_dense, mha.value_dense, mha.output_dense)
+    ws = [_weight(d.kernel) for d in denses]
+    biases = [_bias(d) for d in denses]
+    return attention(x, ctx, *ws, mha.num_heads, mask, biases=biases)[0]
+
+
+def _norm(x, ln):
+    return layer_norm(x, _weight(ln.gamma), _weight(ln.beta), eps=ln.epsilon)
+
+
+def _ffn(x, ffn):
+    h = x @ _weight(ffn.filter_dense.kernel) + _bias(ffn.filter_dense)
+    h = activation(ffn.activation, h)
+    return h @ _weight(ffn.output_dense.kernel) + _bias(ffn.output_dense)
+
+
+def transformer_block(block, x, ctx=None, mask=None, ctx_mask=None):
+    """A built `TransformerBlock` written out with these references and its weights (no
+    dropout); `mask` / `ctx_mask`: boolean `[B, T]` / `[B, S]` padding masks."""
+    t = x.shape[1]
+    self_mask = np.ones((x.shape[0], t, t), bool)
+    if mask is not None:
+        self_mask &= mask[:, :, None] & mask[:, None, :]
+    if block.causal:
+        self_mask &= np.tril(np.ones((t, t), bool))[None]
+
+    def sub(h, norm, fn):
+        if block.norm_first:
+            return h + fn(_norm(h, norm))
+        return _norm(h + fn(h), norm)
+
+    x = sub(
+        x, block.self_attention_norm, lambda h: _attention(h, h, block.self_attention, self_mask)
+    )
+    if block.cross_attention:
+        cross_mask = np.ones((x.shape[0], t, ctx.shape[1]), bool)
+        if mask is not None:
+            cross_mask &= mask[:, :, None]
+        if ctx_mask is not None:
+            cross_mask &= ctx_mask[:, None, :]
+        x = sub(
+            x,
+            block.cross_attention_norm,
+            lambda h: _attention(h, ctx, block.cross_attention, cross_mask),
+        )
+    return sub(x, block.ffn_norm, lambda h: _ffn(h, block.ffn))

@@ -16,58 +16,6 @@ def _np(x):
     return keras.ops.convert_to_numpy(x).astype("float64")
 
 
-def _bias(dense):
-    return 0.0 if dense.bias is None else _np(dense.bias)
-
-
-def _attention(x, ctx, mha, mask):
-    denses = (mha.query_dense, mha.key_dense, mha.value_dense, mha.output_dense)
-    ws = [_np(d.kernel) for d in denses]
-    biases = [_bias(d) for d in denses]
-    return reference.attention(x, ctx, *ws, mha.num_heads, mask, biases=biases)[0]
-
-
-def _norm(x, ln):
-    return reference.layer_norm(x, _np(ln.gamma), _np(ln.beta), eps=ln.epsilon)
-
-
-def _ffn(x, ffn):
-    h = x @ _np(ffn.filter_dense.kernel) + _bias(ffn.filter_dense)
-    h = reference.activation(ffn.activation, h)
-    return h @ _np(ffn.output_dense.kernel) + _bias(ffn.output_dense)
-
-
-def _reference_block(block, x, ctx=None, mask=None, ctx_mask=None):
-    """The block written out with the NumPy reference (no dropout)."""
-    t = x.shape[1]
-    self_mask = np.ones((x.shape[0], t, t), bool)
-    if mask is not None:
-        self_mask &= mask[:, :, None] & mask[:, None, :]
-    if block.causal:
-        self_mask &= np.tril(np.ones((t, t), bool))[None]
-
-    def sub(h, norm, fn):
-        if block.norm_first:
-            return h + fn(_norm(h, norm))
-        return _norm(h + fn(h), norm)
-
-    x = sub(
-        x, block.self_attention_norm, lambda h: _attention(h, h, block.self_attention, self_mask)
-    )
-    if block.cross_attention:
-        cross_mask = np.ones((x.shape[0], t, ctx.shape[1]), bool)
-        if mask is not None:
-            cross_mask &= mask[:, :, None]
-        if ctx_mask is not None:
-            cross_mask &= ctx_mask[:, None, :]
-        x = sub(
-            x,
-            block.cross_attention_norm,
-            lambda h: _attention(h, ctx, block.cross_attention, cross_mask),
-        )
-    return sub(x, block.ffn_norm, lambda h: _ffn(h, block.ffn))
-
-
 def _randomize_norms(block):
     """Random LayerNorm scales and offsets, and random biases where the block has them."""
     for ln in (block.self_attention_norm, block.cross_attention_norm, block.ffn_norm):
@@ -148,7 +96,9 @@ def test_matches_numpy_reference(norm_first, decoder):
     block(x, padding_mask=mask, **kwargs)
     _randomize_norms(block)
     got = _np(block(x, padding_mask=mask, **kwargs))
-    want = _reference_block(block, x.astype("float64"), ctx, mask, ctx_mask if decoder else None)
+    want = reference.transformer_block(
+        block, x.astype("float64"), ctx, mask, ctx_mask if decoder else None
+    )
     np.testing.assert_allclose(got[mask], want[mask], atol=2e-5, rtol=1e-5)
 
 
@@ -184,7 +134,7 @@ def test_architecture_options_match_numpy_reference(options, decoder):
     assert ("filter_dense" in has_bias) == options["ffn_use_bias"]
     assert block.ffn_norm.epsilon == options.get("epsilon", 1e-6)
     got = _np(block(x, padding_mask=mask, **kwargs))
-    want = _reference_block(block, x.astype("float64"), ctx, mask)
+    want = reference.transformer_block(block, x.astype("float64"), ctx, mask)
     np.testing.assert_allclose(got[mask], want[mask], atol=2e-5, rtol=1e-5)
 
 

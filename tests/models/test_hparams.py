@@ -92,6 +92,16 @@ def test_unknown_field_lists_valid_ones():
         ("learning_rate", float("nan")),
         ("accumulate_steps", 0),
         ("accumulate_steps", 2.0),
+        ("ffn_activation", "tanh"),
+        ("attention_use_bias", 1),
+        ("ffn_use_bias", "yes"),
+        ("final_logits_bias", 0),
+        ("norm_epsilon", 0.0),
+        ("timescale_rule", "marian"),
+        ("pos", "learned"),
+        ("multiply_embedding_mode", "sqrt"),
+        ("decoder_start", "pad"),
+        ("source_vocab_size", -1),
     ],
 )
 def test_invalid_values_name_the_field(field, value):

@@ -112,6 +112,7 @@ class _LogitsBias(keras.layers.Layer):
     def __init__(self, vocab_size, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = _checks.check_positive_int("vocab_size", vocab_size)
+        self.supports_masking = True  # what reaches it passes on, as without the bias
 
     def build(self, logits_shape=None):
         self.bias = self.add_weight(name="bias", shape=(self.vocab_size,), initializer="zeros")
