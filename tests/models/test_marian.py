@@ -109,6 +109,53 @@ def test_multilingual_tag_stays_one_piece():
     assert ids[0] == tag + 2  # tfblocks id of the tag
 
 
+def _hf_positions(length, channels):
+    """Hugging Face's sinusoidal table (what older transformers stored): sin of the even
+    channels' angles, then cos of the odd ones'."""
+    j = np.arange(channels)
+    angles = np.arange(length)[:, None] / np.power(10000, 2 * (j // 2) / channels)[None]
+    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], 1)
+
+
+def _logits_of(folder, name="shared"):
+    expected = dict(np.load(os.path.join(DATA, f"{name}.npz")))
+    imported = import_marian(folder)
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    to_tf = np.arange(config["vocab_size"]) + 2
+    to_tf[[config["pad_token_id"], config["eos_token_id"], 1]] = [PAD_ID, 1, 2]
+    source, target = to_tf[expected["source_ids"]], to_tf[expected["target_ids"]]
+    logits = imported.model({"inputs": source, "targets": target}).numpy()[..., to_tf]
+    real = target != PAD_ID
+    return imported, logits[real], expected["logits"][real]
+
+
+def test_stored_position_tables_and_untied_softmax_are_read(tmp_path):
+    """Older saves hold `embed_positions.weight` (read into a position table) and untied
+    models `lm_head.weight` (the softmax): the logits stay Hugging Face's."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = _copy(tmp_path)
+    weights = load_file(folder / "model.safetensors")
+    config = json.loads((folder / "config.json").read_text())
+    table = _hf_positions(config["max_position_embeddings"], config["d_model"])
+    for side in ("encoder", "decoder"):
+        # Off by 1e-3 from the formula, so that reading the table is what is tested.
+        weights[f"model.{side}.embed_positions.weight"] = (table + 1e-3).astype(np.float32)
+    weights["lm_head.weight"] = weights["model.shared.weight"]
+    save_file(weights, folder / "model.safetensors")
+    _edit_config(folder, tie_word_embeddings=False)
+    imported, got, want = _logits_of(folder)
+    assert imported.hparams.pos == "emb" and imported.model.softmax is not None
+    assert not np.allclose(got, want, atol=1e-4)  # the shifted table was used
+    weights = {k: v for k, v in weights.items() if "embed_positions" not in k}
+    for side in ("encoder", "decoder"):
+        weights[f"model.{side}.embed_positions.weight"] = table.astype(np.float32)
+    save_file(weights, folder / "model.safetensors")
+    _, got, want = _logits_of(folder)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+
+
 def _copy(tmp_path, name="shared"):
     folder = tmp_path / name
     shutil.copytree(os.path.join(DATA, name), folder)
@@ -142,6 +189,15 @@ def _copy(tmp_path, name="shared"):
             r"embedding 65 rows",
         ),
         (lambda f: _truncate(f / "model.safetensors"), r"model\.safetensors: not a readable"),
+        (
+            lambda f: shutil.copy(f / "vocab.json", f / "target_vocab.json"),
+            r"target_vocab\.json: unsupported: separate source and target vocabularies",
+        ),
+        (
+            lambda f: _edit_config(f, decoder_ffn_dim=8),
+            r"config\.json: unsupported decoder_ffn_dim=8: tfblocks needs it equal to "
+            r"encoder_ffn_dim=32",
+        ),
     ],
 )
 def test_import_errors_name_the_file_and_value(tmp_path, edit, message):

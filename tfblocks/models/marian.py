@@ -82,10 +82,15 @@ def import_marian(path):
 
     Example:
 
-    >>> import os
-    >>> folder = os.path.join("tests", "data", "marian", "shared")
-    >>> imported = import_marian(folder)  # doctest: +SKIP
-    >>> imported.source_tokenizer.tokenize(["the cat"])  # doctest: +SKIP
+    >>> import os, tfblocks
+    >>> folder = os.path.join(os.path.dirname(tfblocks.__file__), os.pardir, "tests", "data",
+    ...                       "marian", "shared")  # a tiny random OPUS-MT folder
+    >>> model, source_tokenizer, target_tokenizer, hp, generation = import_marian(folder)
+    >>> ids = source_tokenizer.tokenize(["the cat sits on the mat."])
+    >>> tuple(model({"inputs": ids.to_tensor(), "targets": ids.to_tensor()}).shape)
+    (1, 18, 66)
+    >>> generation, hp.ffn_activation, model.vocab_size
+    ({'num_beams': 4, 'max_length': 64}, 'swish', 66)
     """
     path = os.fspath(path)
     config = _read_config(path)
@@ -141,6 +146,12 @@ def _read_config(path):
     activation = config.get("activation_function", "swish")
     if activation not in _ACTIVATIONS:
         _fail(file, f"unsupported activation_function={activation!r} ({sorted(_ACTIVATIONS)}).")
+    if os.path.isfile(os.path.join(path, "target_vocab.json")):
+        _fail(
+            os.path.join(path, "target_vocab.json"),
+            "unsupported: separate source and target vocabularies (tfblocks imports one "
+            "vocab.json for both sides).",
+        )
     for key in ("decoder_vocab_size",):
         if config.get(key) not in (None, config.get("vocab_size")):
             _fail(
