@@ -194,6 +194,10 @@ def _copy(tmp_path, name="shared"):
             r"target_vocab\.json: unsupported: separate source and target vocabularies",
         ),
         (
+            lambda f: _edit_config(f, pad_token_id=999),
+            r"config\.json: unsupported pad_token_id=999 \(an id below vocab_size=65\)",
+        ),
+        (
             lambda f: _edit_config(f, decoder_ffn_dim=8),
             r"config\.json: unsupported decoder_ffn_dim=8: tfblocks needs it equal to "
             r"encoder_ffn_dim=32",

@@ -99,7 +99,7 @@ def import_marian(path):
     size = int(config["vocab_size"])
     embedding = _embedding(weights, path)
     _check_vocab(vocab, size, embedding.shape, path)
-    order = _order(config, vocab, size)  # Marian id of each tfblocks id
+    order = _order(config, vocab, size, path)  # Marian id of each tfblocks id
     generation = _generation(path)
     hp = _hparams(config, weights, len(order), generation)
     model = build_transformer(hp)
@@ -214,7 +214,7 @@ def _check_vocab(vocab, size, shape, path):
         _fail(file, f"the ids must be 0…{size - 1}, each once.")
 
 
-def _order(config, vocab, size):
+def _order(config, vocab, size, path):
     """The Marian id of each tfblocks id: pad, EOS, unknown, decoder start, then the rest."""
     special = {
         PAD_ID: config.get("pad_token_id"),
@@ -222,11 +222,18 @@ def _order(config, vocab, size):
         UNK_ID: vocab.get("<unk>"),
         BOS_ID: config.get("decoder_start_token_id", config.get("pad_token_id")),
     }
-    for tf_id, key in ((PAD_ID, "pad_token_id"), (EOS_ID, "eos_token_id")):
+    for tf_id, key in (
+        (PAD_ID, "pad_token_id"),
+        (EOS_ID, "eos_token_id"),
+        (BOS_ID, "decoder_start_token_id"),
+    ):
         if not isinstance(special[tf_id], int) or not 0 <= special[tf_id] < size:
-            raise ValueError(f"config.json: unsupported {key}={special[tf_id]!r}.")
+            _fail(
+                os.path.join(path, "config.json"),
+                f"unsupported {key}={special[tf_id]!r} (an id below vocab_size={size}).",
+            )
     if special[UNK_ID] is None:
-        raise ValueError("vocab.json: no '<unk>' piece.")
+        _fail(os.path.join(path, "vocab.json"), "no '<unk>' piece.")
     taken = {special[PAD_ID], special[EOS_ID], special[UNK_ID]}
     rest = [i for i in range(size) if i not in taken]
     return np.array([special[i] for i in (PAD_ID, EOS_ID, UNK_ID, BOS_ID)] + rest)
