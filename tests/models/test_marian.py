@@ -226,3 +226,36 @@ def _edit_vocab(folder):
 def _truncate(file):
     data = file.read_bytes()
     file.write_bytes(data[: len(data) // 2])
+
+
+def _pairs_of(imported):
+    """A made-up corpus in the imported tokenizers' ids: `(inputs, targets)` padded."""
+    sources = ["the cat sits.", "the dog sleeps.", "the train is late.", "it rains."] * 5
+    targets = ["die katze sitzt.", "der hund schläft.", "der zug ist spät.", "es regnet."] * 5
+    source = imported.source_tokenizer.tokenize(sources).to_tensor().numpy()
+    target = imported.target_tokenizer.tokenize(targets).to_tensor().numpy()
+    return {"inputs": source, "targets": target}, target
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_fine_tuning_an_import_lowers_its_loss(lora):
+    from tfblocks.training import compile_transformer
+    from tfblocks.training.lora import enable_lora
+
+    imported = import_marian(os.path.join(DATA, "shared"))
+    model = imported.model
+    if lora:
+        enable_lora(model, rank=2)
+    # The frozen weights (not the dropout layers' integer seed counters).
+    frozen = [v for v in model.non_trainable_variables if "float" in str(v.dtype)]
+    base = [v.numpy().copy() for v in frozen]
+    compile_transformer(model, imported.hparams, jit_compile=False, learning_rate=3e-3)
+    x, y = _pairs_of(imported)
+    before = model.evaluate(x, y, verbose=0, return_dict=True)["loss"]
+    model.fit(x, y, batch_size=5, epochs=8, verbose=0, shuffle=False)
+    after = model.evaluate(x, y, verbose=0, return_dict=True)["loss"]
+    assert after < before - 0.1, (before, after)
+    if lora:  # the base weights (every non-adapter variable) are bit for bit the same
+        assert len(frozen) > len(model.trainable_variables)  # kernels, embedding, norms
+        for old, variable in zip(base, frozen, strict=True):
+            np.testing.assert_array_equal(old, variable.numpy())
