@@ -194,6 +194,10 @@ def _copy(tmp_path, name="shared"):
             r"target_vocab\.json: unsupported: separate source and target vocabularies",
         ),
         (
+            lambda f: _add_weight(f, "model.encoder.layernorm_embedding.weight"),
+            r"model\.safetensors: unsupported weight model\.encoder\.layernorm_embedding\.weight",
+        ),
+        (
             lambda f: _edit_config(f, pad_token_id=999),
             r"config\.json: unsupported pad_token_id=999 \(an id below vocab_size=65\)",
         ),
@@ -221,6 +225,14 @@ def _edit_vocab(folder):
     vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
     vocab.pop("<pad>")
     (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+
+
+def _add_weight(folder, key):
+    from safetensors.numpy import load_file, save_file
+
+    weights = load_file(folder / "model.safetensors")
+    weights[key] = np.ones(16, np.float32)
+    save_file(weights, folder / "model.safetensors")
 
 
 def _truncate(file):

@@ -35,6 +35,11 @@ from tfblocks.text.vocabulary import reordered_tokenizer
 
 REQUIRED_FILES = ("config.json", "vocab.json", "source.spm", "target.spm")
 WEIGHTS_FILE = "model.safetensors"
+EMBEDDING_KEYS = (
+    "model.shared.weight",
+    "model.encoder.embed_tokens.weight",
+    "model.decoder.embed_tokens.weight",
+)
 NEVER = -1e9  # the logits bias of the added BOS row: exp(NEVER) is 0 in float32
 _ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 # config.json options whose only supported value is Marian's (older transformers wrote them).
@@ -103,7 +108,7 @@ def import_marian(path):
     generation = _generation(path)
     hp = _hparams(config, weights, len(order), generation)
     model = build_transformer(hp)
-    _assign(model, config, weights, embedding, order, path)
+    _assign(model, weights, embedding, order, path)
     pieces = _pieces(vocab, order)
     tokenizers = []
     for side in ("source", "target"):
@@ -194,7 +199,7 @@ def _read_weights(path):
 
 
 def _embedding(weights, path):
-    for key in ("model.shared.weight", "model.encoder.embed_tokens.weight"):
+    for key in EMBEDDING_KEYS[:2]:
         if key in weights:
             return weights[key]
     _fail(os.path.join(path, WEIGHTS_FILE), "no model.shared.weight (the token embedding).")
@@ -284,7 +289,7 @@ def _hparams(config, weights, vocab_size, generation):
     )
 
 
-def _assign(model, config, weights, embedding, order, path):
+def _assign(model, weights, embedding, order, path):
     """Every Marian weight into its tfblocks variable (kernels transposed: torch keeps
     `[out, in]`, Keras `[in, out]`); a missing key or another shape is refused."""
     file = os.path.join(path, WEIGHTS_FILE)
@@ -344,6 +349,11 @@ def _assign(model, config, weights, embedding, order, path):
     bias = take("final_logits_bias", (1, embedding.shape[0]))[0][order].copy()
     bias[BOS_ID] = NEVER  # the added BOS row: never predicted, no probability
     model.logits_bias.bias.assign(bias)
+    # The token embedding under its other names (tied copies), read above as `embedding`.
+    used.update(EMBEDDING_KEYS + (() if model.softmax is not None else ("lm_head.weight",)))
+    unread = sorted(set(weights) - used)
+    if unread:  # a part of another architecture: refused rather than dropped
+        _fail(file, f"unsupported weight {unread[0]} (tfblocks has no place for it).")
 
 
 def _generation(path):
