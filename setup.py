@@ -27,6 +27,7 @@ setup(
         "keras-hub>=0.32,<0.33",  # imported: Transformer is a KerasHub Backbone (presets)
         "sentencepiece>=0.2",  # trains the subword models of tfblocks.text
         "numpy>=1.26",
+        "safetensors>=0.4",  # reads imported models' weights (import_marian) without torch
     ],
     extras_require={
         "test": [
@@ -46,6 +47,7 @@ setup(
             "tfblocks-train=tfblocks.translation.train_command:run",
             "tfblocks-translate=tfblocks.translation.translate_command:run",
             "tfblocks-evaluate=tfblocks.translation.evaluate_command:run",
+            "tfblocks-import=tfblocks.translation.import_command:run",
         ]
     },
     classifiers=[

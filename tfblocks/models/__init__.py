@@ -2,17 +2,20 @@
 
 from tfblocks.models.builders import build_language_model, build_transformer
 from tfblocks.models.hparams import PRESETS, HParams, hparams
+from tfblocks.models.marian import MarianImport, import_marian
 from tfblocks.models.preset import Preset, load_preset, load_target_tokenizer, save_preset
 from tfblocks.models.transformer import Transformer, padding_mask, shift_right
 
 __all__ = [
     "PRESETS",
     "HParams",
+    "MarianImport",
     "Preset",
     "Transformer",
     "build_language_model",
     "build_transformer",
     "hparams",
+    "import_marian",
     "load_preset",
     "load_target_tokenizer",
     "padding_mask",

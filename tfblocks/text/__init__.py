@@ -16,6 +16,7 @@ from tfblocks.text.corpus import (
 from tfblocks.text.dataset import distribute_dataset, length_summary, make_dataset
 from tfblocks.text.phrasebook import PhrasePair, generate_phrasebook, load_phrasebook
 from tfblocks.text.tokenizers import SubwordTokenizer, train_tokenizer, train_tokenizers
+from tfblocks.text.vocabulary import reordered_tokenizer
 
 __all__ = [
     "Corpus",
@@ -33,6 +34,7 @@ __all__ = [
     "read_sentences",
     "read_tsv",
     "remove_japanese_spaces",
+    "reordered_tokenizer",
     "train_tokenizer",
     "train_tokenizers",
 ]
