@@ -14,9 +14,9 @@ of a `benchmarks/enja.sh` run) three ways:
   the floor that no batching can beat with t2t's stopping rule.
 
 All three give the same translations; the counts come from a counter wrapped around
-the search's step (`tfblocks.decoding.steps._Beam.step`, called once per loop iteration), so
-they run without XLA (the count does not depend on it). `--quick` is a smoke test: an
-untrained tiny model on 8 phrasebook sentences.
+the search's step (`tfblocks.decoding.beam_search._Beam.step`, called once per loop
+iteration), so they run without XLA (the count does not depend on it). `--quick` is a
+smoke test: an untrained tiny model on 8 phrasebook sentences.
 
     python benchmarks/beam_steps.py --preset /tmp/enja/model
 
@@ -73,7 +73,7 @@ def count_steps():
     """Wraps the beam step with a counter; returns the list it appends batch sizes to."""
     import tensorflow as tf
 
-    from tfblocks.decoding import steps as decoding
+    from tfblocks.decoding import beam_search as decoding
 
     sizes = []
     step = decoding._Beam.step
@@ -97,6 +97,7 @@ def main(argv=None):
     import numpy as np
 
     import tfblocks
+    from tfblocks.translation.console import beam_or_greedy
 
     model, tokenizer, sources = load(args)
     sizes = count_steps()
@@ -109,7 +110,7 @@ def main(argv=None):
     for name, drop, batch in modes:
         translator = tfblocks.Translator(
             model, tokenizer, tokenizer, max_length=args.max_length,
-            strategy=tfblocks.decoding.beam_or_greedy(args.beam_size),
+            search=beam_or_greedy(args.beam_size),
             jit_compile=False, drop_finished=drop,
         )  # fmt: skip
         sizes.clear()
