@@ -11,7 +11,7 @@ for each of `--batch` (8) random source sentences of `--source-length` (32) ids,
   appends each new token to a growing `TensorArray`, re-runs the *whole* model
   (encoder included, as the tutorial's `Translator` does) on the source and the
   prefix so far, and takes the argmax of the last position. Same model and weights as
-  A, same PAD/BOS masking as `Decoder` and `tests/decoding/test_search.py`. Not XLA-compiled:
+  A, same PAD/BOS masking as `Decoder` and `tests/decoding/test_decoder.py`. Not XLA-compiled:
   the prefix grows every step, so its shapes are dynamic (the tutorial does not use
   XLA either).
 - C = keras-hub: `keras_hub.samplers.GreedySampler` driving a decoder of the same

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import tfblocks
 from tfblocks.decoding import BeamSearch, Greedy
-from tfblocks.serving.savedmodel import Hypothesis, Translator
+from tfblocks.serving import Hypothesis, Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
 pytest.importorskip("ctranslate2")

@@ -3,8 +3,7 @@
 
 It decodes with a search strategy of `tfblocks.decoding` (`search=`; `Greedy()` by
 default) through `tfblocks.decoding.Decoder`, and exports as `Translator` does
-(`export(path)`). The SavedModel's one signature is `serving_default(text: tf.string
-[None]) -> {"continuation": tf.string [None], "score": tf.float32 [None]}`.
+(`export(path)`).
 """
 
 import tensorflow as tf
