@@ -166,7 +166,7 @@ def padding_stats(dataset):
 def dev_bleu(model, tokenizer, hp, pairs):
     if model.compute_dtype != "float32":  # translate in float32, as the translation job
         model = float32_twin(hp, model)
-    translator = Translator(model, tokenizer, tokenizer, hp.max_length, strategy=Greedy())
+    translator = Translator(model, tokenizer, tokenizer, hp.max_length, search=Greedy())
     hypotheses = [h.decode("utf-8") for h in translator([s for s, _ in pairs]).numpy()]
     return score(hypotheses, [t for _, t in pairs])["bleu"]
 

@@ -220,6 +220,7 @@ def build_engines(args, model, tokenizer, workdir):
     import tensorflow as tf
 
     import tfblocks
+    from tfblocks.translation.console import beam_or_greedy
 
     engines = {}
     # "SavedModel padded": sources padded to max_length, one cache of max_length
@@ -238,8 +239,8 @@ def build_engines(args, model, tokenizer, workdir):
         engines[name] = {}
         for beam in sorted({beam for _, beam, _ in args.configs}):
             if name == "Translator" or name in saved:
-                strategy = tfblocks.decoding.beam_or_greedy(beam, stop_early=args.stop_early)
-                options = {"max_length": args.max_length, "strategy": strategy}
+                search = beam_or_greedy(beam, stop_early=args.stop_early)
+                options = {"max_length": args.max_length, "search": search}
                 options.update(saved.get(name, {}))
                 translator = tfblocks.Translator(model, tokenizer, tokenizer, **options)
                 if name == "Translator":
@@ -386,7 +387,7 @@ def build_overhead(args, model, tokenizer, workdir):
     from tfblocks.decoding import BeamSearch
 
     translator = tfblocks.Translator(model, tokenizer, tokenizer, max_length=args.max_length,
-                                     strategy=BeamSearch(4, 0.6), num_hypotheses=4)  # fmt: skip
+                                     search=BeamSearch(4, 0.6), num_hypotheses=4)  # fmt: skip
     strings = _strings(translator)
     tasks = {
         "Translator": {
@@ -479,12 +480,13 @@ def cold_child(args):
 def measure_cold(args, model, tokenizer, workdir):
     """`--cold`: each engine's load and passes in fresh processes, `--rounds` times."""
     import tfblocks
+    from tfblocks.translation.console import beam_or_greedy
 
-    strategy = tfblocks.decoding.beam_or_greedy(4, stop_early=args.stop_early)
+    search = beam_or_greedy(4, stop_early=args.stop_early)
     paths = {}
     for name, jit in (("SavedModel", True), ("SavedModel no-XLA", False)):
         translator = tfblocks.Translator(model, tokenizer, tokenizer, max_length=args.max_length,
-                                         strategy=strategy, jit_compile=jit)  # fmt: skip
+                                         search=search, jit_compile=jit)  # fmt: skip
         paths[name] = translator.export(os.path.join(workdir, name.replace(" ", "_"), "1"))
     paths["CT2 float32"] = tfblocks.export_ctranslate2(
         model, tokenizer, os.path.join(workdir, "ct2")

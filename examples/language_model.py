@@ -78,7 +78,7 @@ def main(argv=None):
         model,
         tokenizer,
         max_length=args.max_length,
-        strategy=tfblocks.decoding.Sampling(top_p=0.9, seed=args.seed),
+        search=tfblocks.Sampling(top_p=0.9, seed=args.seed),
     )
     continued = [t.decode() for t in greedy(prompts).numpy()]
     sampled = [t.decode() for t in nucleus(prompts).numpy()]

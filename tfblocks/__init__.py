@@ -8,7 +8,7 @@ from tfblocks import _allocator  # noqa: F401  # isort: skip
 from tfblocks import _quiet  # noqa: F401  # isort: skip
 from tfblocks import decoding, layers, models, serving, text, training
 from tfblocks._version import __version__
-from tfblocks.decoding import Decoder, Ensemble
+from tfblocks.decoding import BeamSearch, Decoder, Ensemble, Greedy, Sampling
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.layers import (
     DenseReluDense,
@@ -46,12 +46,14 @@ __all__ = [
     "EOS_ID",
     "PAD_ID",
     "UNK_ID",
+    "BeamSearch",
     "CTranslate2Translator",
     "Decoder",
     "DenseReluDense",
     "Ensemble",
     "FusedAdam",
     "Generator",
+    "Greedy",
     "HParams",
     "HashDropout",
     "LocalMultiHeadAttention",
@@ -61,6 +63,7 @@ __all__ = [
     "Perplexity",
     "RelativeMultiHeadAttention",
     "RsqrtDecay",
+    "Sampling",
     "SinusoidalEmbedding",
     "SmoothedCrossEntropy",
     "Transformer",

@@ -39,9 +39,9 @@ def parts():
     return tokenizer, a, b, copy
 
 
-def _decode(model, strategy, drop_finished=True, **kwargs):
+def _decode(model, search, drop_finished=True, **kwargs):
     decoder = Decoder(model, MAX_LENGTH, jit_compile=False, drop_finished=drop_finished)
-    ids, scores = decoder.decode(strategy, **kwargs)
+    ids, scores = decoder.decode(search, **kwargs)
     return ids.numpy(), scores.numpy()
 
 
@@ -71,13 +71,13 @@ def test_an_ensemble_of_one_model_or_of_its_copies_decodes_as_the_model(parts, e
         (Sampling(temperature=0.9, seed=5), {"num_hypotheses": 2}),
     ]
     common = {"source_ids": SOURCE, "drop_finished": False}  # dropping: the next test
-    for strategy, kwargs in searches:
-        want_ids, want_scores = _decode(a, strategy, **common, **kwargs)
-        for members in ([a], [a, copy]) if strategy != searches[2][0] else ([a, copy],):
-            ids, scores = _decode(Ensemble(members), strategy, **common, **kwargs)
-            np.testing.assert_array_equal(ids, want_ids, err_msg=f"{strategy} {len(members)}")
+    for search, kwargs in searches:
+        want_ids, want_scores = _decode(a, search, **common, **kwargs)
+        for members in ([a], [a, copy]) if search != searches[2][0] else ([a, copy],):
+            ids, scores = _decode(Ensemble(members), search, **common, **kwargs)
+            np.testing.assert_array_equal(ids, want_ids, err_msg=f"{search} {len(members)}")
             np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
-        if strategy == searches[0][0]:
+        if search == searches[0][0]:
             target = want_ids
     np.testing.assert_allclose(
         Decoder(Ensemble([a, copy]), MAX_LENGTH).score(SOURCE, target),
@@ -162,7 +162,7 @@ def test_members_are_checked(parts):
 def test_exported_as_one_saved_model(parts, tmp_path):
     tokenizer, a, b, _ = parts
     # Greedy, one loop (no dropping, one cache length): the least to trace in the export.
-    options = {"max_length": MAX_LENGTH, "strategy": Greedy(), "jit_compile": False,
+    options = {"max_length": MAX_LENGTH, "search": Greedy(), "jit_compile": False,
                "drop_finished": False, "cache_lengths": None}  # fmt: skip
     translator = Translator(Ensemble([a, b]), tokenizer, tokenizer, **options)
     tf.config.run_functions_eagerly(True)  # the in-memory answers, without tracing

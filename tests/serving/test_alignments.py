@@ -42,7 +42,7 @@ def parts():
     model = tfblocks.build_transformer(hp)
     # The simplest search to trace (one loop, no XLA): the alignments do not depend on it.
     translator = tfblocks.Translator(
-        model, tokenizer, tokenizer, MAX_LENGTH, strategy=Greedy(), jit_compile=False,
+        model, tokenizer, tokenizer, MAX_LENGTH, search=Greedy(), jit_compile=False,
         cache_lengths=None, drop_finished=False,
     )  # fmt: skip
     return model, tokenizer, hp, translator

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import tfblocks
 from tfblocks.decoding import BeamSearch, Greedy
-from tfblocks.serving.savedmodel import Hypothesis, Translator
+from tfblocks.serving import Hypothesis, Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
 pytest.importorskip("ctranslate2")
@@ -80,7 +80,7 @@ def test_greedy_translations_equal_translator(data, overrides, tmp_path):
     model = _trained(data, **overrides)
     texts = [s for s, _ in pairs[:48]] + ["今日のランチはカレーだ。", "", "私" * 40]
     translator = Translator(
-        model, tokenizer, tokenizer, max_length=MAX_LENGTH, strategy=Greedy(), jit_compile=False
+        model, tokenizer, tokenizer, max_length=MAX_LENGTH, search=Greedy(), jit_compile=False
     )
     want = translator(texts)
     want = [t.decode() for t in want.numpy()]
@@ -102,7 +102,7 @@ def test_n_best_and_scores_agree_between_engines(data, tmp_path):
     model = _trained(data)
     texts = [s for s, _ in pairs[48:72]]
     translator = Translator(model, tokenizer, tokenizer, max_length=MAX_LENGTH,
-                            strategy=BeamSearch(4, alpha=0.0), num_hypotheses=4,
+                            search=BeamSearch(4, alpha=0.0), num_hypotheses=4,
                             jit_compile=False)  # fmt: skip
     path = export_ctranslate2(model, tokenizer, tmp_path / "ct2")
     ct2 = CTranslate2Translator(path, beam_size=4, max_length=MAX_LENGTH, length_penalty=0.0,
@@ -120,7 +120,7 @@ def test_n_best_and_scores_agree_between_engines(data, tmp_path):
                 assert abs(hypothesis.score - theirs_by_text[hypothesis.text]) < 1e-4
     # `score` of the finished hypotheses (the search's own ids, when the tokenizer splits
     # their text the same way) is the score the search reported.
-    ids, _ = translator._decoder.decode(translator.strategy,
+    ids, _ = translator._decoder.decode(translator.search,
                                         translator.encode_source(tf.constant(texts)),
                                         num_hypotheses=4)  # fmt: skip
     flat = [h for row in ours for h in row]

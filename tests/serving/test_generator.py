@@ -63,7 +63,7 @@ def test_language_model_memorizes_and_completes_prompts(memorized):
     got = [t.decode() for t in generator(prompts).numpy()]
     want = [s[len(p) :].strip() for s, p in zip(SENTENCES, prompts, strict=True)]
     assert [g.strip() for g in got] == want
-    beam = tfblocks.Generator(model, tokenizer, max_length=24, strategy=BeamSearch(3))
+    beam = tfblocks.Generator(model, tokenizer, max_length=24, search=BeamSearch(3))
     assert [t.decode().strip() for t in beam(prompts).numpy()] == want
 
 
@@ -114,14 +114,14 @@ def test_generator_and_translator_check_their_model(memorized):
     model, tokenizer, _ = memorized
     with pytest.raises(ValueError, match="encoder–decoder"):
         tfblocks.Translator(model, tokenizer, tokenizer)
-    with pytest.raises(ValueError, match="strategy='top'"):
-        tfblocks.Generator(model, tokenizer, strategy="top")
+    with pytest.raises(ValueError, match="search='top'"):
+        tfblocks.Generator(model, tokenizer, search="top")
     with pytest.raises(ValueError, match="texts"):
         tfblocks.Generator(model, tokenizer)(tf.constant([[1, 2]]))
     # Sampling among more tokens than the vocabulary has: refused when made.
     words = f"top_k={model.vocab_size + 1} tokens but the model's vocabulary has only "
     with pytest.raises(ValueError, match=words + str(model.vocab_size)):
-        tfblocks.Generator(model, tokenizer, strategy=Sampling(top_k=model.vocab_size + 1))
+        tfblocks.Generator(model, tokenizer, search=Sampling(top_k=model.vocab_size + 1))
     # No prompt: no continuation, a string tensor of shape [0].
     empty = tfblocks.Generator(model, tokenizer, max_length=8, jit_compile=False)([])
     assert empty.dtype == tf.string and empty.shape == (0,)

@@ -12,9 +12,8 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks.decoding import BeamSearch, Greedy, Sampling, beam_or_greedy
-from tfblocks.serving import savedmodel
-from tfblocks.serving.savedmodel import Hypothesis, Translator
+from tfblocks.decoding import BeamSearch, Greedy, Sampling
+from tfblocks.serving import Hypothesis, Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 
 pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
@@ -44,7 +43,7 @@ def exported(parts, tmp_path_factory):
     with two hypotheses (so an `n_best` signature too)."""
     model, tokenizer = parts
     translator = Translator(
-        model, tokenizer, tokenizer, max_length=10, strategy=BeamSearch(3), num_hypotheses=2
+        model, tokenizer, tokenizer, max_length=10, search=BeamSearch(3), num_hypotheses=2
     )
     # Count the traces of the signatures (each runs `encode_source` once).
     encode = translator.encode_source
@@ -86,6 +85,10 @@ def translators(parts):
         return made[key]
 
     return get
+
+
+def _beam_or_greedy(beam_size):
+    return Greedy() if beam_size == 1 else BeamSearch(beam_size)
 
 
 def _run(code, *args):
@@ -234,19 +237,8 @@ def test_empty_and_blank_strings_translate_to_empty(exported):
         assert got.dtype == tf.string and got.shape == (0,)
 
 
-def test_blank_is_what_python_strips():
-    # Every code point (surrogates cannot be UTF-8): blank in the graph exactly when
-    # `str.strip()` leaves nothing, as CTranslate2Translator decides it.
-    points = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
-    blank = savedmodel.blank_lines(tf.constant([chr(c) for c in points])).numpy()
-    np.testing.assert_array_equal(blank, [not chr(c).strip() for c in points])
-    lines = ["", "\u3000" * 5000, *BLANKS, "a\u3000", "\u200b", "\x00", "\u3000x\u3000"]
-    got = savedmodel.blank_lines(tf.constant(lines)).numpy().tolist()
-    assert got == [not line.strip() for line in lines] == [True] * 5 + [False] * 4
-
-
 def test_long_input_is_truncated_to_max_length(translators):
-    translator = translators(max_length=10, strategy=BeamSearch(3))
+    translator = translators(max_length=10, search=BeamSearch(3))
     long = "".join(SENTENCES[:2]) * 20
     ids = translator.encode_source(tf.constant([long, SENTENCES[2]])).numpy()
     assert ids.shape[1] == translator.max_length
@@ -257,7 +249,7 @@ def test_long_input_is_truncated_to_max_length(translators):
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_translation_does_not_depend_on_batch_mates(translators, beam_size):
-    translator = translators(max_length=10, strategy=beam_or_greedy(beam_size))
+    translator = translators(max_length=10, search=_beam_or_greedy(beam_size))
     together = translator.serve(tf.constant(SENTENCES))
     for row, text in enumerate(SENTENCES):
         alone = translator.serve(tf.constant([text]))
@@ -275,8 +267,8 @@ def test_bad_input(parts, exported):
         translator(["ok", "a\ud800b"])  # a lone surrogate
     for kwargs, words in [
         ({"max_length": 1}, "max_length=1"),
-        ({"strategy": "beam"}, "strategy='beam'"),
-        ({"strategy": Sampling(top_k=301)}, "top_k=301 tokens but the model's vocabulary"),
+        ({"search": "beam"}, "search='beam'"),
+        ({"search": Sampling(top_k=301)}, "top_k=301 tokens but the model's vocabulary"),
     ]:
         with pytest.raises(ValueError, match=words):
             Translator(model, tokenizer, tokenizer, **kwargs)
@@ -284,7 +276,7 @@ def test_bad_input(parts, exported):
 
 def test_n_best_and_score(parts, translators):
     model, tokenizer = parts
-    translator = translators(max_length=10, strategy=BeamSearch(3, alpha=0.0), num_hypotheses=3)
+    translator = translators(max_length=10, search=BeamSearch(3, alpha=0.0), num_hypotheses=3)
     texts = [*SENTENCES, BLANKS[0]]
     n_best = translator.n_best(texts)
     assert [len(row) for row in n_best] == [3] * 4
@@ -324,14 +316,14 @@ def test_n_best_and_score(parts, translators):
     with pytest.raises(ValueError, match="`target_prefix` must be a list of strings"):
         translator(SENTENCES[:1], target_prefix="Today")
     for kwargs, words in [
-        ({"strategy": BeamSearch(3), "num_hypotheses": 4}, "at most 3, the hypotheses"),
-        ({"strategy": BeamSearch(3), "num_hypotheses": 0}, "num_hypotheses=0"),
-        ({"strategy": Greedy(), "num_hypotheses": 2}, "got num_hypotheses=2"),
+        ({"search": BeamSearch(3), "num_hypotheses": 4}, "at most 3, the hypotheses"),
+        ({"search": BeamSearch(3), "num_hypotheses": 0}, "num_hypotheses=0"),
+        ({"search": Greedy(), "num_hypotheses": 2}, "got num_hypotheses=2"),
     ]:
         with pytest.raises(ValueError, match=words):
             Translator(model, tokenizer, tokenizer, **kwargs)
     # Sampling: num_hypotheses samples per text, best first.
-    sampler = translators(max_length=10, strategy=Sampling(seed=1), num_hypotheses=4)
+    sampler = translators(max_length=10, search=Sampling(seed=1), num_hypotheses=4)
     samples = sampler.n_best(SENTENCES[:1])[0]
     assert len(samples) == 4 and [h.score for h in samples] == sorted(
         [h.score for h in samples], reverse=True
@@ -340,7 +332,7 @@ def test_n_best_and_score(parts, translators):
 
 def test_export_is_atomic(translators, tmp_path, monkeypatch):
     # Exporting leaves the translator as it was: a shared one will do.
-    translator = translators(max_length=10, strategy=Greedy())
+    translator = translators(max_length=10, search=Greedy())
     target = tmp_path / "export"
     translator.export(target)
     marker = target / "saved_model.pb"
@@ -387,7 +379,7 @@ def test_bucketed_sources_translate_as_padded_to_max_length(parts, translators, 
 
     def translate(buckets):
         translator = translators(
-            max_length=12, strategy=beam_or_greedy(beam_size), source_buckets=buckets
+            max_length=12, search=_beam_or_greedy(beam_size), source_buckets=buckets
         )
         return translator.serve(tf.constant(texts)), translator
 
@@ -411,7 +403,7 @@ def test_source_buckets_bad_input(parts):
 def test_default_length_limit_does_not_depend_on_batch_mates(translators):
     # Bucketed sources (the default): "私" pads to bucket 8 alone and to 48 beside a long
     # sentence; an untrained model runs to its length limit, which must not change.
-    translator = translators(max_length=48, strategy=BeamSearch(2))
+    translator = translators(max_length=48, search=BeamSearch(2))
     long = "昨日、子供たちは庭で天ぷらを温めた。" * 3
     assert translator.encode_source(tf.constant(["私", long])).shape[1] == 48
     assert translator.encode_source(tf.constant(["私"])).shape[1] == 8

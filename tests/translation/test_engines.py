@@ -25,7 +25,7 @@ def translators(tmp_path_factory):
     pairs = load_phrasebook(size=1000)["train"][:200]
     tokenizer = train_tokenizer([side for pair in pairs for side in pair], vocab_size=250)
     model = tiny_model(tiny_hparams(vocab_size=tokenizer.vocabulary_size), seed=0)
-    translator = Translator(model, tokenizer, tokenizer, MAX_LENGTH, strategy=Greedy(),
+    translator = Translator(model, tokenizer, tokenizer, MAX_LENGTH, search=Greedy(),
                             jit_compile=False)  # fmt: skip
     made = {"tensorflow": lambda lines: [t.decode("utf-8") for t in translator(lines).numpy()]}
     if importlib.util.find_spec("ctranslate2") is not None:  # the optional extra

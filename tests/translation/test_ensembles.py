@@ -28,7 +28,7 @@ def test_translate_and_score_with_an_ensemble(tmp_path, monkeypatch, capsys):
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     both = ("--model", tmp_path / "a", "--model", tmp_path / "b")
     translator = Translator(Ensemble([a, b]), tokenizer, tokenizer, max_length=8,
-                            strategy=BeamSearch(2, alpha=0.6))  # fmt: skip
+                            search=BeamSearch(2, alpha=0.6))  # fmt: skip
     # Run step by step in Python: tracing and compiling the tiny searches costs more.
     tf.config.run_functions_eagerly(True)
     try:

@@ -1,10 +1,13 @@
 """Decoding: search strategies over a step function, and the model's step function.
 
-`search` holds the strategies (`Greedy`, `Sampling`, t2t `BeamSearch`); they know
-nothing of the model. `Decoder` builds a `tfblocks.Transformer`'s step function (encoder
-once, K/V caches) and runs any strategy: `Decoder(model, max_length).decode(strategy,
-source_ids)`. `Ensemble([model_a, model_b])` decodes several models as one (the mean of
-their log-probabilities) wherever a model is taken.
+One strategy a module: `greedy` (`Greedy`), `sampling` (`Sampling`) and `beam_search`
+(t2t `BeamSearch`, with its `length_penalty`), on the base `SearchStrategy` (`base`);
+`dropping` runs greedy and beam search with finished sentences leaving the batch. The
+strategies know nothing of the model. `Decoder` builds a `tfblocks.Transformer`'s step
+function (encoder once, K/V caches) and runs any of them, passed as the search:
+`Decoder(model, max_length).decode(search, source_ids)`. `Ensemble([model_a, model_b])`
+decodes several models as one (the mean of their log-probabilities) wherever a model is
+taken.
 
 Example:
 
@@ -18,16 +21,12 @@ Example:
 (1, 6)
 """
 
+from tfblocks.decoding.base import SearchStrategy
+from tfblocks.decoding.beam_search import BeamSearch, length_penalty
 from tfblocks.decoding.decoder import Decoder
 from tfblocks.decoding.ensemble import Ensemble
-from tfblocks.decoding.search import (
-    BeamSearch,
-    Greedy,
-    Sampling,
-    SearchStrategy,
-    beam_or_greedy,
-)
-from tfblocks.decoding.steps import length_penalty
+from tfblocks.decoding.greedy import Greedy
+from tfblocks.decoding.sampling import Sampling
 
 __all__ = [
     "BeamSearch",
@@ -36,6 +35,5 @@ __all__ = [
     "Greedy",
     "Sampling",
     "SearchStrategy",
-    "beam_or_greedy",
     "length_penalty",
 ]

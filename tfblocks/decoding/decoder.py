@@ -1,4 +1,4 @@
-"""`Decoder`: the step function of a `tfblocks.Transformer`, and `decode(strategy)`.
+"""`Decoder`: the step function of a `tfblocks.Transformer`, and `decode(search)`.
 
 Incremental decoding as t2t `fast_decode` does it: the encoder runs once, each
 decoder block's cross-attention k/v are computed once from its output, and every
@@ -10,8 +10,8 @@ over, or reorders (beam search), caches sized for `max_length`. Beam search over
 source sentences drops each sentence from the batch once its search has ended
 (`drop_finished`; greedy search too), so a batch costs about what its sentences cost
 searched one by one. Only the model's public methods are used (`encode`, `init_cache`,
-`decode`, `logits`); the search strategies live in `tfblocks.decoding.search` and know
-nothing of the model.
+`decode`, `logits`); the search strategies (`tfblocks.decoding.greedy`, `sampling`,
+`beam_search`) know nothing of the model.
 
 `Decoder.score` is the other way round: the log-probability of given targets, by
 teacher forcing (one forward pass of the whole target, no search). It and the searches'
@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfblocks import _checks
-from tfblocks.decoding import search
+from tfblocks.decoding.base import NEG_INF, check_search
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.transformer import padding_mask, shift_right
 
@@ -101,7 +101,7 @@ class Decoder:
         return tf.minimum(self.max_length, tf.shape(source_ids)[1] + extra_length)
 
     def step_function(self, source_ids=None, prefix=None, repeat=1, max_length=None):
-        """`(step_fn, state)` for a strategy's `search` (`tfblocks.decoding.search`).
+        """`(step_fn, state)` for a strategy's `search` (`tfblocks.decoding.SearchStrategy`).
 
         Args:
             source_ids: int `[B, S]` (encoder–decoder models).
@@ -207,13 +207,11 @@ class Decoder:
 
     # The one entry: any search strategy ----------------------------------------------------
 
-    def decode(
-        self, strategy, source_ids=None, prefix=None, extra_length=None, num_hypotheses=None
-    ):
-        """Decodes with `strategy` (a `tfblocks.decoding.SearchStrategy`).
+    def decode(self, search, source_ids=None, prefix=None, extra_length=None, num_hypotheses=None):
+        """Decodes with `search` (a `tfblocks.decoding.SearchStrategy`).
 
         Args:
-            strategy: e.g. `Greedy()`, `Sampling(temperature=0.8, seed=1)`,
+            search: e.g. `Greedy()`, `Sampling(temperature=0.8, seed=1)`,
                 `BeamSearch(beam_size=4, alpha=0.6)`.
             source_ids: int `[B, S]`, EOS-terminated and 0-padded (encoder–decoder).
             prefix: int `[B, P]` ids each result starts with, 0-padded on the right:
@@ -239,16 +237,16 @@ class Decoder:
                 valid id), and the ids must be right when they enter the graph (as
                 `Translator`'s are: its tokenizer's vocabulary fits the model's).
         """
-        search.check_strategy(strategy, self.model.vocab_size)
-        num_hypotheses = strategy.check_num_hypotheses(num_hypotheses)
+        check_search(search, self.model.vocab_size)
+        num_hypotheses = search.check_num_hypotheses(num_hypotheses)
         source_ids = _check_ids("source_ids", source_ids, self.model.vocab_size)
         prefix = _check_ids("prefix", prefix, self.model.vocab_size)
         if extra_length is not None:
             _checks.check_non_negative_int("extra_length", extra_length)
-        traced = tuple(getattr(strategy, name) for name in strategy.traced_args)
+        traced = tuple(getattr(search, name) for name in search.traced_args)
 
         def run(source_ids, prefix, *traced):
-            chosen = strategy.replace(**dict(zip(strategy.traced_args, traced, strict=True)))
+            chosen = search.replace(**dict(zip(search.traced_args, traced, strict=True)))
             length = self.decode_length(source_ids, extra_length)
             step_fn, state = self.step_function(
                 source_ids,
@@ -263,14 +261,14 @@ class Decoder:
             )  # fmt: skip
 
         def dropping(state, context, length, start):  # context holds the prefix, if any
-            return strategy.search(
+            return search.search(
                 self.step, state, start, length, EOS_ID, PAD_ID, **self._growth(),
                 context=context, drop_finished=True, jit_compile=self.jit_compile,
                 num_hypotheses=num_hypotheses,
             )  # fmt: skip
 
-        key = (strategy.key(), extra_length, num_hypotheses)
-        if self.drop_finished and source_ids is not None and strategy.can_drop_finished:
+        key = (search.key(), extra_length, num_hypotheses)
+        if self.drop_finished and source_ids is not None and search.can_drop_finished:
             return self._dropping(key, run, dropping, source_ids, prefix, extra_length)
         return self._run(key, run, source_ids, prefix, *traced)
 
@@ -396,7 +394,7 @@ def allowed_logits(logits):
     """`logits` `[..., V]` with PAD and BOS at `NEG_INF`: tokens decoding never generates
     (the one rule of the searches' steps and of `Decoder.score`)."""
     never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], tf.shape(logits)[-1]), axis=0) > 0  # [V]
-    return tf.where(never, search.NEG_INF, logits)
+    return tf.where(never, NEG_INF, logits)
 
 
 def _check_ids(name, ids, vocab_size):
@@ -465,5 +463,5 @@ def force_prefix(logits, index, prefix):
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix, PAD_ID), tf.int32), axis=1)  # [N]
     padded = tf.pad(prefix, [[0, 0], [0, 1]])  # [N, P + 1]: index P is always valid
     token = tf.gather(padded, tf.minimum(index, tf.shape(prefix)[1]), axis=1)  # [N]
-    only = tf.where(tf.one_hot(token, tf.shape(logits)[-1]) > 0, 0.0, search.NEG_INF)
+    only = tf.where(tf.one_hot(token, tf.shape(logits)[-1]) > 0, 0.0, NEG_INF)
     return tf.where((index < lengths)[:, None], only, logits)

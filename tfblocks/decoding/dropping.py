@@ -7,7 +7,7 @@ or when all are done; in between, the leaving sentences' results are written and
 rest gathered. Every sentence gets the result it gets in one batch.
 
 The driver sees only the search's pieces (`size`, `done`, `step`, `result`, `select`,
-`rows_per_sentence`, `length`: see `tfblocks.decoding.search`), never the model.
+`rows_per_sentence`, `length`: a `tfblocks.decoding.base.Pieces`), never the model.
 """
 
 from typing import NamedTuple
@@ -31,28 +31,28 @@ class DroppingState(NamedTuple):
     scores: tf.Tensor  # [B] (or [B, N])
 
 
-def run_dropping(search, initial, context, cache_lengths, grow_state, jit_compile):
-    """Runs `search` (a strategy's pieces) in segments of static shapes;
+def run_dropping(pieces, initial, context, cache_lengths, grow_state, jit_compile):
+    """Runs a strategy's `pieces` in segments of static shapes;
     between them, writes the results of the sentences whose search ended and shrinks
     the batch to the `_shrunk_size` of the others (padded with copies of one of them,
     which never count as searching and are never written)."""
-    length = search.length
+    length = pieces.length
     lengths = None if cache_lengths is None else tf.constant(cache_lengths, tf.int32)
-    floor = _next_power_of_two(max(1, MIN_ROWS // search.rows_per_sentence))  # sentences
+    floor = _next_power_of_two(max(1, MIN_ROWS // pieces.rows_per_sentence))  # sentences
 
     def searching(loop, real):  # [n]: real sentences whose search goes on
-        ended = tf.logical_or(search.done(loop), loop.index >= length)
+        ended = tf.logical_or(pieces.done(loop), loop.index >= length)
         return tf.logical_and(real, tf.logical_not(ended))
 
     def shrinkable(loop, real):  # enough sentences ended for a smaller batch
         count = tf.reduce_sum(tf.cast(searching(loop, real), tf.int32))
-        return tf.logical_or(count == 0, _shrunk_size(count, floor) < search.size(loop))
+        return tf.logical_or(count == 0, _shrunk_size(count, floor) < pieces.size(loop))
 
     def segment(loop, context, real, end):
         def cond(loop):
             return tf.logical_and(loop.index < end, tf.logical_not(shrinkable(loop, real)))
 
-        return tf.while_loop(cond, lambda loop: (search.step(loop, context),), (loop,))[0]
+        return tf.while_loop(cond, lambda loop: (pieces.step(loop, context),), (loop,))[0]
 
     if jit_compile:
         segment = tf.function(segment, jit_compile=True, autograph=False)
@@ -62,7 +62,7 @@ def run_dropping(search, initial, context, cache_lengths, grow_state, jit_compil
         end = tf.minimum(length, outer.cache)
         loop = segment(outer.loop, outer.context, outer.real, end)
         going = searching(loop, outer.real)
-        ids, scores = search.result(loop)
+        ids, scores = pieces.result(loop)
         leaving = tf.where(tf.logical_and(outer.real, tf.logical_not(going)))[:, 0]
         where = tf.gather(outer.origin, leaving)[:, None]
         out_ids = tf.tensor_scatter_nd_update(outer.ids, where, tf.gather(ids, leaving))
@@ -75,7 +75,7 @@ def run_dropping(search, initial, context, cache_lengths, grow_state, jit_compil
 
         def shrink():
             pick = tf.concat([staying, tf.fill([size - count], staying[0])], axis=0)
-            picked, picked_context = search.select(loop, outer.context, pick)
+            picked, picked_context = pieces.select(loop, outer.context, pick)
             real = tf.range(size) < count
             return picked, picked_context, tf.gather(outer.origin, pick), real
 
@@ -100,14 +100,14 @@ def run_dropping(search, initial, context, cache_lengths, grow_state, jit_compil
         return tf.reduce_any(searching(outer.loop, outer.real))
 
     initial, context = tf.nest.map_structure(tf.convert_to_tensor, (initial, context))
-    batch = search.size(initial)
+    batch = pieces.size(initial)
     if lengths is not None:  # a tensor max_length escapes _check_growth's check
         tf.debugging.assert_less_equal(
             tf.cast(length, tf.int32),
             lengths[-1],
             message="max_length must be at most the last of cache_lengths",
         )
-    ids, scores = search.result(initial)  # for their shapes: [B, (N,) L] and [B, (N)]
+    ids, scores = pieces.result(initial)  # for their shapes: [B, (N,) L] and [B, (N)]
     start = DroppingState(
         loop=initial,
         context=context,

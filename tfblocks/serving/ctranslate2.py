@@ -50,7 +50,7 @@ from tfblocks.decoding import alignment
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.layers.embedding import timing_signal
 from tfblocks.models.transformer import LAYER_NORM_EPSILON
-from tfblocks.serving.savedmodel import Hypothesis
+from tfblocks.serving.hypothesis import Hypothesis
 
 KIND = "tfblocks-ctranslate2"  # the marker's kind: an earlier export here may be replaced
 SPECIAL_PIECES = {PAD_ID: "<pad>", EOS_ID: "</s>", UNK_ID: "<unk>", BOS_ID: "<s>"}

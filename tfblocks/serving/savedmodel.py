@@ -1,9 +1,10 @@
-"""`Translator` and `Generator`: raw strings in, strings out, as `tf.Module`s and SavedModels.
+"""`Translator`: raw strings in, translations out, as a `tf.Module` and a SavedModel.
 
-`Translator` wraps an encoder–decoder (`build_transformer`), `Generator` a
-decoder-only language model (`build_language_model`); both decode with a search
-strategy of `tfblocks.decoding` (`strategy=`; t2t's beam search and greedy by default)
-through `tfblocks.decoding.Decoder`, and export with the same `export(path)`.
+`Translator` wraps an encoder–decoder (`build_transformer`) and decodes with a search
+strategy of `tfblocks.decoding` (`search=`; t2t's beam search by default) through
+`tfblocks.decoding.Decoder`; `tfblocks.serving.generator.Generator` does the same for a
+decoder-only language model, and both export with `export(path)`
+(`tfblocks.serving.text_module.TextModule`).
 
 The exported SavedModel needs only TensorFlow and tensorflow-text's ops (import
 `tensorflow_text` before loading it): the SentencePiece models travel inside it as
@@ -24,19 +25,17 @@ are
         -> {"alignment": tf.string [None]}
 
 (`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `align`, word alignments in
-Pharaoh format (`tfblocks.decoding.alignment`), only with `Translator(alignments=True)`;
-`Generator`: `serving_default` only,
-`{"continuation", "score"}`.)
+Pharaoh format (`tfblocks.decoding.alignment`), only with `Translator(alignments=True)`.)
 
 Input handling: a source longer than `max_length` subwords is truncated to its first
 `max_length - 1` subwords plus EOS; a blank string (empty, or only Unicode whitespace:
 spaces, tabs, U+00A0, U+3000, U+2028, …, what Python's `str.strip()` removes)
 translates to an empty string with score 0 (each of its `n_best` rows too), in the
-graph (`BLANK`), as `CTranslate2Translator` does. Scoring has no such rule: a blank
-source or target is scored like any other (an empty target is its EOS alone), and a
-target is never truncated. A target prefix is tokenized as a target (without EOS) and
-cut to its first `max_length - 1` subwords; its subwords are forced, so they add
-nothing to the score (`score(source, translation)` counts them).
+graph (`tfblocks.serving.text_module.BLANK`), as `CTranslate2Translator` does. Scoring
+has no such rule: a blank source or target is scored like any other (an empty target is
+its EOS alone), and a target is never truncated. A target prefix is tokenized as a
+target (without EOS) and cut to its first `max_length - 1` subwords; its subwords are
+forced, so they add nothing to the score (`score(source, translation)` counts them).
 
 Speed (`Translator`): a batch's sources are padded to the first of a few length buckets
 that holds its longest source (`source_buckets`, by default 8, 16, 32, … up to
@@ -64,37 +63,23 @@ XLA-compiled functions only with `--xla_cpu_compilation_enabled`; export with
 `Translator(..., jit_compile=False)` for a SavedModel without them.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 import tensorflow as tf
 
 from tfblocks import _checks
-from tfblocks._files import replace_directory
-from tfblocks.decoding import BeamSearch, Decoder, Greedy, alignment
-from tfblocks.decoding.search import check_strategy
+from tfblocks.decoding import BeamSearch, alignment
 from tfblocks.ids import EOS_ID, PAD_ID
-
-# A blank line, as an RE2 pattern: only the characters Python's `str.isspace()` accepts
-# (Unicode's White_Space and U+001C–U+001F), which `str.strip()` removes. RE2's `\s` is
-# ASCII only and `tf.strings.strip` strips ASCII whitespace only, hence the explicit class.
-BLANK = (
-    r"[\t-\r\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
-    r"\x{205f}\x{3000}]*"
+from tfblocks.serving.hypothesis import Hypothesis
+from tfblocks.serving.text_module import (
+    TEXT,
+    TextModule,
+    blank_lines,
+    check_pairs,
+    check_text_batch,
+    check_vocabulary,
 )
 
-
-def blank_lines(text):
-    """Which strings of the batch `text` (`tf.string [B]`) are blank (`BLANK`): `tf.bool [B]`.
-
-    >>> blank_lines(tf.constant(["", " \t", "\u3000\u00a0\u2028", "a", "\u200b"])).numpy()
-    array([ True,  True,  True, False, False])
-    """
-    return tf.strings.regex_full_match(text, BLANK)
-
-
-# The string inputs of the signatures.
-_TEXT = tf.TensorSpec([None], tf.string, name="text")
+# The string inputs of the signatures besides `TEXT`.
 _SOURCE = tf.TensorSpec([None], tf.string, name="source")
 _TARGET = tf.TensorSpec([None], tf.string, name="target")
 _TARGET_PREFIX = tf.TensorSpec([None], tf.string, name="target_prefix")
@@ -107,56 +92,6 @@ def _check_same_batch(first, second, names):
         tf.shape(first)[0], tf.shape(second)[0],
         message=f"`{names[0]}` and `{names[1]}` must hold as many strings",
     )  # fmt: skip
-
-
-class Hypothesis(NamedTuple):
-    """One of the n-best translations of a text (`Translator.n_best`,
-    `CTranslate2Translator.n_best`): its text and its score (the search's: for beam
-    search the length-penalized log-probability, the log-probability itself with
-    `alpha=0`).
-
-    >>> Hypothesis("Today's lunch is curry.", -1.25)
-    Hypothesis(text="Today's lunch is curry.", score=-1.25)
-    """
-
-    text: str
-    score: float
-
-
-def _check_text_batch(texts, name="texts"):
-    if isinstance(texts, str):
-        raise ValueError(f"`{name}` must be a list of strings, got a single str: {texts!r:.80}.")
-    if isinstance(texts, list | tuple):
-        if not texts:  # `tf.convert_to_tensor([])` would be a float tensor
-            return tf.constant([], tf.string)
-        _checks.check_unicode_texts(name, texts)
-    texts = tf.convert_to_tensor(texts)
-    if texts.dtype != tf.string or texts.shape.rank != 1:
-        raise ValueError(
-            f"`{name}` must be a 1-D batch of strings, got a tensor of dtype "
-            f"{texts.dtype.name} and shape {texts.shape}."
-        )
-    return texts
-
-
-def check_pairs(sources, targets, names=("sources", "targets")):
-    """`(sources, targets)` as 1-D string tensors of one length, else a ValueError naming
-    them (`names`): what `score` takes in both engines, and texts with their
-    `target_prefix`."""
-    sources = _check_text_batch(sources, names[0])
-    targets = _check_text_batch(targets, names[1])
-    if sources.shape[0] != targets.shape[0]:
-        raise ValueError(
-            f"`{names[0]}` and `{names[1]}` must have the same length, got "
-            f"{sources.shape[0]} {names[0]} and {targets.shape[0]} {names[1]}."
-        )
-    return sources, targets
-
-
-def _check_max_length(max_length):
-    _checks.check_positive_int("max_length", max_length)
-    if max_length < 2:
-        raise ValueError(f"`max_length` must be at least 2, got max_length={max_length}.")
 
 
 def _source_buckets(source_buckets, max_length):
@@ -177,85 +112,7 @@ def _pad_to_bucket(ids, buckets):
     return tf.pad(ids, [[0, 0], [0, length - longest]])  # [B, bucket]
 
 
-def _check_vocabulary(arg, tokenizer, model):
-    if tokenizer.vocabulary_size > model.vocab_size:
-        raise ValueError(
-            f"`{arg}` has {tokenizer.vocabulary_size} ids but the model's vocabulary "
-            f"has only {model.vocab_size}."
-        )
-
-
-class _TextModule(tf.Module):
-    """Strings in, strings out: `__call__` and `export` shared by the modules below.
-
-    A subclass defines `serve` (the `serving_default` signature) and `OUTPUT`, the
-    key of its main string output.
-    """
-
-    OUTPUT = None
-
-    def _signatures(self):
-        """The SavedModel's signatures: `{name: tf.function}`."""
-        return {"serving_default": self.serve}
-
-    def _optional(self, name, fn, input_signature):
-        """`fn` as a `tf.function` of `input_signature`, made on first use and kept out of
-        the module's tracked attributes: `tf.saved_model.save` traces every `tf.function`
-        attribute of a module, so a signature that only some exports have (`n_best`,
-        `align`) is kept here and saved only when `_signatures` names it."""
-        functions = self.__dict__.setdefault("_optional_functions", {})  # not tracked
-        if name not in functions:
-            functions[name] = tf.function(fn, input_signature=input_signature, autograph=False)
-        return functions[name]
-
-    def _set_decoding(self, model, max_length, strategy, jit_compile, **decoder_options):
-        """What both modules keep for decoding: checked, stored, and their `Decoder`."""
-        _check_max_length(max_length)
-        self.strategy = check_strategy(strategy, model.vocab_size)
-        self.model = model
-        self.max_length = max_length
-        self.jit_compile = bool(jit_compile)
-        self._decoder = Decoder(model, max_length, jit_compile=self.jit_compile, **decoder_options)
-        self.cache_lengths = self._decoder.cache_lengths
-
-    def __call__(self, texts):
-        """Outputs for `texts` (a list of str or a 1-D string tensor), a string tensor."""
-        return self.serve(_check_text_batch(texts))[self.OUTPUT]
-
-    def export(self, path):
-        """Writes the SavedModel to `path`, replacing only an earlier tfblocks export.
-
-        The SavedModel is written to a staging directory beside `path` and renamed
-        into place when complete, together with a marker file (`tfblocks_export.json`)
-        that lets a later export recognise and replace it. An existing export at
-        `path` is renamed away, replaced and only then deleted; if writing fails it
-        is left as it was. Folders left beside `path` by killed exports are cleaned up.
-
-        Returns:
-            `path`, absolute.
-
-        Raises:
-            ValueError: before anything is written, if `path` is `""`, `.`, the current
-                directory or one of its parents, a regular file, or an existing
-                directory that is not an export written by tfblocks (e.g. one holding
-                a user's files, or a SavedModel from an older tfblocks: delete it
-                yourself to reuse the path).
-        """
-
-        def write(staging):
-            # Track the tf.Variables behind the model's weights (not only Keras'
-            # variable wrappers): TF1-style loaders such as `saved_model_cli run`
-            # restore only tracked tf.Variables. Taken from the model, not from a
-            # concrete function of `serve`: one traced here would be traced again
-            # inside `tf.saved_model.save` (its save context is part of the tracing
-            # cache key); so the save alone traces the signature.
-            self._signature_variables = [v.value for v in self.model.variables]
-            tf.saved_model.save(self, staging, signatures=self._signatures())
-
-        return replace_directory(path, write, kind="tfblocks-export")
-
-
-class Translator(_TextModule):
+class Translator(TextModule):
     """Translates a batch of strings with a trained `build_transformer` model.
 
     Args:
@@ -266,7 +123,7 @@ class Translator(_TextModule):
             shared vocabulary).
         max_length: the most subwords read from a source sentence and generated for
             a translation (EOS included).
-        strategy: a `tfblocks.decoding` search strategy; default
+        search: a `tfblocks.decoding` search strategy; default
             `BeamSearch(beam_size=4, alpha=0.6)` (t2t's), `Greedy()` for greedy.
         jit_compile: compile the decoding loop with XLA (a nested function of the
             signature); False traces it inline into the signature's own graph (for TF
@@ -331,7 +188,7 @@ class Translator(_TextModule):
         source_tokenizer,
         target_tokenizer,
         max_length=64,
-        strategy=None,
+        search=None,
         jit_compile=True,
         source_buckets="auto",
         extra_length=None,
@@ -349,14 +206,14 @@ class Translator(_TextModule):
                 f"`build_transformer`), got {type(model).__name__} '{model.name}'; use "
                 "`Generator` for a decoder-only language model."
             )
-        _check_vocabulary("target_tokenizer", target_tokenizer, model)
-        strategy = BeamSearch() if strategy is None else strategy
+        check_vocabulary("target_tokenizer", target_tokenizer, model)
+        search = BeamSearch() if search is None else search
         self._set_decoding(
-            model, max_length, strategy, jit_compile,
+            model, max_length, search, jit_compile,
             cache_lengths=cache_lengths, drop_finished=drop_finished,
         )  # fmt: skip
         self.drop_finished = self._decoder.drop_finished
-        self.num_hypotheses = self.strategy.check_num_hypotheses(num_hypotheses)
+        self.num_hypotheses = self.search.check_num_hypotheses(num_hypotheses)
         self.source_buckets = _source_buckets(source_buckets, max_length)
         self.extra_length = (
             None
@@ -411,7 +268,7 @@ class Translator(_TextModule):
             "prefix": self.serve_prefix,
         }
         if self.num_hypotheses > 1:
-            signatures["n_best"] = self._optional("n_best", self._n_best, [_TEXT])
+            signatures["n_best"] = self._optional("n_best", self._n_best, [TEXT])
         if self.alignments:
             signatures["align"] = self._optional("align", self._align, [_SOURCE, _TARGET])
         return signatures
@@ -438,7 +295,7 @@ class Translator(_TextModule):
             `translator(texts)` (with the same `target_prefix`) gives.
         """
         if target_prefix is None:
-            texts = _check_text_batch(texts)
+            texts = check_text_batch(texts)
         else:
             texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
         if texts.shape[0] == 0:
@@ -513,7 +370,7 @@ class Translator(_TextModule):
         out = self.serve_align(sources, targets)["alignment"].numpy()
         return [row.decode("utf-8") for row in out]
 
-    @tf.function(input_signature=[_TEXT], autograph=False)
+    @tf.function(input_signature=[TEXT], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
         blank = blank_lines(text)
@@ -521,7 +378,7 @@ class Translator(_TextModule):
         source = self.encode_source(tf.where(blank, "", text))
         # With jit_compile the decoder runs its own nested XLA-compiled function;
         # without, the search is traced inline into this signature's graph.
-        ids, scores = self._decoder.decode(self.strategy, source, extra_length=self.extra_length)
+        ids, scores = self._decoder.decode(self.search, source, extra_length=self.extra_length)
         translation = self.target_tokenizer.detokenize(ids)
         return {
             "translation": tf.where(blank, "", translation),
@@ -530,9 +387,9 @@ class Translator(_TextModule):
 
     def serve_n_best(self, text):
         """The `n_best` signature: `{"translations", "scores"}`, `[B, num_hypotheses]`."""
-        return self._optional("n_best", self._n_best, [_TEXT])(text)
+        return self._optional("n_best", self._n_best, [TEXT])(text)
 
-    @tf.function(input_signature=[_TEXT, _TARGET_PREFIX], autograph=False)
+    @tf.function(input_signature=[TEXT, _TARGET_PREFIX], autograph=False)
     def serve_prefix(self, text, target_prefix):
         """The `prefix` signature: each translation starts with its `target_prefix`
         ("" forces nothing): `{"translation" [B], "score" [B], "translations" [B, K],
@@ -548,7 +405,7 @@ class Translator(_TextModule):
         blank = blank_lines(text)
         source = self.encode_source(tf.where(blank, "", text))
         ids, scores = self._decoder.decode(
-            self.strategy, source, prefix, extra_length=self.extra_length, num_hypotheses=k
+            self.search, source, prefix, extra_length=self.extra_length, num_hypotheses=k
         )  # [B, K, L], [B, K]
         texts = self.target_tokenizer.detokenize(tf.reshape(ids, [-1, tf.shape(ids)[2]]))
         texts = tf.reshape(texts, [-1, k])  # [B, K]
@@ -585,79 +442,3 @@ class Translator(_TextModule):
             self.model, self.alignment_layer, source_ids, target_ids, *self._word_starts
         )
         return {"alignment": links}
-
-
-class Generator(_TextModule):
-    """Continues prompts with a trained decoder-only language model.
-
-    The prompt is tokenized (without EOS) and forced as the first tokens of the
-    sequence; the search then continues it until EOS or `max_length` tokens in
-    all (prompt included). The output is the text after the prompt.
-
-    Args:
-        model: a trained `build_language_model` model.
-        tokenizer: its `tfblocks.text.SubwordTokenizer`.
-        max_length: the most tokens of prompt + continuation (EOS included); a
-            longer prompt is cut to its first `max_length - 1` tokens.
-        strategy: a `tfblocks.decoding` search strategy: `Greedy()` (default),
-            `Sampling(temperature, top_k, top_p, seed)` or `BeamSearch(beam_size, alpha)`.
-        jit_compile: compile the search with XLA.
-        cache_lengths: the sizes the self-attention caches grow through (as
-            `Translator`'s).
-        name: the module's name.
-
-    The SavedModel's signature is `serving_default(text: tf.string [None]) ->
-    {"continuation": tf.string [None], "score": tf.float32 [None]}`.
-
-    Example (training elided):
-
-    >>> import tfblocks
-    >>> from tfblocks.text import train_tokenizer
-    >>> tok = train_tokenizer(["Today's lunch is curry."] * 20, vocab_size=30)
-    >>> hp = tfblocks.hparams("transformer_tiny", vocab_size=tok.vocabulary_size,
-    ...                       num_encoder_layers=0)
-    >>> generator = Generator(tfblocks.build_language_model(hp), tok, max_length=8)
-    >>> generator(["Today's lunch", ""]).shape
-    TensorShape([2])
-    """
-
-    OUTPUT = "continuation"
-
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        max_length=64,
-        strategy=None,
-        jit_compile=True,
-        cache_lengths="auto",
-        name=None,
-    ):
-        super().__init__(name=name)
-        if getattr(model, "has_input", True):
-            raise ValueError(
-                "`model` must be a decoder-only language model (from "
-                f"`build_language_model`), got '{model.name}'; use `Translator` for an "
-                "encoder–decoder."
-            )
-        _check_vocabulary("tokenizer", tokenizer, model)
-        strategy = Greedy() if strategy is None else strategy
-        self._set_decoding(model, max_length, strategy, jit_compile, cache_lengths=cache_lengths)
-        self.tokenizer = tokenizer
-
-    def encode_prompt(self, text):
-        """Prompt ids `[B, P]` without EOS, 0-padded, at most `max_length - 1` long."""
-        ids = self.tokenizer.tokenize(text)  # ragged [B, (n)], ends with EOS
-        ids = ids[:, :-1][:, : self.max_length - 1]
-        return ids.to_tensor(default_value=PAD_ID)
-
-    @tf.function(input_signature=[_TEXT], autograph=False)
-    def serve(self, text):
-        """The `serving_default` signature: `{"continuation", "score"}` for a batch."""
-        prompt = self.encode_prompt(text)  # [B, P]
-        ids, scores = self._decoder.decode(self.strategy, prefix=prompt)
-        # The prompt's positions become padding, which detokenize drops.
-        lengths = tf.reduce_sum(tf.cast(tf.not_equal(prompt, PAD_ID), tf.int32), axis=1)
-        after = tf.range(tf.shape(ids)[1])[None, :] >= lengths[:, None]  # [B, L]
-        continuation = self.tokenizer.detokenize(tf.where(after, ids, PAD_ID))
-        return {"continuation": continuation, "score": scores}

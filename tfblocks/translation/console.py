@@ -1,7 +1,10 @@
-"""What the three console scripts share: how an expected error ends the program."""
+"""What the console scripts share: how an expected error ends the program, and the
+search their `--beam-size` names."""
 
 import re
 import sys
+
+from tfblocks import _checks
 
 # TensorFlow's prefix naming the op's function: `{{function_node __wrapped__ReadFile_...}} `.
 _FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
@@ -35,6 +38,21 @@ def error_line(error):
 
 def _text(path):
     return path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
+
+
+def beam_or_greedy(beam_size, alpha=0.6, stop_early=False):
+    """The search a beam width names (`--beam-size`): `Greedy()` for 1, else
+    `BeamSearch(beam_size, alpha, stop_early)`.
+
+    >>> beam_or_greedy(1), beam_or_greedy(4)
+    (Greedy(), BeamSearch(beam_size=4, alpha=0.6, stop_early=False))
+    """
+    from tfblocks.decoding import BeamSearch, Greedy  # imports TensorFlow: not at the top
+
+    _checks.check_bool("stop_early", stop_early)
+    if _checks.check_positive_int("beam_size", beam_size) == 1:
+        return Greedy()
+    return BeamSearch(beam_size, alpha, stop_early)
 
 
 def run_command(name, main, errors=()):

@@ -81,10 +81,10 @@ def load_translate(
             )
             what = f"CTranslate2 model {found} (beam {beam})"
         else:
-            from tfblocks.decoding import beam_or_greedy
+            from tfblocks.translation.console import beam_or_greedy
 
-            strategy = beam_or_greedy(beam, alpha, stop_early)
-            translator, length = _preset_translator(found, max_length, strategy, count)
+            search = beam_or_greedy(beam, alpha, stop_early)
+            translator, length = _preset_translator(found, max_length, search, count)
             what = f"{_described(found)} (beam {beam}, max_length {length})"
         translate = translator.n_best if n_best is not None else _strings(translator)
         if alignments:
@@ -275,7 +275,7 @@ def _target_proto(preset):
     return None if target is None else target.proto
 
 
-def _preset_translator(preset, max_length, strategy=None, num_hypotheses=1):
+def _preset_translator(preset, max_length, search=None, num_hypotheses=1):
     """`(Translator, max_length)` of the preset at `preset` (its run's `max_length`
     unless `max_length` is given), or of the `Ensemble` of a list of presets (the
     first one's `max_length`)."""
@@ -288,7 +288,7 @@ def _preset_translator(preset, max_length, strategy=None, num_hypotheses=1):
     default = hp.max_length if hp is not None else 256
     length = default if max_length is None else max_length
     translator = Translator(
-        model, tokenizer, target_tokenizer, length, strategy=strategy,
+        model, tokenizer, target_tokenizer, length, search=search,
         num_hypotheses=num_hypotheses,
     )  # fmt: skip
     return translator, length

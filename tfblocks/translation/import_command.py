@@ -72,9 +72,9 @@ def main(argv=None):
 def _write(folder, source, imported):
     """The run folder's files in `folder` (the staging copy)."""
     from tfblocks._files import write_json
-    from tfblocks.decoding import beam_or_greedy
     from tfblocks.models import save_preset
     from tfblocks.serving import Translator
+    from tfblocks.translation.console import beam_or_greedy
     from tfblocks.translation.run_folder import RUN_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 
     os.makedirs(folder)
@@ -97,7 +97,9 @@ def _write(folder, source, imported):
         target_tokenizer = source_tokenizer
     save_preset(model, source_tokenizer, os.path.join(folder, "model"), hp, target_tokenizer)
     search = beam_or_greedy(generation.get("num_beams", 4))
-    translator = Translator(model, source_tokenizer, target_tokenizer, hp.max_length, search)
+    translator = Translator(
+        model, source_tokenizer, target_tokenizer, hp.max_length, search=search
+    )
     translator.export(os.path.join(folder, "export", "1"))
 
 

@@ -286,7 +286,7 @@ def train_run(
         max_length=hp.max_length, shuffle=False, shapes=options.shapes,
     )  # fmt: skip
     dev_pairs = splits["dev"][: options.dev_sentences]
-    translator = Translator(serving, tokenizer, target_tokenizer, hp.max_length, strategy=Greedy())
+    translator = Translator(serving, tokenizer, target_tokenizer, hp.max_length, search=Greedy())
 
     logdir = folder.join("logs")
     writer = tf.summary.create_file_writer(os.path.join(logdir, "validation"))

@@ -38,7 +38,7 @@ from tfblocks.text.corpus import SPLITS
 from tfblocks.text.dataset import SHAPES
 from tfblocks.text.phrasebook import RUNNING_EXAMPLE
 from tfblocks.training.precision import POLICIES
-from tfblocks.translation.console import run_command
+from tfblocks.translation.console import beam_or_greedy, run_command
 from tfblocks.translation.corpus_options import (
     FILE_FLAGS,
     add_corpus_arguments,
@@ -279,7 +279,6 @@ def main(argv=None):
     check_arguments(args)
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
-    from tfblocks.decoding import beam_or_greedy
     from tfblocks.models import hparams, load_preset, load_target_tokenizer
     from tfblocks.models.hparams import parse_overrides
     from tfblocks.training import get_strategy
@@ -366,7 +365,6 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer,
 
     from tfblocks import text
     from tfblocks._files import check_directory, replace_file
-    from tfblocks.decoding import beam_or_greedy
     from tfblocks.models import hparams, save_preset
     from tfblocks.models.preset import KIND
     from tfblocks.serving import Translator
@@ -443,8 +441,8 @@ def _train(args, folder, splits, init, overrides, override_text, options, timer,
             folder, splits, tokenizer, hp, options, init_weights,
             target_tokenizer=target_tokenizer,
         )  # fmt: skip
-    strategy = beam_or_greedy(args.beam_size, args.alpha)
-    translator = Translator(model, tokenizer, target_tokenizer, hp.max_length, strategy=strategy)
+    search = beam_or_greedy(args.beam_size, args.alpha)
+    translator = Translator(model, tokenizer, target_tokenizer, hp.max_length, search=search)
     with timer("evaluate"):
         metrics, hypotheses = evaluation.evaluate(translator, splits["test"])
     print("test translations (first 3):")

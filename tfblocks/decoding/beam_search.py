@@ -1,31 +1,27 @@
-"""One step of each search over its loop state: the pieces the strategies of
-`tfblocks.decoding.search` are made of.
+"""t2t beam search (`BeamSearch`), its loop body (`_Beam`) and its length penalty.
 
-`_Sequential` (greedy and sampling: one row per sentence, or one per sample, a
-`choose(logits, index)` rule) and `_Beam` (t2t beam search, K rows per sentence) each give
-`initial`, `step`, `done`, `result`, `select`, `repeat` and `size`, which the plain loop
-(`SearchStrategy.search`) and the shrinking one (`tfblocks.decoding.dropping`) drive.
-
-`hypotheses`: None for one result per sentence (`ids [B, L]`, `scores [B]`), or N for
-the N best (`ids [B, N, L]`, `scores [B, N]`, best first).
+`BeamSearch` follows t2t `beam_search.py`: each step keeps the 2·beam best extensions,
+the `beam` best non-EOS ones stay alive, EOS-ended ones compete for `beam` finished slots
+with score `log p / ((5 + length) / 6) ** alpha`; when no hypothesis finished, the best
+live one is returned with its raw log-probability (as t2t does). Departure: t2t stops
+when the *worst* finished score beats the best a live beam can reach; here the search
+stops when the *best* finished score does, which cannot change the returned (top)
+hypothesis and saves steps (for N hypotheses, once N have finished too).
+`BeamSearch(stop_early=True)` replaces that test by fairseq's and CTranslate2's rule: a
+sentence's search ends as soon as `beam_size` hypotheses have finished.
 """
 
 from typing import NamedTuple
 
 import tensorflow as tf
 
-NEG_INF = -1e9  # a finite "minus infinity" for scores (inf - inf would give NaN)
+from tfblocks import _checks
+from tfblocks.decoding.base import NEG_INF, Pieces, SearchStrategy, dim, write
 
 
 def length_penalty(length, alpha):
     """t2t's length penalty `((5 + length) / 6) ** alpha`."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
-
-def _dim(x, axis):
-    """The static size of `x` along `axis` when known, else a scalar tensor."""
-    size = x.shape[axis]
-    return size if size is not None else tf.shape(x)[axis]
 
 
 # `top_k` over rows longer than this many chunks' worth reads chunk maxima first.
@@ -41,35 +37,18 @@ def top_k(x, k):
     maxima (ties to the lower chunk) are taken in index order, and the top k of their
     elements are the row's: an element outside them has k chunk maxima ranked before it.
     """
-    n, m = _dim(x, 1), TOP_K_CHUNK
+    n, m = dim(x, 1), TOP_K_CHUNK
     if not tf.is_tensor(n) and n <= 4 * k * m:
         return tf.math.top_k(x, k)
     chunks = tf.maximum((n + m - 1) // m, k)  # a segment's traced n may be small
     padded = tf.pad(x, [[0, 0], [0, chunks * m - n]], constant_values=float("-inf"))
-    padded = tf.reshape(padded, [_dim(x, 0), chunks, m])  # [B, C, m]
+    padded = tf.reshape(padded, [dim(x, 0), chunks, m])  # [B, C, m]
     _, best = tf.math.top_k(tf.reduce_max(padded, axis=-1), k)  # [B, k] chunks
     best = tf.sort(best, axis=-1)  # index order: ties still go to the lower index
-    candidates = tf.reshape(tf.gather(padded, best, batch_dims=1), [_dim(x, 0), k * m])
+    candidates = tf.reshape(tf.gather(padded, best, batch_dims=1), [dim(x, 0), k * m])
     values, where = tf.math.top_k(candidates, k)  # [B, k]
-    index = tf.reshape(best[:, :, None] * m + tf.range(m)[None, None], [_dim(x, 0), k * m])
+    index = tf.reshape(best[:, :, None] * m + tf.range(m)[None, None], [dim(x, 0), k * m])
     return values, tf.gather(index, where, batch_dims=1)
-
-
-def _write(seqs, index, tokens):
-    """Writes `tokens` `[...]` at position `index` of `seqs` `[..., L]` (zeros there)."""
-    column = tf.one_hot(index, tf.shape(seqs)[-1], dtype=seqs.dtype)  # [L]
-    return seqs + tokens[..., None] * column
-
-
-class SequentialState(NamedTuple):
-    """Loop state of `Greedy` / `Sampling`."""
-
-    index: tf.Tensor  # scalar: the position being generated
-    last: tf.Tensor  # [B, 1]: the ids fed to the next step
-    state: object  # the step function's nest
-    ids: tf.Tensor  # [B, L]: generated ids, PAD after EOS
-    finished: tf.Tensor  # [B]: EOS seen
-    scores: tf.Tensor  # [B]: log-probability sums
 
 
 class BeamState(NamedTuple):
@@ -85,132 +64,7 @@ class BeamState(NamedTuple):
     finished_flags: tf.Tensor  # [B, K]
 
 
-def _pad_after_eos(ids, index, eos_id, pad_id):
-    """`ids` `[B, L]` with `pad_id` after each row's first EOS and from position `index`
-    on (the positions a search never wrote, or zero-filled)."""
-    after_eos = tf.math.cumsum(tf.cast(ids == eos_id, tf.int32), axis=1, exclusive=True) > 0
-    unwritten = tf.range(_dim(ids, 1))[None, :] >= index  # [1, L]
-    return tf.where(tf.logical_or(after_eos, unwritten), pad_id, ids)
-
-
-class _Pieces:
-    """What a search's loop pieces share: the step function, the ids, the length, and
-    the number of results per sentence (`hypotheses`: None, or N for `[B, N, ...]`)."""
-
-    rows_per_sentence = 1  # rows of the step function per sentence (a beam search: K)
-
-    def __init__(self, step_fn, eos_id, pad_id, length, hypotheses=None):
-        self.step_fn = step_fn
-        self.eos_id = eos_id
-        self.pad_id = pad_id
-        self.length = length
-        self.hypotheses = hypotheses
-
-    def _pad_rows(self, ids, index):
-        """`_pad_after_eos` of `ids` `[B, L]` or `[B, N, L]`."""
-        if ids.shape.rank == 2:
-            return _pad_after_eos(ids, index, self.eos_id, self.pad_id)
-        flat = tf.reshape(ids, [-1, _dim(ids, 2)])  # [B·N, L]
-        padded = tf.reshape(_pad_after_eos(flat, index, self.eos_id, self.pad_id), tf.shape(ids))
-        padded.set_shape(ids.shape)  # [B, N, L]
-        return padded
-
-    def logits(self, loop, context):
-        """`(float32 logits, new state)` of the step function for `loop.last`."""
-        if context is None:
-            logits, new_state = self.step_fn(loop.last, loop.index, loop.state)
-        else:
-            logits, new_state = self.step_fn(loop.last, loop.index, loop.state, context)
-        return tf.cast(logits, tf.float32), new_state
-
-
-class _Sequential(_Pieces):
-    """The pieces of greedy / sampling search over `B` rows (see `_Beam`).
-
-    With `hypotheses=N` each sentence has N rows that search independently (N samples),
-    returned sorted by score, best first. Such a search cannot drop finished sentences
-    (`select` and `size` see rows, not sentences); `Sampling` never does.
-    """
-
-    def __init__(self, step_fn, choose, eos_id, pad_id, length, hypotheses=None):
-        super().__init__(step_fn, eos_id, pad_id, length, hypotheses)
-        self.choose = choose
-        self.rows_per_sentence = hypotheses or 1
-
-    def initial(self, start_ids, state):
-        start_ids = self.repeat(start_ids)
-        batch = tf.shape(start_ids)[0]
-        return SequentialState(
-            index=tf.constant(0),
-            last=start_ids[:, None],
-            state=self.repeat(state),
-            ids=tf.zeros([batch, self.length], tf.int32),
-            finished=tf.zeros([batch], tf.bool),
-            scores=tf.zeros([batch], tf.float32),
-        )
-
-    def repeat(self, nest):
-        """Each `B`-row leaf repeated once per row of a sentence (sentence-major)."""
-        if self.rows_per_sentence == 1:
-            return nest
-        return tf.nest.map_structure(lambda x: tf.repeat(x, self.rows_per_sentence, axis=0), nest)
-
-    def size(self, loop):
-        return _dim(loop.ids, 0)
-
-    def done(self, loop):
-        return loop.finished
-
-    def step(self, loop, context):
-        logits, new_state = self.logits(loop, context)  # [B, V]
-        chosen = self.choose(logits, loop.index)  # [B]
-        step_score = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)  # [B]
-        chosen = tf.where(loop.finished, self.pad_id, chosen)
-        return SequentialState(
-            index=loop.index + 1,
-            last=chosen[:, None],
-            state=new_state,
-            ids=_write(loop.ids, loop.index, chosen),
-            finished=tf.logical_or(loop.finished, tf.equal(chosen, self.eos_id)),
-            scores=loop.scores + tf.where(loop.finished, 0.0, step_score),
-        )
-
-    def result(self, loop):
-        ids = _pad_after_eos(loop.ids, loop.index, self.eos_id, self.pad_id)  # [B·N, L]
-        if self.hypotheses is None:
-            return ids, loop.scores
-        n = self.hypotheses
-        scores = tf.reshape(loop.scores, [-1, n])  # [B, N]
-        ids = tf.reshape(ids, [-1, n, _dim(ids, 1)])  # [B, N, L]
-        order = tf.argsort(scores, axis=1, direction="DESCENDING", stable=True)  # best first
-        return tf.gather(ids, order, batch_dims=1), tf.gather(scores, order, batch_dims=1)
-
-    def select(self, loop, context, pick):
-        """The rows `pick` `[n]` of `loop` and of `context`."""
-        by_row = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, pick), nest)  # noqa: E731
-        fields = {f: by_row(getattr(loop, f)) for f in SequentialState._fields if f != "index"}
-        return SequentialState(index=loop.index, **fields), by_row(context)
-
-
-def _filter_top_p(logits, top_p):
-    """Keeps the smallest set of best tokens whose probability reaches `top_p`."""
-    order = tf.argsort(logits, axis=-1, direction="DESCENDING")  # [B, V]
-    sorted_logits = tf.gather(logits, order, batch_dims=1)
-    probs = tf.nn.softmax(sorted_logits)
-    before = tf.math.cumsum(probs, axis=-1, exclusive=True)  # mass of the better tokens
-    keep_sorted = before < top_p  # the best token is always kept
-    keep = tf.scatter_nd(
-        tf.stack(
-            [tf.broadcast_to(tf.range(tf.shape(order)[0])[:, None], tf.shape(order)), order],
-            axis=-1,
-        ),
-        keep_sorted,
-        tf.shape(order),
-    )  # [B, V], back in vocabulary order
-    return tf.where(keep, logits, NEG_INF)
-
-
-class _Beam(_Pieces):
+class _Beam(Pieces):
     """t2t beam search's pieces over `B` sentences × `K` beams (B read from the loop).
 
     `stop_early`: a sentence is done once K hypotheses have finished (fairseq's and
@@ -230,7 +84,7 @@ class _Beam(_Pieces):
         return self.beam
 
     def initial(self, start_ids, state):
-        beam, batch = self.beam, _dim(start_ids, 0)
+        beam, batch = self.beam, dim(start_ids, 0)
         first = tf.concat([[0.0], tf.fill([beam - 1], NEG_INF)], axis=0)  # only beam 0 is live
         return BeamState(
             index=tf.constant(0),
@@ -245,7 +99,7 @@ class _Beam(_Pieces):
 
     def size(self, loop):
         """B, the sentences in `loop`."""
-        return _dim(loop.alive_seq, 0)
+        return dim(loop.alive_seq, 0)
 
     def repeat(self, nest):
         """Each `B`-row leaf repeated `K` times along axis 0 (sentence-major)."""
@@ -274,13 +128,13 @@ class _Beam(_Pieces):
     def step(self, loop, context):
         """One step: every beam extended by one token."""
         beam, i = self.beam, loop.index
-        batch = _dim(loop.alive_seq, 0)
+        batch = dim(loop.alive_seq, 0)
 
         def regroup(x):  # [B·K, ...] -> [B, K, ...]
-            return tf.reshape(x, [batch, beam, *(_dim(x, a) for a in range(1, x.shape.rank))])
+            return tf.reshape(x, [batch, beam, *(dim(x, a) for a in range(1, x.shape.rank))])
 
         def flatten(x):  # [B, K, ...] -> [B·K, ...]
-            return tf.reshape(x, [batch * beam, *(_dim(x, a) for a in range(2, x.shape.rank))])
+            return tf.reshape(x, [batch * beam, *(dim(x, a) for a in range(2, x.shape.rank))])
 
         logits, new_state = self.logits(loop, context)  # [B·K, V]
         vocab = tf.shape(logits)[-1]
@@ -289,7 +143,7 @@ class _Beam(_Pieces):
         flat_scores = tf.reshape(log_probs / penalty, [batch, -1])  # [B, K·V]
         top_scores, top_index = top_k(flat_scores, 2 * beam)  # [B, 2K]
         origin, token = top_index // vocab, top_index % vocab  # [B, 2K]
-        top_seq = _write(tf.gather(loop.alive_seq, origin, batch_dims=1), i, token)  # [B, 2K, L]
+        top_seq = write(tf.gather(loop.alive_seq, origin, batch_dims=1), i, token)  # [B, 2K, L]
         # A candidate is real unless it extends a dead beam (score near NEG_INF).
         is_eos = tf.logical_and(tf.equal(token, self.eos_id), top_scores > NEG_INF / 2)
 
@@ -331,7 +185,7 @@ class _Beam(_Pieces):
         pick = tf.where(slot < finished, slot, self.beam + slot - finished)  # [B, N]
         seqs = tf.concat([loop.finished_seq, loop.alive_seq], axis=1)  # [B, 2K, L]
         scores = tf.concat([loop.finished_scores, loop.alive_log_probs], axis=1)  # [B, 2K]
-        ids = self._pad_rows(tf.gather(seqs, pick, batch_dims=1), loop.index)  # [B, N, L]
+        ids = self.pad_rows(tf.gather(seqs, pick, batch_dims=1), loop.index)  # [B, N, L]
         scores = tf.gather(scores, pick, batch_dims=1)  # [B, N]
         if self.hypotheses is None:
             return ids[:, 0], scores[:, 0]
@@ -352,3 +206,60 @@ class _Beam(_Pieces):
             },
         )
         return loop, by_row(context)
+
+
+class BeamSearch(SearchStrategy):
+    """t2t beam search (see the module docstring).
+
+    The score of a sentence is the best finished hypothesis' length-penalized
+    `log p / ((5 + length) / 6) ** alpha` (length: the tokens generated, EOS included;
+    with `alpha=0` the log-probability itself), or, where none finished, the best live
+    one's raw log-probability. With `num_hypotheses=N` (at most K) the N best come
+    back: the finished hypotheses by score, then, where fewer than N finished before
+    `max_length`, the best live ones with their raw log-probabilities.
+
+    When a sentence's search ends: by default (t2t's rule) when its best finished score
+    beats what any live beam can still reach (its log-probability over the length
+    penalty of `max_length`, so a smaller `max_length` ends the search sooner) and, for
+    N hypotheses, N have finished: the first is final, the others the best found by
+    then. With `stop_early=True` (fairseq's and CTranslate2's rule) as soon as K
+    hypotheses have finished, whatever the live beams could still reach: often sooner,
+    sometimes later (when fewer than K finish), and the result can differ from t2t's
+    rule.
+
+    Args:
+        beam_size: K, the hypotheses kept per sentence.
+        alpha: length-penalty exponent (0 = no penalty).
+        stop_early: end a sentence's search once K hypotheses have finished.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> def step_fn(ids, index, state):
+    ...     return tf.one_hot((ids[:, 0] + 1) % 5, 5) * 10.0, state
+    >>> ids, _ = BeamSearch(beam_size=2).search(step_fn, (), tf.constant([2]), 4, eos_id=0)
+    >>> ids.numpy().tolist()
+    [[3, 4, 0, 0]]
+    """
+
+    def __init__(self, beam_size=4, alpha=0.6, stop_early=False):
+        self.beam_size = _checks.check_positive_int("beam_size", beam_size)
+        self.alpha = _checks.check_non_negative_float("alpha", alpha)
+        self.stop_early = _checks.check_bool("stop_early", stop_early)
+
+    @property
+    def rows_per_sentence(self):
+        return self.beam_size
+
+    @property
+    def max_hypotheses(self):
+        return self.beam_size
+
+    def get_config(self):
+        return {"beam_size": self.beam_size, "alpha": self.alpha, "stop_early": self.stop_early}
+
+    def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
+        return _Beam(
+            step_fn, self.beam_size, self.alpha, eos_id, pad_id, length, hypotheses,
+            self.stop_early,
+        )  # fmt: skip

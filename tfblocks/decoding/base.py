@@ -1,7 +1,7 @@
-"""Search strategies over a step function: greedy, sampling (temperature, top-k, top-p)
-and t2t beam search.
+"""What every search strategy shares: the base class `SearchStrategy`, its checks, the
+loop around its pieces, and the helpers its pieces are made of.
 
-A strategy knows nothing of the model. `strategy.search(step_fn, state, start_ids,
+A strategy knows nothing of the model. `search.search(step_fn, state, start_ids,
 max_length, ...)` drives a `step_fn(ids, index, state) -> (logits, state)`: given the
 `[N, 1]` int32 ids of position `index` and an opaque nest of tensors `state` (e.g. a K/V
 cache), it returns float32 logits `[N, vocab]` for the next position and the updated
@@ -10,35 +10,87 @@ loop state is a named tuple. With `cache_lengths` a search runs one loop per cac
 and grows the step function's caches in between (`grow_state`). With `drop_finished`,
 greedy and beam search let the sentences whose search has ended leave the batch
 (`tfblocks.decoding.dropping`). `tfblocks.decoding.Decoder` builds the step function of a
-`tfblocks.Transformer` and runs any strategy with `Decoder.decode(strategy, ...)`.
+`tfblocks.Transformer` and runs any strategy with `Decoder.decode(search, ...)`.
 
 With `num_hypotheses=N` a search returns N results per sentence, best first: beam
 search's N best hypotheses, or N samples (`ids [B, N, L]`, `scores [B, N]`).
 
 A new strategy subclasses `SearchStrategy`: its constructor checks its options, and
-`_pieces` returns the loop's pieces (`initial`, `step`, `done`, `result`, `select`,
-`repeat`, `size`), as `_Sequential` and `_Beam` do.
+`_pieces` returns the loop's pieces, a `Pieces` with `initial`, `step`, `done`, `result`,
+`select`, `repeat` and `size` (as `tfblocks.decoding.greedy.Sequential` and beam search's
+do), which the plain loop (`SearchStrategy.search`) and the shrinking one
+(`tfblocks.decoding.dropping`) drive.
 
 Hand-written because no library searches with t2t's semantics over an encoder–decoder
 cache: keras-hub's samplers drive a decoder-only cache callback and have no t2t length
-penalty or 2·beam candidate set. `BeamSearch` follows t2t `beam_search.py`: each step
-keeps the 2·beam best extensions, the `beam` best non-EOS ones stay alive, EOS-ended ones
-compete for `beam` finished slots with score `log p / ((5 + length) / 6) ** alpha`; when
-no hypothesis finished, the best live one is returned with its raw log-probability (as
-t2t does). Departure: t2t stops when the *worst* finished score beats the best a live
-beam can reach; here the search stops when the *best* finished score does, which cannot
-change the returned (top) hypothesis and saves steps (for N hypotheses, once N have
-finished too).
-`BeamSearch(stop_early=True)` replaces that test by fairseq's and CTranslate2's rule: a
-sentence's search ends as soon as `beam_size` hypotheses have finished.
+penalty or 2·beam candidate set.
 """
 
 import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks.decoding.dropping import run_dropping
-from tfblocks.decoding.steps import NEG_INF, _Beam, _filter_top_p, _Sequential
 from tfblocks.ids import EOS_ID, PAD_ID
+
+NEG_INF = -1e9  # a finite "minus infinity" for scores (inf - inf would give NaN)
+
+
+def dim(x, axis):
+    """The static size of `x` along `axis` when known, else a scalar tensor."""
+    size = x.shape[axis]
+    return size if size is not None else tf.shape(x)[axis]
+
+
+def write(seqs, index, tokens):
+    """Writes `tokens` `[...]` at position `index` of `seqs` `[..., L]` (zeros there)."""
+    column = tf.one_hot(index, tf.shape(seqs)[-1], dtype=seqs.dtype)  # [L]
+    return seqs + tokens[..., None] * column
+
+
+def pad_after_eos(ids, index, eos_id, pad_id):
+    """`ids` `[B, L]` with `pad_id` after each row's first EOS and from position `index`
+    on (the positions a search never wrote, or zero-filled)."""
+    after_eos = tf.math.cumsum(tf.cast(ids == eos_id, tf.int32), axis=1, exclusive=True) > 0
+    unwritten = tf.range(dim(ids, 1))[None, :] >= index  # [1, L]
+    return tf.where(tf.logical_or(after_eos, unwritten), pad_id, ids)
+
+
+class Pieces:
+    """What a search's loop pieces share: the step function, the ids, the length, and
+    the number of results per sentence (`hypotheses`: None for one result per sentence,
+    `ids [B, L]` and `scores [B]`; or N for the N best, `ids [B, N, L]` and
+    `scores [B, N]`, best first).
+
+    A subclass gives `initial(start_ids, state)`, `step(loop, context)`, `done(loop)`
+    (`[B]`), `result(loop)`, `select(loop, context, pick)`, `repeat(nest)` and
+    `size(loop)` (B, the sentences in `loop`).
+    """
+
+    rows_per_sentence = 1  # rows of the step function per sentence (a beam search: K)
+
+    def __init__(self, step_fn, eos_id, pad_id, length, hypotheses=None):
+        self.step_fn = step_fn
+        self.eos_id = eos_id
+        self.pad_id = pad_id
+        self.length = length
+        self.hypotheses = hypotheses
+
+    def pad_rows(self, ids, index):
+        """`pad_after_eos` of `ids` `[B, L]` or `[B, N, L]`."""
+        if ids.shape.rank == 2:
+            return pad_after_eos(ids, index, self.eos_id, self.pad_id)
+        flat = tf.reshape(ids, [-1, dim(ids, 2)])  # [B·N, L]
+        padded = tf.reshape(pad_after_eos(flat, index, self.eos_id, self.pad_id), tf.shape(ids))
+        padded.set_shape(ids.shape)  # [B, N, L]
+        return padded
+
+    def logits(self, loop, context):
+        """`(float32 logits, new state)` of the step function for `loop.last`."""
+        if context is None:
+            logits, new_state = self.step_fn(loop.last, loop.index, loop.state)
+        else:
+            logits, new_state = self.step_fn(loop.last, loop.index, loop.state, context)
+        return tf.cast(logits, tf.float32), new_state
 
 
 def _check_search_args(max_length, eos_id, pad_id):
@@ -101,13 +153,26 @@ class SearchStrategy:
     """A search over a step function; the base of `Greedy`, `Sampling` and `BeamSearch`.
 
     Subclasses set their options in `__init__` (checked there, so a bad value fails
-    before any tracing) and return them from `get_config`; `_pieces` builds the loop.
+    before any tracing) and return them from `get_config`; `_pieces` builds the loop
+    (a `Pieces`).
 
     Attributes:
         rows_per_sentence: rows of the step function per sentence (a beam search: K).
         can_drop_finished: whether `search(drop_finished=True)` keeps the results.
         traced_args: options that may be scalar tensors (fed to a compiled search as
             arguments, so changing them compiles nothing new).
+
+    Example (a search that always picks id 2):
+
+    >>> import tensorflow as tf
+    >>> from tfblocks.decoding.greedy import Sequential
+    >>> class Lowest(SearchStrategy):
+    ...     def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
+    ...         choose = lambda logits, index: tf.fill([tf.shape(logits)[0]], 2)
+    ...         return Sequential(step_fn, choose, eos_id, pad_id, length, hypotheses)
+    >>> step_fn = lambda ids, index, state: (tf.zeros([1, 5]), state)
+    >>> Lowest().search(step_fn, (), tf.constant([3]), max_length=3)[0].numpy().tolist()
+    [[2, 2, 2]]
     """
 
     rows_per_sentence = 1
@@ -235,179 +300,18 @@ class SearchStrategy:
         return pieces.result(_while(cond, body, initial, cache_lengths, grow_state))
 
 
-def check_strategy(strategy, vocab_size=None):
-    """`strategy` if it is a `SearchStrategy` that fits a vocabulary of `vocab_size`
+def check_search(search, vocab_size=None):
+    """`search` if it is a `SearchStrategy` that fits a vocabulary of `vocab_size`
     tokens (a `Sampling` top-k of at most that many), else a `ValueError` naming it."""
-    if not isinstance(strategy, SearchStrategy):
+    if not isinstance(search, SearchStrategy):
         raise ValueError(
-            "`strategy` must be a tfblocks.decoding.SearchStrategy (Greedy(), "
-            f"Sampling(...), BeamSearch(...)), got strategy={strategy!r}."
+            "`search` must be a tfblocks.decoding.SearchStrategy (Greedy(), "
+            f"Sampling(...), BeamSearch(...)), got search={search!r}."
         )
-    top_k = getattr(strategy, "top_k", 0)
+    top_k = getattr(search, "top_k", 0)
     if vocab_size is not None and top_k > vocab_size:
         raise ValueError(
-            f"`strategy` samples among its top_k={top_k} tokens but the model's vocabulary "
-            f"has only {vocab_size}: strategy={strategy!r}."
+            f"`search` samples among its top_k={top_k} tokens but the model's vocabulary "
+            f"has only {vocab_size}: search={search!r}."
         )
-    return strategy
-
-
-def beam_or_greedy(beam_size, alpha=0.6, stop_early=False):
-    """The strategy a beam width names (the command-line tools' `--beam-size`):
-    `Greedy()` for 1, else `BeamSearch(beam_size, alpha, stop_early)`.
-
-    >>> beam_or_greedy(1), beam_or_greedy(4)
-    (Greedy(), BeamSearch(beam_size=4, alpha=0.6, stop_early=False))
-    """
-    _checks.check_bool("stop_early", stop_early)
-    if _checks.check_positive_int("beam_size", beam_size) == 1:
-        return Greedy()
-    return BeamSearch(beam_size, alpha, stop_early)
-
-
-class Greedy(SearchStrategy):
-    """Greedy search: the most likely token at every step; the score is the sum of the
-    chosen tokens' log-probabilities.
-
-    Example:
-
-    >>> import tensorflow as tf
-    >>> def step_fn(ids, index, state):  # always prefers token (last + 1) % 5
-    ...     return tf.one_hot((ids[:, 0] + 1) % 5, 5) * 10.0, state
-    >>> ids, _ = Greedy().search(step_fn, (), tf.constant([2]), max_length=4, eos_id=0)
-    >>> ids.numpy().tolist()
-    [[3, 4, 0, 0]]
-    """
-
-    def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
-        def choose(logits, index):
-            return tf.argmax(logits, axis=-1, output_type=tf.int32)
-
-        return _Sequential(step_fn, choose, eos_id, pad_id, length, hypotheses)
-
-
-class Sampling(SearchStrategy):
-    """Sampling from `softmax(logits / temperature)`, optionally top-k and/or top-p.
-
-    The score is the sum of the chosen tokens' log-probabilities under the unmodified
-    model. With `num_hypotheses=N` each sentence gets N independent samples (not
-    necessarily different), sorted by score. A sampled sentence never leaves the batch
-    early (`can_drop_finished` is False): its draws depend on its row.
-
-    Args:
-        temperature: > 0; below 1 sharpens, above 1 flattens the distribution.
-        top_k: when > 0, sample among the `top_k` most likely tokens only.
-        top_p: in (0, 1]; when < 1, sample among the smallest set of most likely
-            tokens whose probability reaches `top_p` (nucleus sampling).
-        seed: int or scalar int tensor; the same seed gives the same samples.
-
-    Example:
-
-    >>> import tensorflow as tf
-    >>> def step_fn(ids, index, state):
-    ...     return tf.one_hot((ids[:, 0] + 1) % 5, 5) * 50.0, state
-    >>> ids, _ = Sampling(top_p=0.9).search(step_fn, (), tf.constant([2]), 4, eos_id=0)
-    >>> ids.numpy().tolist()
-    [[3, 4, 0, 0]]
-    """
-
-    can_drop_finished = False
-    traced_args = ("seed",)
-    max_hypotheses = None
-
-    def __init__(self, temperature=1.0, top_k=0, top_p=1.0, seed=0):
-        _checks.check_positive_float("temperature", temperature)
-        _checks.check_non_negative_int("top_k", top_k)
-        if not _checks.is_finite_real(top_p) or not 0 < top_p <= 1:
-            raise ValueError(f"`top_p` must be a number in (0, 1], got top_p={top_p!r}.")
-        if not tf.is_tensor(seed) and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"`seed` must be an int or a scalar int tensor, got seed={seed!r}.")
-        self.temperature = float(temperature)
-        self.top_k = int(top_k)
-        self.top_p = float(top_p)
-        self.seed = seed
-
-    def get_config(self):
-        return {
-            "temperature": self.temperature,
-            "top_k": self.top_k,
-            "top_p": self.top_p,
-            "seed": self.seed,
-        }
-
-    def rows(self, num_hypotheses=None):
-        return num_hypotheses or 1  # one row per sample
-
-    def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
-        seed = tf.cast(self.seed, tf.int32)
-
-        def choose(logits, index):
-            logits = logits / self.temperature
-            if self.top_k:
-                kth = tf.math.top_k(logits, k=self.top_k).values[:, -1:]  # [B, 1]
-                logits = tf.where(logits < kth, NEG_INF, logits)
-            if self.top_p < 1:
-                logits = _filter_top_p(logits, self.top_p)
-            draw = tf.random.stateless_categorical(
-                logits, 1, seed=tf.stack([seed, index]), dtype=tf.int32
-            )
-            return draw[:, 0]
-
-        return _Sequential(step_fn, choose, eos_id, pad_id, length, hypotheses)
-
-
-class BeamSearch(SearchStrategy):
-    """t2t beam search (see the module docstring).
-
-    The score of a sentence is the best finished hypothesis' length-penalized
-    `log p / ((5 + length) / 6) ** alpha` (length: the tokens generated, EOS included;
-    with `alpha=0` the log-probability itself), or, where none finished, the best live
-    one's raw log-probability. With `num_hypotheses=N` (at most K) the N best come
-    back: the finished hypotheses by score, then, where fewer than N finished before
-    `max_length`, the best live ones with their raw log-probabilities.
-
-    When a sentence's search ends: by default (t2t's rule) when its best finished score
-    beats what any live beam can still reach (its log-probability over the length
-    penalty of `max_length`, so a smaller `max_length` ends the search sooner) and, for
-    N hypotheses, N have finished: the first is final, the others the best found by
-    then. With `stop_early=True` (fairseq's and CTranslate2's rule) as soon as K
-    hypotheses have finished, whatever the live beams could still reach: often sooner,
-    sometimes later (when fewer than K finish), and the result can differ from t2t's
-    rule.
-
-    Args:
-        beam_size: K, the hypotheses kept per sentence.
-        alpha: length-penalty exponent (0 = no penalty).
-        stop_early: end a sentence's search once K hypotheses have finished.
-
-    Example:
-
-    >>> import tensorflow as tf
-    >>> def step_fn(ids, index, state):
-    ...     return tf.one_hot((ids[:, 0] + 1) % 5, 5) * 10.0, state
-    >>> ids, _ = BeamSearch(beam_size=2).search(step_fn, (), tf.constant([2]), 4, eos_id=0)
-    >>> ids.numpy().tolist()
-    [[3, 4, 0, 0]]
-    """
-
-    def __init__(self, beam_size=4, alpha=0.6, stop_early=False):
-        self.beam_size = _checks.check_positive_int("beam_size", beam_size)
-        self.alpha = _checks.check_non_negative_float("alpha", alpha)
-        self.stop_early = _checks.check_bool("stop_early", stop_early)
-
-    @property
-    def rows_per_sentence(self):
-        return self.beam_size
-
-    @property
-    def max_hypotheses(self):
-        return self.beam_size
-
-    def get_config(self):
-        return {"beam_size": self.beam_size, "alpha": self.alpha, "stop_early": self.stop_early}
-
-    def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
-        return _Beam(
-            step_fn, self.beam_size, self.alpha, eos_id, pad_id, length, hypotheses,
-            self.stop_early,
-        )  # fmt: skip
+    return search
