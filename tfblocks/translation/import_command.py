@@ -97,9 +97,7 @@ def _write(folder, source, imported):
         target_tokenizer = source_tokenizer
     save_preset(model, source_tokenizer, os.path.join(folder, "model"), hp, target_tokenizer)
     search = beam_or_greedy(generation.get("num_beams", 4))
-    translator = Translator(
-        model, source_tokenizer, target_tokenizer, hp.max_length, search=search
-    )
+    translator = Translator(model, source_tokenizer, target_tokenizer, hp.max_length, search=search)
     translator.export(os.path.join(folder, "export", "1"))
 
 
