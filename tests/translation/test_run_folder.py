@@ -14,7 +14,8 @@ import pytest
 from tests.translation.run_job import options, parts
 from tfblocks.translation import run_folder
 from tfblocks.translation.job import train_run
-from tfblocks.translation.run_folder import RunFolder, average_weights, load_weights
+from tfblocks.training.weights import average_weights, load_weights
+from tfblocks.translation.run_folder import RunFolder
 
 pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 
