@@ -11,14 +11,12 @@ LayerNorms, biases), so only the adapters train.
 `tfblocks.training.weights.merged_weights(model)` gives the weights of the plain model with
 each adapter merged into its kernel, `W + (alpha / rank) · A · B`: a model built without
 adapters loads them and computes the same function at no extra cost, which is what a run
-folder's final model and export hold. (Keras' own `.weights.h5` of a LoRA layer also holds the merged kernel, and
-no adapters; loading it back zeroes the adapters.)
+folder's final model and export hold. (Keras' own `.weights.h5` of a LoRA layer also holds
+the merged kernel, and no adapters; loading it back zeroes the adapters.)
 
 Multi-head attention fuses its q/k/v projections into one matmul only for plain Dense
 layers (`MultiHeadAttention._can_fuse`); with adapters each projection runs on its own.
 """
-
-import numpy as np
 
 from tfblocks import _checks
 from tfblocks.layers import DenseReluDense, MultiHeadAttention
@@ -56,6 +54,7 @@ def enable_lora(model, rank, ffn=False):
 
     Example:
 
+    >>> import numpy as np
     >>> import tfblocks
     >>> hp = tfblocks.hparams("transformer_tiny", vocab_size=50)
     >>> model = tfblocks.build_transformer(hp)

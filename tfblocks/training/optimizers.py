@@ -51,7 +51,6 @@ For gradient accumulation and weight averaging it departs from Keras' optimizer:
 """
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 _FUSED_DTYPES = (tf.float16, tf.float32, tf.float64)

@@ -379,4 +379,3 @@ def _discard(staging):
 def _remove_empty(folder):
     with contextlib.suppress(OSError):  # something tfblocks did not put there: left alone
         os.rmdir(folder)
-
