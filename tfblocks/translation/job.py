@@ -55,7 +55,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfblocks import _checks
+from tfblocks import _checks, text
 from tfblocks._files import check_directory, replace_file, write_json
 from tfblocks.decoding import Greedy
 from tfblocks.models import hparams, load_preset, load_target_tokenizer, save_preset
@@ -63,7 +63,7 @@ from tfblocks.models.builders import build_transformer
 from tfblocks.models.hparams import parse_overrides
 from tfblocks.models.preset import KIND
 from tfblocks.serving.savedmodel import Translator
-from tfblocks.text import SubwordTokenizer, distribute_dataset, make_dataset, train_tokenizers
+from tfblocks.text import distribute_dataset, make_dataset
 from tfblocks.text.corpus import StreamedPairs, sample_pairs
 from tfblocks.text.dataset import SHAPES
 from tfblocks.training import compile_transformer, get_strategy
@@ -373,9 +373,9 @@ class TrainingJob:
         if init is not None:
             tokenizers = [init.tokenizer, init.target_tokenizer]
         elif saved is not None and all(os.path.exists(p) for p in paths):
-            tokenizers = [SubwordTokenizer.load(p) for p in paths]
+            tokenizers = [text.SubwordTokenizer.load(p) for p in paths]
         else:
-            tokenizers = train_tokenizers(
+            tokenizers = text.train_tokenizers(
                 self.splits["train"] if sample is None else sample,
                 vocab_size=options.vocab_size, model_type=options.tokenizer_model,
                 shared=not options.separate_vocab, sample=options.tokenizer_sample,
@@ -713,8 +713,6 @@ class TrainingJob:
         reloads the SavedModel and translates a few test sentences (with the running
         example for a Japanese source) both ways; returns the SavedModel's path, the
         reloaded model's `{sentence: translation}` and whether both translated alike."""
-        from tfblocks import text
-
         samples = [source for source, _ in self.splits["test"][:2]]
         if self.options.source_lang == "ja":  # the seed notes' running example
             samples.insert(0, text.RUNNING_EXAMPLE[0])

@@ -28,14 +28,13 @@ Examples:
       --source-column 1 --target-column 0 --output runs/fren
 """
 
-import argparse
 import os
 
 from tfblocks import _checks
 from tfblocks.text.corpus import SPLITS
 from tfblocks.text.dataset import SHAPES
 from tfblocks.training.precision import POLICIES
-from tfblocks.translation.console import run_command
+from tfblocks.translation.console import add_verbose_argument, command_parser, run_command
 from tfblocks.translation.corpus_options import (
     FILE_FLAGS,
     add_corpus_arguments,
@@ -48,13 +47,8 @@ from tfblocks.translation.corpus_options import (
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="tfblocks-train",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
-    )
-    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
+    parser = command_parser("tfblocks-train", __doc__)
+    add_verbose_argument(parser)
     add_corpus_arguments(parser)
     parser.add_argument("--hparams", default="transformer_tiny", help="t2t preset name")
     parser.add_argument(
