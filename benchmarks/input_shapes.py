@@ -55,8 +55,9 @@ from tfblocks.models.hparams import parse_overrides
 from tfblocks.text import load_splits, make_dataset, train_tokenizers
 from tfblocks.text.batching import fixed_bucket_lengths
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy
+from tfblocks.training.weights import float32_twin
 from tfblocks.translation.evaluation import score
-from tfblocks.translation.job import DEMO_OVERRIDES, float32_twin
+from tfblocks.translation.job import DEMO_OVERRIDES
 
 # name -> (make_dataset shapes, XLA, bucket step of fixed_bucket_lengths)
 MODES = {

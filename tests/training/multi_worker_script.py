@@ -12,7 +12,7 @@ gradient shows):
 
 Then it reads one epoch of text pairs through `tfblocks.text.distribute_dataset`, the
 translation job's input under a strategy, in which each worker reads its own shard of
-the pairs, and trains one epoch of the translation job itself on them (`train_run`, a
+the pairs, and trains one epoch of the translation job itself on them (`TrainingJob`, a
 run folder per worker, as `tfblocks-train` has it).
 
 Saves the weights of run 1 (OUT.npz) and of the job (OUT_job.npz) and prints one JSON
@@ -126,8 +126,9 @@ def shard_sources(strategy):
 
 
 def job_epoch(strategy, path):
-    """One epoch of `tfblocks.translation.job.train_run` on `text_pairs` in the run folder
-    `path` (each worker its own, as `tfblocks-train` does); returns the weights and report."""
+    """One epoch of `tfblocks.translation.job.TrainingJob.train` on `text_pairs` in the run
+    folder `path` (each worker its own, as `tfblocks-train` does); returns the weights and
+    report."""
     from tests.fixtures import tiny_hparams
     from tfblocks.text import train_tokenizers
     from tfblocks.translation import job
@@ -142,7 +143,8 @@ def job_epoch(strategy, path):
     )  # fmt: skip
     with RunFolder(path) as folder:
         splits = {"train": pairs, "dev": pairs[:4]}
-        model, report = job.train_run(folder, splits, tokenizer, hp, options, log=lambda _: None)
+        training = job.TrainingJob(options, splits, log=lambda _: None)
+        model, report = training.train(folder, tokenizer, hp)
     return model.get_weights(), report
 
 
@@ -174,7 +176,8 @@ def job_stream(strategy, path):
     )  # fmt: skip
     with RunFolder(path) as folder:
         splits = {"train": StreamedPairs(*map(tuple, files)), "dev": pairs[:4]}
-        model, report = job.train_run(folder, splits, tokenizer, hp, options, log=lambda _: None)
+        training = job.TrainingJob(options, splits, log=lambda _: None)
+        model, report = training.train(folder, tokenizer, hp)
     return model.get_weights(), report
 
 

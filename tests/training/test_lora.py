@@ -5,7 +5,8 @@ import pytest
 
 from tests.fixtures import FIRST_ID, tiny_hparams, tiny_model
 from tfblocks.training import compile_transformer
-from tfblocks.training.lora import enable_lora, lora_targets, merged_weights
+from tfblocks.training.lora import enable_lora, lora_targets
+from tfblocks.training.weights import merged_weights
 
 SMALL = {"hidden_size": 16, "filter_size": 24, "num_heads": 2}
 

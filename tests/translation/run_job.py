@@ -1,4 +1,5 @@
-"""A tiny translation run through `tfblocks.translation.job.train_run`, shared by the tests.
+"""A tiny translation run through `tfblocks.translation.job.TrainingJob.train`, shared by the
+tests.
 
 `python tests/translation/run_job.py FOLDER EPOCHS [KILL_EPOCH]` trains in FOLDER; with KILL_EPOCH
 (1-based) the process SIGKILLs itself in the middle of that epoch, after the epochs
@@ -35,10 +36,16 @@ def options(epochs, **overrides):
     return TrainingOptions(epochs=epochs, **{**settings, **overrides})
 
 
+def train(folder, splits, tokenizer, hp, options, log=print, callbacks=()):
+    """`TrainingJob(options, splits).train(folder, tokenizer, hp)`: `(model, report)`."""
+    from tfblocks.translation.job import TrainingJob
+
+    return TrainingJob(options, splits, log=log, callbacks=callbacks).train(folder, tokenizer, hp)
+
+
 def main(folder, epochs, kill_epoch=None):
     import keras
 
-    from tfblocks.translation.job import train_run
     from tfblocks.translation.run_folder import RunFolder
 
     class Kill(keras.callbacks.Callback):
@@ -51,7 +58,7 @@ def main(folder, epochs, kill_epoch=None):
 
     splits, tokenizer, hp = parts()
     callbacks = [Kill()] if kill_epoch else []
-    train_run(RunFolder(folder), splits, tokenizer, hp, options(epochs), callbacks=callbacks)
+    train(RunFolder(folder), splits, tokenizer, hp, options(epochs), callbacks=callbacks)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.translation.run_job import options, parts
+from tests.translation.run_job import options, parts, train
 from tests.translation.test_train_command import FAST
 from tfblocks.models import build_transformer, load_preset
 from tfblocks.training import averaged_weights, compile_transformer
 from tfblocks.translation import train_command
-from tfblocks.translation.job import TrainingOptions, train_run
+from tfblocks.translation.job import TrainingOptions
 from tfblocks.translation.run_folder import RunFolder
 
 pytestmark = pytest.mark.heavy  # runs whole jobs
@@ -33,11 +33,11 @@ def test_the_final_weights_are_the_moving_average_and_a_rerun_continues_it(tmp_p
     hp = job[2]
     quiet = {"log": lambda _: None}
     straight = RunFolder(tmp_path / "straight")
-    model, report = train_run(straight, *job, options(2, ema_decay=0.5), **quiet)
+    model, report = train(straight, *job, options(2, ema_decay=0.5), **quiet)
     assert report["final_weights"] == "last (epoch 2)"
     continued = RunFolder(tmp_path / "continued")
-    train_run(continued, *job, options(1, ema_decay=0.5), **quiet)
-    train_run(continued, *job, options(2, ema_decay=0.5), **quiet)  # the rerun continues
+    train(continued, *job, options(1, ema_decay=0.5), **quiet)
+    train(continued, *job, options(2, ema_decay=0.5), **quiet)  # the rerun continues
     a, b = npz(straight.join("last.npz")), npz(continued.join("last.npz"))
     for path in a:
         np.testing.assert_allclose(a[path], b[path], rtol=1e-5, atol=1e-6, err_msg=path)

@@ -5,9 +5,8 @@ import re
 
 import pytest
 
-from tests.translation.run_job import options, parts
-from tfblocks.translation import train_command
-from tfblocks.translation.job import train_run
+from tests.translation.run_job import options, parts, train
+from tfblocks.translation import progress
 from tfblocks.translation.run_folder import RunFolder
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -22,7 +21,7 @@ def test_headers_time_left_stop_line_and_curves_across_a_continued_run(tmp_path,
     folder = RunFolder(tmp_path / "run")
     lines = []
     capsys.readouterr()
-    _, report = train_run(folder, *job, options(3, verbose=2, time_limit=3600), log=lines.append)
+    _, report = train(folder, *job, options(3, verbose=2, time_limit=3600), log=lines.append)
     assert _headers(capsys.readouterr().out) == [(1, 3), (2, 3), (3, 3)]
     left = [line for line in lines if line.startswith("training time")]
     assert len(left) == 3, lines
@@ -36,7 +35,7 @@ def test_headers_time_left_stop_line_and_curves_across_a_continued_run(tmp_path,
 
     # The same command with more epochs continues: epochs 4 and 5 of 5, a new picture.
     lines.clear()
-    _, report = train_run(folder, *job, options(5, verbose=2), log=lines.append)
+    _, report = train(folder, *job, options(5, verbose=2), log=lines.append)
     assert _headers(capsys.readouterr().out) == [(4, 5), (5, 5)]
     assert not any(line.startswith("training time") for line in lines)  # no time limit
     assert lines[-1] == "training stopped: all 5 epochs done"
@@ -45,16 +44,14 @@ def test_headers_time_left_stop_line_and_curves_across_a_continued_run(tmp_path,
 
     # A rerun with nothing left to train says so, and prints no epoch.
     lines.clear()
-    train_run(folder, *job, options(5, verbose=2), log=lines.append)
+    train(folder, *job, options(5, verbose=2), log=lines.append)
     assert _headers(capsys.readouterr().out) == []
     assert lines[-1] == "training stopped: all 5 epochs done"
 
 
 def test_the_stop_line_names_the_time_limit(tmp_path):
     lines = []
-    _, report = train_run(
-        RunFolder(tmp_path), *parts(), options(2, time_limit=1e-3), log=lines.append
-    )
+    _, report = train(RunFolder(tmp_path), *parts(), options(2, time_limit=1e-3), log=lines.append)
     assert report["stopped"] == "time limit"
     assert lines[-1] == (
         "training stopped: time limit of 0.0 min reached in epoch 1 (0 of 2 epochs done); "
@@ -69,7 +66,7 @@ def test_the_summary_fits_one_screen_and_names_the_paths(tmp_path, phrasebook):
                "bleu_signature": "nrefs:1|tok:13a"}  # fmt: skip
     report = {"epochs": 4, "train_seconds": 12.5, "stopped": "early stopping", "best_epoch": 2,
               "final_weights": "best (epoch 2)", "curves": folder.join("curves.png")}  # fmt: skip
-    text = train_command.summary(
+    text = progress.summary(
         metrics, report, folder, folder.join("export", "1"), folder.join("metrics.json"),
         exact_match=phrasebook,
     )  # fmt: skip

@@ -11,10 +11,10 @@ import keras
 import numpy as np
 import pytest
 
-from tests.translation.run_job import options, parts
+from tests.translation.run_job import options, parts, train
+from tfblocks.training.weights import average_weights, load_weights
 from tfblocks.translation import run_folder
-from tfblocks.translation.job import train_run
-from tfblocks.translation.run_folder import RunFolder, average_weights, load_weights
+from tfblocks.translation.run_folder import RunFolder
 
 pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 
@@ -30,7 +30,7 @@ def job():
 def straight(job, tmp_path_factory):
     """Three epochs without interruption: the reference the other runs must equal."""
     folder = RunFolder(tmp_path_factory.mktemp("straight"))
-    model, report = train_run(folder, *job, options(3, average_last=2), log=lambda _: None)
+    model, report = train(folder, *job, options(3, average_last=2), log=lambda _: None)
     return folder, report, model
 
 
@@ -52,13 +52,13 @@ def test_time_limit_stop_then_continue_after_completion_equals_a_straight_run(
     reference, report, _ = straight
     assert report["epochs"] == 3 and [h["epoch"] for h in report["history"]] == [1, 2, 3]
     folder = RunFolder(tmp_path)
-    _, stopped = train_run(folder, *job, options(1, time_limit=1e-3), log=lambda _: None)
+    _, stopped = train(folder, *job, options(1, time_limit=1e-3), log=lambda _: None)
     assert stopped["stopped"] == "time limit" and stopped["epochs"] == 0
     assert folder.progress()["train_seconds"] > 0
-    _, done = train_run(folder, *job, options(1), log=lambda _: None)  # the rerun continues
+    _, done = train(folder, *job, options(1), log=lambda _: None)  # the rerun continues
     assert done["epochs"] == 1 and done["stopped"] == "epochs"
     first = folder.progress()
-    _, second = train_run(folder, *job, options(2), log=print)  # the same command, more epochs
+    _, second = train(folder, *job, options(2), log=print)  # the same command, more epochs
     assert second["epochs"] == 2 and len(second["history"]) == 2
     assert second["train_seconds"] > first["train_seconds"] > 0  # totals across reruns
     assert_same_weights(folder.join("last.npz"), reference.join("checkpoints", "epoch-0002.npz"))
@@ -76,7 +76,7 @@ def test_killed_run_resumes_to_the_same_weights(job, straight, tmp_path):
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert RunFolder(tmp_path).progress()["epochs"] == 1
     # The same job again (in this process, where TensorFlow is already loaded).
-    _, report = train_run(RunFolder(tmp_path), *job, options(3), log=lambda _: None)
+    _, report = train(RunFolder(tmp_path), *job, options(3), log=lambda _: None)
     assert report["epochs"] == 3 and report["stopped"] == "epochs"
     progress = RunFolder(tmp_path).progress()
     assert progress["epochs"] == 3 and [h["epoch"] for h in progress["history"]] == [1, 2, 3]
@@ -88,7 +88,7 @@ def test_early_stopping_keeps_the_best_epoch_and_a_tie_the_later_one(job, tmp_pa
     frozen = hp.__class__(**{**hp.__dict__, "learning_rate_constant": 1e-12})  # BLEU can't move
     folder = RunFolder(tmp_path)
     opts = options(5, dev_sentences=8, early_stopping=1)
-    _, report = train_run(folder, splits, tokenizer, frozen, opts, log=lambda _: None)
+    _, report = train(folder, splits, tokenizer, frozen, opts, log=lambda _: None)
     assert report["stopped"] == "early stopping"  # a tie is no improvement: patience ran out
     bleu = [h["dev_bleu"] for h in report["history"]]
     assert report["epochs"] == 2 and bleu[0] == bleu[1]
@@ -123,7 +123,7 @@ def test_mixed_precision_trains_in_bfloat16_and_returns_a_float32_model(job, tmp
     for policy in ("float32", "mixed_bfloat16"):  # the float32 run: the losses' reference
         folder = RunFolder(tmp_path / policy)
         opts = options(1, dtype_policy=policy, dev_sentences=0 if policy == "float32" else 4)
-        runs[policy] = (folder, *train_run(folder, *job, opts, log=lambda _: None))
+        runs[policy] = (folder, *train(folder, *job, opts, log=lambda _: None))
     (_, _, single), (folder, model, mixed) = runs["float32"], runs["mixed_bfloat16"]
     assert (single["dtype_policy"], mixed["dtype_policy"]) == ("float32", "mixed_bfloat16")
     loss_32, loss_16 = single["history"][0]["loss"], mixed["history"][0]["loss"]
@@ -180,7 +180,7 @@ def test_an_epoch_is_recorded_whole_or_not_at_all(job, straight, tmp_path, monke
     monkeypatch.setattr(run_folder, "write_json", fail_at_epoch_2)
     opts = options(2, average_last=2, dev_sentences=2)
     with RunFolder(tmp_path) as folder, pytest.raises(OSError, match="before the commit"):
-        train_run(folder, *job, opts, log=lambda _: None)
+        train(folder, *job, opts, log=lambda _: None)
     monkeypatch.undo()
     staged = set(os.listdir(tmp_path / "state" / "commit-000002"))  # all of epoch 2 written
     assert {"epoch-0002.npz", "last.npz", "training.weights.h5"} <= staged
@@ -189,7 +189,7 @@ def test_an_epoch_is_recorded_whole_or_not_at_all(job, straight, tmp_path, monke
         assert folder.progress()["epochs"] == 1 and folder.checkpoints()[-1][0] == 1
         assert not (tmp_path / "state" / "commit-000002").exists()
         assert state.read_bytes() == recorded["state"]  # continuing starts from epoch 1
-        _, report = train_run(folder, *job, options(1, average_last=2), log=lambda _: None)
+        _, report = train(folder, *job, options(1, average_last=2), log=lambda _: None)
     assert report["epochs"] == 1 and "averaged_epochs" not in report  # one checkpoint only
     assert report["final_weights"] in ("best (epoch 1)", "last (epoch 1)")
     assert [h["epoch"] for h in report["history"]] == [1]
@@ -235,7 +235,7 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_recorded_epoch(job, tmp_p
 
     message = r"loss became (nan|inf) in epoch 2, step 3;.*keeps epoch 1"
     with RunFolder(tmp_path) as folder, pytest.raises(FloatingPointError, match=message):
-        train_run(folder, *job, options(3), callbacks=[Explode()], log=lambda _: None)
+        train(folder, *job, options(3), callbacks=[Explode()], log=lambda _: None)
     assert {name: (tmp_path / name).read_bytes() for name in names} == recorded
     with RunFolder(tmp_path) as folder:  # what a rerun finds
         assert folder.progress()["epochs"] == 1 and folder.checkpoints()[-1][0] == 1

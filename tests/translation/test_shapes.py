@@ -4,8 +4,7 @@ import dataclasses
 
 import pytest
 
-from tests.translation.run_job import options, parts
-from tfblocks.translation.job import train_run
+from tests.translation.run_job import options, parts, train
 from tfblocks.translation.run_folder import RunFolder
 
 pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
@@ -14,7 +13,7 @@ pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 def test_packed_rows_train_and_validate(tmp_path):
     splits, tokenizer, hp = parts()
     hp = dataclasses.replace(hp, learning_rate_warmup_steps=20, learning_rate_constant=1.0)
-    model, report = train_run(
+    model, report = train(
         RunFolder(tmp_path), splits, tokenizer, hp, options(4, shapes="packed"), log=print
     )
     losses = [epoch["loss"] for epoch in report["history"]]

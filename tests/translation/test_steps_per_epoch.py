@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from tests.text.test_dataset import _streamed_files
-from tests.translation.run_job import options, parts
+from tests.translation.run_job import options, parts, train
 from tests.translation.test_run_folder import assert_same_weights
 from tfblocks.text import make_dataset
-from tfblocks.translation.job import train_run
 from tfblocks.translation.run_folder import RunFolder
 
 pytestmark = pytest.mark.heavy  # runs whole (tiny) jobs
@@ -42,7 +41,7 @@ def test_a_stopped_and_continued_run_trains_on_the_stream_of_a_straight_run(
     if corpus == "streamed":
         splits = {**splits, "train": _streamed_files(tmp_path, splits["train"], 2)}
     straight = RunFolder(tmp_path / "straight")
-    _, report = train_run(straight, splits, tokenizer, hp, options(2, steps_per_epoch=steps),
+    _, report = train(straight, splits, tokenizer, hp, options(2, steps_per_epoch=steps),
                           log=quiet)  # fmt: skip
     assert report["epochs"] == 2 and report["stopped"] == "epochs"
     losses = [h["loss"] for h in report["history"]]
@@ -51,12 +50,12 @@ def test_a_stopped_and_continued_run_trains_on_the_stream_of_a_straight_run(
     folder = RunFolder(tmp_path / "continued")
     if corpus == "list":  # a time-limit cut first: nothing recorded, the rerun repeats it
         cut = options(2, steps_per_epoch=steps, time_limit=1e-3)
-        _, stopped = train_run(folder, splits, tokenizer, hp, cut, log=quiet)
+        _, stopped = train(folder, splits, tokenizer, hp, cut, log=quiet)
         assert stopped["stopped"] == "time limit" and stopped["epochs"] == 0
-    _, first = train_run(folder, splits, tokenizer, hp, options(1, steps_per_epoch=steps),
+    _, first = train(folder, splits, tokenizer, hp, options(1, steps_per_epoch=steps),
                          log=quiet)  # fmt: skip
     assert first["epochs"] == 1
-    _, done = train_run(folder, splits, tokenizer, hp, options(2, steps_per_epoch=steps),
+    _, done = train(folder, splits, tokenizer, hp, options(2, steps_per_epoch=steps),
                         log=quiet)  # fmt: skip
     assert done["epochs"] == 2 and [h["epoch"] for h in done["history"]] == [1, 2]
     np.testing.assert_allclose([h["loss"] for h in done["history"]], losses, rtol=1e-6)
@@ -65,7 +64,7 @@ def test_a_stopped_and_continued_run_trains_on_the_stream_of_a_straight_run(
     # Another number of steps would cut the stream elsewhere: refused, as is a pass.
     for other in (steps + 1, None):
         with pytest.raises(ValueError, match=rf"steps_per_epoch={steps}\).*={other}"):
-            train_run(folder, splits, tokenizer, hp, options(3, steps_per_epoch=other), log=quiet)
+            train(folder, splits, tokenizer, hp, options(3, steps_per_epoch=other), log=quiet)
     assert folder.progress()["epochs"] == 2
 
 
@@ -74,7 +73,7 @@ def test_early_stopping_dev_bleu_and_averaging_per_epoch_of_steps(job, tmp_path)
     frozen = hp.__class__(**{**hp.__dict__, "learning_rate_constant": 1e-12})  # BLEU can't move
     opts = options(5, steps_per_epoch=2, dev_sentences=2, early_stopping=1, average_last=2)
     folder = RunFolder(tmp_path)
-    _, report = train_run(folder, splits, tokenizer, frozen, opts, log=quiet)
+    _, report = train(folder, splits, tokenizer, frozen, opts, log=quiet)
     assert report["stopped"] == "early stopping" and report["epochs"] == 2
     assert all("dev_bleu" in h and "val_loss" in h for h in report["history"])
     assert report["best_epoch"] == 2 and report["averaged_epochs"] == [1, 2]
@@ -93,7 +92,7 @@ def test_a_loss_that_is_not_finite_stops_the_run_before_its_epoch_is_recorded(jo
 
     message = r"loss became (nan|inf) in epoch 2, step 2;.*keeps epoch 1"
     with RunFolder(tmp_path) as folder, pytest.raises(FloatingPointError, match=message):
-        train_run(folder, *job, options(3, steps_per_epoch=3), callbacks=[Explode()], log=quiet)
+        train(folder, *job, options(3, steps_per_epoch=3), callbacks=[Explode()], log=quiet)
     with RunFolder(tmp_path) as folder:
         assert folder.progress()["epochs"] == 1 and folder.checkpoints()[-1][0] == 1
 

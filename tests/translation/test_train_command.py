@@ -215,6 +215,7 @@ def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
     # A new streamed run samples its train files for the tokenizer before the folder is
     # touched; a folder that has its tokenizer starts training without that pass.
     from tfblocks.text.corpus import StreamedPairs
+    from tfblocks.translation.job import TrainingJob
     from tfblocks.translation.run_folder import TOKENIZER_FILE
 
     run = tmp_path / "run"
@@ -222,11 +223,12 @@ def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
                                      "--output", str(run)])  # fmt: skip
     missing = str(tmp_path / "missing.xx")
     splits = {"train": StreamedPairs((missing,), (missing,))}
+    job = TrainingJob(train_command.training_options(args), splits)
     with pytest.raises(FileNotFoundError, match=r"missing\.xx"):
-        train_command._streamed_sample(args, splits, None, str(run))
+        job.tokenizer_sample(None, str(run))
     run.mkdir()
     (run / TOKENIZER_FILE).write_bytes(b"")
-    assert train_command._streamed_sample(args, splits, None, str(run)) is None
+    assert job.tokenizer_sample(None, str(run)) is None
 
 
 def test_without_a_stream_flag_large_train_files_are_streamed(tmp_path, monkeypatch):

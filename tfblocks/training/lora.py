@@ -8,18 +8,15 @@ the layer computes `x · (W + (alpha / rank) · A · B)` with W `[in, out]` froz
 trained, alpha = rank. Every other variable of the model is frozen too (embedding,
 LayerNorms, biases), so only the adapters train.
 
-`merged_weights(model)` gives the weights of the plain model with each adapter merged into
-its kernel, `W + (alpha / rank) · A · B`: a model built without adapters loads them and
-computes the same function at no extra cost, which is what a run folder's final model and
-export hold. (Keras' own `.weights.h5` of a LoRA layer also holds the merged kernel, and
-no adapters; loading it back zeroes the adapters.)
+`tfblocks.training.weights.merged_weights(model)` gives the weights of the plain model with
+each adapter merged into its kernel, `W + (alpha / rank) · A · B`: a model built without
+adapters loads them and computes the same function at no extra cost, which is what a run
+folder's final model and export hold. (Keras' own `.weights.h5` of a LoRA layer also holds
+the merged kernel, and no adapters; loading it back zeroes the adapters.)
 
 Multi-head attention fuses its q/k/v projections into one matmul only for plain Dense
 layers (`MultiHeadAttention._can_fuse`); with adapters each projection runs on its own.
 """
-
-import keras
-import numpy as np
 
 from tfblocks import _checks
 from tfblocks.layers import DenseReluDense, MultiHeadAttention
@@ -57,6 +54,7 @@ def enable_lora(model, rank, ffn=False):
 
     Example:
 
+    >>> import numpy as np
     >>> import tfblocks
     >>> hp = tfblocks.hparams("transformer_tiny", vocab_size=50)
     >>> model = tfblocks.build_transformer(hp)
@@ -76,39 +74,3 @@ def enable_lora(model, rank, ffn=False):
         if id(variable) not in adapters:
             variable.trainable = False
     return targets
-
-
-def merged_weights(model, values=None):
-    """`{path: NumPy value}` of `model`'s weights without adapters: each adapted kernel
-    merged, `W + (alpha / rank) · A · B`, and the adapters left out.
-
-    Args:
-        model: a model, with or without adapters (then its weights as they are).
-        values: optional `{path: value}` of `model.weights` to merge instead of their
-            current values (e.g. `averaged_weights(model)`).
-
-    Returns:
-        A dict in the variable layout of the same model built without adapters.
-
-    Example:
-
-    >>> import tfblocks
-    >>> hp = tfblocks.hparams("transformer_tiny", vocab_size=50)
-    >>> model = tfblocks.build_transformer(hp)
-    >>> plain = sorted(merged_weights(model))
-    >>> _ = enable_lora(model, rank=2)
-    >>> sorted(merged_weights(model)) == plain
-    True
-    """
-    if values is None:
-        values = {v.path: np.asarray(v) for v in model.weights}
-    merged = dict(values)
-    for layer in model._flatten_layers(include_self=False):
-        if not isinstance(layer, keras.layers.Dense) or not layer.lora_enabled:
-            continue
-        a = merged.pop(layer.lora_kernel_a.path)  # [in, r]
-        b = merged.pop(layer.lora_kernel_b.path)  # [r, out]
-        kernel = layer._kernel.path
-        scale = layer.lora_alpha / layer.lora_rank
-        merged[kernel] = (merged[kernel] + scale * (a @ b)).astype(merged[kernel].dtype)
-    return merged

@@ -44,14 +44,13 @@ For gradient accumulation and weight averaging it departs from Keras' optimizer:
 - `use_ema=True, ema_momentum=d`: an exponential moving average of the trained
   variables, `average ← d · average + (1 − d) · variable` after every update (the first
   update sets it to the variable), kept among the optimizer's variables, so a saved
-  training state holds it. `averaged_weights(model)` reads it. Unlike Keras, `fit` does
-  not end by overwriting the weights with their averages (`finalize_variable_values`
-  does nothing): training that continues with another `fit` continues from the
-  trained weights.
+  training state holds it. `tfblocks.training.averaged_weights(model)` reads it. Unlike
+  Keras, `fit` does not end by overwriting the weights with their averages
+  (`finalize_variable_values` does nothing): training that continues with another `fit`
+  continues from the trained weights.
 """
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 _FUSED_DTYPES = (tf.float16, tf.float32, tf.float64)
@@ -201,43 +200,3 @@ def _tf_variable(variable):
 
 def _dense(gradient, dtype):
     return tf.cast(tf.convert_to_tensor(gradient), dtype)  # IndexedSlices: summed rows
-
-
-def averaged_weights(model):
-    """`{variable.path: NumPy value}` of `model.weights`, with the moving average of each
-    variable that the model's optimizer averages (`use_ema=True`) in its place.
-
-    Args:
-        model: a compiled model whose optimizer (or, under `mixed_float16`, the inner
-            optimizer of its `LossScaleOptimizer`) has `use_ema=True` and is built.
-
-    Returns:
-        A dict from each variable's path to its averaged value; variables the optimizer
-        does not train (non-trainable ones, frozen ones) keep their current values.
-
-    Raises:
-        ValueError: the optimizer keeps no moving averages.
-
-    Example:
-
-    >>> import numpy as np
-    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    >>> model.compile(FusedAdam(0.1, use_ema=True, ema_momentum=0.5), "mse")
-    >>> _ = model.fit(np.ones((4, 2)), np.zeros((4, 1)), epochs=2, batch_size=4, verbose=0)
-    >>> kernel = model.layers[0].kernel  # trained 2 steps: the average lags behind
-    >>> bool((averaged_weights(model)[kernel.path] != np.asarray(kernel)).all())
-    True
-    """
-    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
-    if not getattr(optimizer, "use_ema", False) or not optimizer.built:
-        raise ValueError(
-            "`averaged_weights` needs a built optimizer with use_ema=True, got "
-            f"optimizer={optimizer!r}."
-        )
-    averages = {}
-    for variable, moving in zip(
-        optimizer._trainable_variables, optimizer._model_variables_moving_average, strict=True
-    ):
-        if moving is not None:
-            averages[optimizer._var_key(variable)] = moving
-    return {v.path: np.asarray(averages.get(optimizer._var_key(v), v)) for v in model.weights}

@@ -1,6 +1,9 @@
-"""What the console scripts share: how an expected error ends the program, and the
-search their `--beam-size` names."""
+"""What the console scripts share: their parser and its common arguments, how they
+read their input, the search their `--beam-size` names, and how an expected error ends
+the program."""
 
+import argparse
+import os
 import re
 import sys
 
@@ -86,3 +89,128 @@ def run_command(name, main, errors=()):
             raise
         print(f"{name}: error: {error_line(error)}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+# Parsers ---------------------------------------------------------------------------------
+
+
+def command_parser(prog, doc):
+    """The parser of the console script `prog` whose module docstring is `doc`: its first
+    paragraph the description, the rest (examples) the epilog, both as written.
+
+    >>> command_parser("tfblocks-x", "Does x.\n\nExample:\n  tfblocks-x").format_usage()
+    'usage: tfblocks-x [-h]\n'
+    """
+    return argparse.ArgumentParser(
+        prog=prog,
+        description=doc.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=doc.split("\n\n", 1)[1],
+    )
+
+
+def add_decoding_arguments(parser):
+    """`--beam-size`, `--alpha`, `--max-length`, `--batch-size` and `--engine`: how a
+    loaded model translates (checked by `check_decoding_arguments`)."""
+    parser.add_argument("--beam-size", type=int, default=None, help="default 4 (1 = greedy)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length-penalty exponent")
+    parser.add_argument("--max-length", type=int, default=None, help="subwords per sentence")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
+
+
+def add_model_argument(parser):
+    """`--model`, with the warning that a SavedModel runs its own graph."""
+    parser.add_argument(
+        "--model",
+        required=True,
+        action="append",
+        help="run folder, preset or SavedModel; a run folder's preset (model/) is loaded "
+        "when it has one, a SavedModel (export/1) otherwise: a SavedModel runs its own "
+        "graph, which can read and write files, so give only models you trust; repeat "
+        "--model to decode with the ensemble of several run folders or presets (the mean "
+        "of their log-probabilities; one tokenizer)",
+    )
+
+
+def add_verbose_argument(parser):
+    """`--verbose`: TensorFlow's log lines, and a traceback instead of `run_command`'s line."""
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's log lines, and an error's traceback instead of one line",
+    )
+
+
+def check_decoding_arguments(parser, args):
+    """Refuses (`parser.error`) a `--batch-size`, `--beam-size` or `--max-length` that
+    cannot work, before anything is loaded: 0 is an error, never "the default"."""
+    if args.batch_size <= 0:
+        parser.error(f"--batch-size must be a positive integer, got --batch-size={args.batch_size}")
+    if args.beam_size is not None and args.beam_size <= 0:
+        parser.error(f"--beam-size must be a positive integer, got --beam-size={args.beam_size}")
+    if args.max_length is not None and args.max_length < 2:
+        parser.error(
+            "--max-length must be at least 2 (one subword and EOS), got "
+            f"--max-length={args.max_length}"
+        )
+
+
+# --japanese-spaces value -> `remove_spaces` of `tfblocks.text.read_sentences`.
+JAPANESE_SPACES = {"auto": None, "remove": True, "keep": False}
+# A space between two non-ASCII characters: what pre-tokenized Japanese looks like.
+_SPACED_NON_ASCII = re.compile(r"[^\x00-\x7f]\s+[^\x00-\x7f]")
+
+
+def add_japanese_spaces_argument(parser, what):
+    """Adds `--japanese-spaces` to `parser`; `what` names the input it applies to."""
+    parser.add_argument(
+        "--japanese-spaces",
+        default="auto",
+        choices=list(JAPANESE_SPACES),
+        help="spaces between the tokens of pre-tokenized Japanese: auto (default) removes "
+        f"them from {what} when the model's run recorded ja as that side's language (never "
+        "for another language), and for a model without recorded languages when it is a "
+        f"file named *.ja, as tfblocks-train reads a corpus; remove / keep: always / never "
+        f"for {what}",
+    )
+
+
+def model_languages(models):
+    """`(source, target)` languages recorded by the run of the (first) `--model`, or None."""
+    from tfblocks.translation.run_folder import run_languages
+
+    models = [models] if isinstance(models, str | os.PathLike) else list(models)
+    return run_languages(models[0]) if models else None
+
+
+def read_input(path, japanese_spaces, advise=True, language=None):
+    """The sentences of `path` (standard input for None), read as `tfblocks-train` reads.
+
+    `language` is the language of the text as the model's run recorded it (None:
+    unknown); with `auto`, Japanese (`ja`) is joined, any other language kept as it is,
+    and an unknown one follows the *.ja file-name rule. With `advise`, warns on standard
+    error when `auto` left most lines of a text of unknown language looking like
+    pre-tokenized Japanese (a file not named *.ja, or standard input).
+    """
+    from tfblocks.text import read_sentences, remove_japanese_spaces
+    from tfblocks.text.corpus import decode_lines
+
+    remove_spaces = JAPANESE_SPACES[japanese_spaces]
+    if remove_spaces is None and language is not None:
+        remove_spaces, advise = language == "ja", False
+    if path is not None:
+        lines = read_sentences(path, remove_spaces=remove_spaces)
+    else:
+        lines = decode_lines(sys.stdin.buffer.read(), "standard input")
+        lines = [remove_japanese_spaces(s) for s in lines] if remove_spaces else lines
+    spaced = sum(1 for line in lines if _SPACED_NON_ASCII.search(line))
+    if advise and remove_spaces is None and spaced * 2 > sum(1 for line in lines if line):
+        name = "standard input" if path is None else path
+        print(
+            f"warning: {spaced} of the {len(lines)} lines of {name} look like pre-tokenized "
+            "Japanese (spaces between Japanese characters) and are read as they are; "
+            "--japanese-spaces remove joins them as tfblocks-train joins a *.ja corpus",
+            file=sys.stderr,
+        )
+    return lines

@@ -14,34 +14,28 @@ Example:
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en
 """
 
-import argparse
 import json
 import sys
 
-from tfblocks.translation.console import run_command
-from tfblocks.translation.translate_command import (
+from tfblocks.translation.console import (
+    add_decoding_arguments,
     add_japanese_spaces_argument,
     add_model_argument,
     add_verbose_argument,
     check_decoding_arguments,
+    command_parser,
+    model_languages,
+    read_input,
+    run_command,
 )
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="tfblocks-evaluate",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
-    )
+    parser = command_parser("tfblocks-evaluate", __doc__)
     add_model_argument(parser)
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, help="reference translations, one per line")
-    parser.add_argument("--beam-size", type=int, default=None, help="default 4 (1 = greedy)")
-    parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--max-length", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
+    add_decoding_arguments(parser)
     add_japanese_spaces_argument(parser, "--src (--ref: auto)")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
@@ -53,7 +47,6 @@ def main(argv=None):
     args = parse_args(argv)
     from tfblocks.translation import engines, evaluation
     from tfblocks.translation.in_batches import translate_in_batches
-    from tfblocks.translation.translate_command import model_languages, read_input
 
     source, target = model_languages(args.model) or (None, None)
     sources = read_input(args.src, args.japanese_spaces, language=source)

@@ -1,7 +1,11 @@
 """The translation job: corpus → tokenizer → `fit`, epoch by epoch, in a durable run folder.
 
-`tfblocks-train` (and `examples/translate.py`, which calls it) is a thin command line
-over `train_run`. What the job keeps is described in `tfblocks.translation.run_folder`;
+A `TrainingJob` is the whole job of `tfblocks-train` (and of `examples/translate.py`,
+which calls it), built from `TrainingOptions`; its steps are its methods, in this order:
+`tokenizers` (trained, or those of the run folder or of `init_from`), `build_hparams`,
+`build_model`, then `train`, whose epochs read `train_input` and end in `end_epoch`,
+`final_weights`, `evaluate` (the test split) and `export` (the preset and the SavedModel,
+reloaded once). What the job keeps is described in `tfblocks.translation.run_folder`;
 here is what it does with it:
 
 - Each epoch is one `model.fit` call on a dataset shuffled with the seed and the epoch
@@ -42,28 +46,42 @@ sacrebleu (the `examples` extra) is imported only when BLEU is computed.
 import dataclasses
 import hashlib
 import os
+import tempfile
 import time
 import warnings
+from typing import NamedTuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tfblocks import _checks
-from tfblocks._files import write_json
+from tfblocks import _checks, text
+from tfblocks._files import check_directory, replace_file, write_json
 from tfblocks.decoding import Greedy
+from tfblocks.models import hparams, load_preset, load_target_tokenizer, save_preset
 from tfblocks.models.builders import build_transformer
+from tfblocks.models.hparams import parse_overrides
+from tfblocks.models.preset import KIND
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import distribute_dataset, make_dataset
-from tfblocks.text.corpus import StreamedPairs
+from tfblocks.text.corpus import StreamedPairs, sample_pairs
 from tfblocks.text.dataset import SHAPES
-from tfblocks.training import averaged_weights, compile_transformer, get_strategy
+from tfblocks.text.phrasebook import RUNNING_EXAMPLE
+from tfblocks.training import compile_transformer, get_strategy
 from tfblocks.training.callbacks import EpochProgress, FiniteLoss, TimeLimit
-from tfblocks.training.lora import enable_lora, merged_weights
+from tfblocks.training.lora import enable_lora
 from tfblocks.training.multi_worker import patch_keras
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy
+from tfblocks.training.weights import (
+    assign_weights,
+    average_weights,
+    float32_twin,
+    load_weights,
+    run_weights,
+)
 from tfblocks.translation.curves import CURVES_FILE, plot_curves
-from tfblocks.translation.run_folder import assign_weights, average_weights, load_weights
+from tfblocks.translation.progress import Timer, non_finite, stop_line, summary, time_left
+from tfblocks.translation.run_folder import TARGET_TOKENIZER_FILE, TOKENIZER_FILE, RunFolder
 
 # The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
 # which are tuned for hundreds of thousands of steps; peak rate ≈ 2.2e-3 at d=128.
@@ -76,26 +94,6 @@ SHARDED_INPUT = (
     tf.distribute.MultiWorkerMirroredStrategy,
     tf.distribute.TPUStrategy,
 )
-
-
-class Timer:
-    """Wall time of named phases: `with timer("train"): ...`, then `timer.seconds`."""
-
-    def __init__(self):
-        self.seconds = {}
-
-    def __call__(self, phase):
-        timer = self
-
-        class _Phase:
-            def __enter__(self):
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                elapsed = time.perf_counter() - self.start
-                timer.seconds[phase] = timer.seconds.get(phase, 0.0) + elapsed
-
-        return _Phase()
 
 
 def corpus_fingerprint(pairs):
@@ -111,7 +109,9 @@ def corpus_fingerprint(pairs):
 
 @dataclasses.dataclass(frozen=True)
 class TrainingOptions:
-    """How `train_run` trains (what may change between reruns of one run folder).
+    """What a `TrainingJob` does: how it trains (what may change between reruns of one run
+    folder: from `epochs` to `verbose`), and what it trains on and with (recorded in the
+    run folder's settings, which bind its reruns: from `source_lang` on).
 
     Attributes:
         epochs: total epochs of the run (a rerun with more continues).
@@ -147,6 +147,31 @@ class TrainingOptions:
             fine-tuning (`init_weights`).
         lora_ffn: with `lora_rank`, adapt the feed-forward networks' Dense layers too.
         verbose: `model.fit` verbosity.
+        source_lang: the source language (recorded in the run folder).
+        target_lang: the target language.
+        corpus: where the train split comes from, for messages; the summary shows the
+            exact-match rate for `"the phrasebook"` only (short, templated sentences).
+        hparams: the t2t preset name.
+        hparams_override: comma-separated `key=value` HParams overrides.
+        vocab_size: the SentencePiece vocabulary size (each one's with `separate_vocab`).
+        tokenizer_model: `"bpe"` or `"unigram"`.
+        tokenizer_sample: the tokenizer trains on a random sample of at most this many
+            pairs (seeded by `seed`).
+        separate_vocab: one vocabulary per language and untied embeddings.
+        accumulate_steps: batches per optimizer update (gradient accumulation).
+        init_from: None, or a run folder whose model and tokenizers the run starts from
+            (fine-tuning) when it has no finished epoch yet.
+        search: the search that translates the test split and the export, a
+            `tfblocks.decoding` strategy (None: `Translator`'s default, t2t's beam search).
+
+    Example:
+
+    >>> TrainingOptions(epochs=2, ema_decay=0.999).ema_decay
+    0.999
+    >>> TrainingOptions(epochs=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: `epochs` must be a positive integer, got epochs=0.
     """
 
     epochs: int
@@ -165,6 +190,18 @@ class TrainingOptions:
     lora_rank: int | None = None
     lora_ffn: bool = False
     verbose: int = 2
+    source_lang: str = "ja"
+    target_lang: str = "en"
+    corpus: str = "the phrasebook"
+    hparams: str = "transformer_tiny"
+    hparams_override: str = DEMO_OVERRIDES
+    vocab_size: int = 1000
+    tokenizer_model: str = "bpe"
+    tokenizer_sample: int = 1_000_000
+    separate_vocab: bool = False
+    accumulate_steps: int = 1
+    init_from: str | None = None
+    search: object = None
 
     def __post_init__(self):
         _checks.check_positive_int("epochs", self.epochs)
@@ -187,150 +224,350 @@ class TrainingOptions:
         _checks.check_bool("lora_ffn", self.lora_ffn)
         if self.lora_ffn and self.lora_rank is None:
             raise ValueError("`lora_ffn` needs `lora_rank`, got lora_ffn=True, lora_rank=None.")
+        _checks.check_positive_int("vocab_size", self.vocab_size)
+        _checks.check_choice("tokenizer_model", self.tokenizer_model, ("bpe", "unigram"))
+        _checks.check_positive_int("tokenizer_sample", self.tokenizer_sample)
+        _checks.check_bool("separate_vocab", self.separate_vocab)
+        _checks.check_positive_int("accumulate_steps", self.accumulate_steps)
 
 
-def _dev_scores(translator, pairs):
-    from tfblocks.translation import evaluation  # sacrebleu: only where BLEU is computed
+class Init(NamedTuple):
+    """What `init_from` gives: the model and its tokenizers (target: None if shared)."""
 
-    metrics, _ = evaluation.evaluate(translator, pairs)
-    return {"dev_bleu": metrics["bleu"], "dev_chrf": metrics["chrf"]}
+    model: object
+    tokenizer: object
+    target_tokenizer: object
 
 
-def train_run(
-    folder, splits, tokenizer, hp, options, init_weights=None, callbacks=(), log=print,
-    target_tokenizer=None,
-):  # fmt: skip
-    """Trains (or continues) the run in `folder`; returns `(model, report)`.
+class TrainingJob:
+    """The translation job: tokenizers → model → epochs → final weights → test → export.
+
+    `run(output)` is the whole job of `tfblocks-train` in the run folder `output`;
+    `train(folder, tokenizer, hp)` is its training part alone, on given tokenizers and
+    HParams. The steps are the other public methods, in the order `run` calls them.
+    While `train` runs, the job holds what its steps share: `folder`, `hp`, `tokenizer`
+    and `target_tokenizer`, `strategy`, `model` (the one that trains), `serving` (the
+    float32 model that translates: `model` itself, or a twin that gets the run's weights,
+    `sync_weights`), `dev_pairs` and `translator` (dev BLEU), and `progress`.
 
     Args:
-        folder: a `RunFolder`.
-        splits: `{"train", "dev", ...}` lists of `(source, target)` pairs.
-        tokenizer: the shared `SubwordTokenizer` (the source side's with
-            `target_tokenizer`).
-        hp: the `HParams`.
         options: `TrainingOptions`.
-        init_weights: optional .npz of weights to start from (fine-tuning) when the
-            folder has no finished epoch yet.
-        callbacks: further Keras callbacks for every epoch's `fit`.
+        splits: `{"train", "dev", "test"}` lists of `(source, target)` pairs (the train
+            split may be a `StreamedPairs`; `train` needs no test split).
         log: where progress lines go.
-        target_tokenizer: the target side's tokenizer (separate vocabularies); None:
-            `tokenizer` is shared.
+        callbacks: further Keras callbacks for every epoch's `fit`.
+        timer: the `Timer` of the job's phases (data, train, evaluate, export, reload).
 
-    Returns:
-        The float32 model holding the final weights (best dev BLEU, or their average, or
-        the last epoch's), and a report dict: `epochs`, `train_seconds` (totals across
-        reruns), `history`, `best_epoch`, `final_weights`, `stopped`, `dtype_policy`
-        (the one training used), `trainable_parameters` and, with averaging,
-        `dev_bleu_averaged` / `averaged_epochs`.
+    Example:
+
+    >>> job = TrainingJob(TrainingOptions(epochs=1), {"train": [], "dev": []})
+    >>> job.options.epochs, job.stream
+    (1, False)
     """
-    keras.utils.set_random_seed(options.seed)
-    strategy = options.strategy
-    strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
-    sharded = isinstance(strategy, SHARDED_INPUT)
-    if sharded:
-        patch_keras()  # Keras' `fit` on replicas' batches of different shapes
-    xla = options.shapes != "dynamic"  # fixed shapes: one XLA program per shape
-    policy = resolve_dtype_policy(options.dtype_policy, xla)
-    progress = folder.progress()
-    _check_steps_per_epoch(folder, progress, options.steps_per_epoch)
-    with strategy.scope():
-        model = build_transformer(hp, dtype=policy)
-        if init_weights is not None and not progress["epochs"]:
-            load_weights(model, init_weights)  # before the adapters: the plain layout
-        if options.lora_rank:
-            adapted = enable_lora(model, options.lora_rank, options.lora_ffn)
-        compile_transformer(model, hp, jit_compile=xla, ema_decay=options.ema_decay)
-    # Translation (dev BLEU, the final model, its exports) computes in float32 on a plain
-    # model: under a mixed policy, a moving average or adapters it runs on a float32 twin
-    # without adapters that gets the run's weights (`sync`) before use.
-    plain = policy == "float32" and options.ema_decay is None and not options.lora_rank
-    serving = model if plain else float32_twin(hp, model)
-    if options.dtype_policy == "auto" and policy != "float32":
-        log(f"training under {policy} (dtype_policy='auto': this CPU has bfloat16 "
-            "instructions and the step runs without XLA); translating in float32")  # fmt: skip
-    if progress["epochs"]:
-        folder.restore(model)  # weights and optimizer state (built)
-        log(f"continuing {folder.path} after epoch {progress['epochs']}")
-    elif init_weights is not None:
-        log(f"starting from the weights of {init_weights}")
-    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
-    if options.lora_rank:
-        log(f"LoRA rank {options.lora_rank} on {len(adapted)} projections: {trainable:,} "
-            f"trainable parameters of {serving.count_params():,}")  # fmt: skip
 
-    def sync():
-        """The run's weights now, given to the serving twin: `{path: array}` in the plain
-        model's layout, the trained ones or their moving average, adapters merged."""
-        averaged = averaged_weights(model) if options.ema_decay is not None else None
-        weights = merged_weights(model, averaged)
-        if serving is not model:
-            assign_weights(serving, weights)
+    def __init__(self, options, splits, *, log=print, callbacks=(), timer=None):
+        self.options = options
+        self.splits = splits
+        self.log = log
+        self.callbacks = tuple(callbacks)
+        self.timer = Timer() if timer is None else timer
+        self.stream = isinstance(splits["train"], StreamedPairs)
+
+    # The whole job -------------------------------------------------------------------------
+
+    def run(self, output=None):
+        """Trains (or continues) the run in the folder `output` (None: a new temporary
+        one), evaluates it on the test split, exports and reloads it; returns the metrics
+        (also in its `metrics.json`). What can be refused is refused before the folder is
+        created or touched: a bad `init_from`, an unreadable streamed corpus."""
+        with self.timer("data"):
+            init = self.load_init()
+            sample = self.tokenizer_sample(init, output)
+        with RunFolder(output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
+            with self.timer("data"):
+                tokenizer, target_tokenizer = self.tokenizers(folder, init, sample)
+            hp = self.build_hparams(tokenizer, target_tokenizer)
+            # The final model goes to model/ and export/1: a folder there that tfblocks did
+            # not write is refused now, not after the training.
+            check_directory(folder.join("model"), KIND, arg="model")
+            check_directory(folder.join("export", "1"), arg="export")
+            init_weights = None
+            if init is not None:
+                init_weights = folder.save_weights(init.model, "init.npz")
+            with self.timer("train"):
+                model, report = self.train(folder, tokenizer, hp, init_weights, target_tokenizer)
+            search = self.options.search
+            translator = Translator(
+                model, tokenizer, target_tokenizer, hp.max_length, search=search
+            )
+            metrics = self.evaluate(translator)
+            path, samples, matches = self.export(folder, model, translator)
+            exported = {"samples": samples, "reload_matches": matches}
+            return self._record(folder, model, report, metrics, path, exported)
+
+    def load_init(self):
+        """The `Init` of `init_from` (None without), checked: its model's vocabulary is
+        its tokenizers'."""
+        if not self.options.init_from:
+            return None
+        preset = os.path.join(self.options.init_from, "model")
+        model, tokenizer, _ = load_preset(preset)
+        init = Init(model, tokenizer, load_target_tokenizer(preset))
+        sizes = [t.vocabulary_size for t in init[1:] if t is not None]
+        if init.model.get_config()["vocab_size"] != max(sizes):
+            raise ValueError(
+                "the --init-from model's vocabulary does not match its tokenizer, got "
+                f"--init-from={self.options.init_from!r}."
+            )
+        return init
+
+    def tokenizer_sample(self, init, output):
+        """A streamed train split's tokenizer sample (two fast passes over its files,
+        before the run folder is touched: an unreadable or misaligned file is refused
+        now), or None when no tokenizer is trained (`init`, or the folder `output` has
+        one)."""
+        if not self.stream or init is not None:
+            return None
+        if output and os.path.exists(os.path.join(output, TOKENIZER_FILE)):
+            return None  # continuing: training starts without reading the corpus first
+        options = self.options
+        sample = sample_pairs(self.splits["train"], options.tokenizer_sample, options.seed)
+        if not sample:
+            raise ValueError(f"the train split of {options.corpus} has no sentence pairs.")
+        return sample
+
+    def settings(self):
+        """What the run folder records and its reruns must match (`RunFolder.check_settings`)."""
+        options = self.options
+        return {
+            "corpus": corpus_fingerprint(self.splits["train"]),
+            "source_lang": options.source_lang,
+            "target_lang": options.target_lang,
+            "vocab_size": options.vocab_size,
+            "tokenizer_model": options.tokenizer_model,
+            "tokenizer_sample": options.tokenizer_sample,
+            "hparams": options.hparams,
+            "hparams_override": parse_overrides(options.hparams_override),
+            "init_from": os.path.abspath(options.init_from) if options.init_from else None,
+            "seed": options.seed,
+            "accumulate_steps": options.accumulate_steps,
+            "ema": options.ema_decay,
+            "lora_rank": options.lora_rank,
+            "lora_ffn": options.lora_ffn,
+            "separate_vocab": options.separate_vocab,
+            "stream": self.stream,
+            "steps_per_epoch": options.steps_per_epoch,
+        }
+
+    def tokenizers(self, folder, init, sample=None):
+        """The tokenizers step: `(source, target)` tokenizers (the same one when shared):
+        `init`'s, the folder's own when it has them, or trained on the train split (its
+        `sample`, streamed); saved in the folder. Checks and records the settings first."""
+        options = self.options
+        settings = self.settings()
+        # None: a new folder, or one whose start failed before an epoch was recorded.
+        saved = folder.check_settings(settings, must_match=list(settings))
+        # The source (or shared) tokenizer, and with separate vocabularies the target's.
+        paths = [folder.join(TOKENIZER_FILE), folder.join(TARGET_TOKENIZER_FILE)]
+        if not options.separate_vocab and (init is None or init.target_tokenizer is None):
+            paths.pop()
+        if init is not None:
+            tokenizers = [init.tokenizer, init.target_tokenizer]
+        elif saved is not None and all(os.path.exists(p) for p in paths):
+            tokenizers = [text.SubwordTokenizer.load(p) for p in paths]
+        else:
+            tokenizers = text.train_tokenizers(
+                self.splits["train"] if sample is None else sample,
+                vocab_size=options.vocab_size, model_type=options.tokenizer_model,
+                shared=not options.separate_vocab, sample=options.tokenizer_sample,
+                seed=options.seed,
+            )  # fmt: skip
+        tokenizer, target_tokenizer = tokenizers[0], tokenizers[-1] or tokenizers[0]
+        for path, made in zip(paths, (tokenizer, target_tokenizer), strict=False):
+            if saved is None or not os.path.exists(path):
+                replace_file(path, made.save)
+        sizes = {
+            k: "streamed" if k == "train" and self.stream else len(v)
+            for k, v in self.splits.items()
+        }
+        if target_tokenizer is tokenizer:
+            vocabulary = f"shared vocabulary {tokenizer.vocabulary_size}"
+        else:
+            vocabulary = (
+                f"vocabularies {tokenizer.vocabulary_size} ({options.source_lang}) and "
+                f"{target_tokenizer.vocabulary_size} ({options.target_lang})"
+            )
+        self.log(f"pairs {sizes}; {vocabulary} ({options.tokenizer_model})")
+        return tokenizer, target_tokenizer
+
+    def build_hparams(self, tokenizer, target_tokenizer):
+        """The HParams of the run: the preset with the overrides, the tokenizers'
+        vocabulary, the accumulation, untied embeddings for separate vocabularies."""
+        options = self.options
+        untied = (
+            {} if target_tokenizer is tokenizer else {"shared_embedding_and_softmax_weights": False}
+        )
+        overrides = parse_overrides(options.hparams_override)
+        return hparams(
+            options.hparams,
+            vocab_size=max(tokenizer.vocabulary_size, target_tokenizer.vocabulary_size),
+            accumulate_steps=options.accumulate_steps, **{**overrides, **untied},
+        )  # fmt: skip
+
+    # Training ------------------------------------------------------------------------------
+
+    def train(self, folder, tokenizer, hp, init_weights=None, target_tokenizer=None):
+        """Trains (or continues) the run in `folder`; returns `(model, report)`.
+
+        Args:
+            folder: a `RunFolder`.
+            tokenizer: the shared `SubwordTokenizer` (the source side's with
+                `target_tokenizer`).
+            hp: the `HParams`.
+            init_weights: optional .npz of weights to start from (fine-tuning) when the
+                folder has no finished epoch yet.
+            target_tokenizer: the target side's tokenizer (separate vocabularies); None:
+                `tokenizer` is shared.
+
+        Returns:
+            The float32 model holding the final weights (best dev BLEU, or their average,
+            or the last epoch's), and a report dict: `epochs`, `train_seconds` (totals
+            across reruns), `history`, `best_epoch`, `final_weights`, `stopped`,
+            `dtype_policy` (the one training used), `trainable_parameters`, `curves` and,
+            with averaging, `dev_bleu_averaged` / `averaged_epochs`.
+        """
+        options = self.options
+        self.folder, self.hp, self.tokenizer = folder, hp, tokenizer
+        self.target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
+        keras.utils.set_random_seed(options.seed)
+        self.progress = folder.progress()
+        _check_steps_per_epoch(folder, self.progress, options.steps_per_epoch)
+        self.build_model(init_weights)
+        self.dev = make_dataset(
+            self.splits["dev"], tokenizer, self.target_tokenizer,
+            batch_tokens=options.batch_tokens, max_length=hp.max_length, shuffle=False,
+            shapes=options.shapes,
+        )  # fmt: skip
+        self.dev_pairs = self.splits["dev"][: options.dev_sentences]
+        self.translator = Translator(
+            self.serving, tokenizer, self.target_tokenizer, hp.max_length, search=Greedy()
+        )
+        self.writer = tf.summary.create_file_writer(folder.join("logs", "validation"))
+        self.spent = 0.0  # this invocation's training time
+        self.first = self.progress["epochs"]
+        stream = options.steps_per_epoch is not None
+        stopped = self._fit_stream() if stream else self._fit_epochs()
+        self.log(stop_line(stopped, self.progress, options))
+        self.sync_weights()
+        report = self.final_weights()
+        report.update(
+            stopped=stopped, train_seconds=round(self.progress["train_seconds"], 1),
+            dtype_policy=self.policy, trainable_parameters=self.trainable,
+        )  # fmt: skip
+        report["curves"] = self._write_curves(report)
+        return self.serving, report
+
+    def build_model(self, init_weights=None):
+        """The model step: builds and compiles `model` under the strategy and dtype policy
+        (with `init_weights` when the folder has no finished epoch; then LoRA adapters),
+        restores the folder's training state, and makes `serving`.
+
+        Translation (dev BLEU, the final model, its exports) computes in float32 on a
+        plain model: under a mixed policy, a moving average or adapters it runs on a
+        float32 twin without adapters that gets the run's weights (`sync_weights`)."""
+        options, hp, progress = self.options, self.hp, self.progress
+        strategy = options.strategy
+        self.strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
+        self.sharded = isinstance(self.strategy, SHARDED_INPUT)
+        if self.sharded:
+            patch_keras()  # Keras' `fit` on replicas' batches of different shapes
+        xla = options.shapes != "dynamic"  # fixed shapes: one XLA program per shape
+        self.policy = resolve_dtype_policy(options.dtype_policy, xla)
+        with self.strategy.scope():
+            model = build_transformer(hp, dtype=self.policy)
+            if init_weights is not None and not progress["epochs"]:
+                load_weights(model, init_weights)  # before the adapters: the plain layout
+            if options.lora_rank:
+                adapted = enable_lora(model, options.lora_rank, options.lora_ffn)
+            compile_transformer(model, hp, jit_compile=xla, ema_decay=options.ema_decay)
+        self.model = model
+        plain = self.policy == "float32" and options.ema_decay is None and not options.lora_rank
+        self.serving = model if plain else float32_twin(hp, model)
+        if options.dtype_policy == "auto" and self.policy != "float32":
+            self.log(f"training under {self.policy} (dtype_policy='auto': this CPU has "
+                     "bfloat16 instructions and the step runs without XLA); translating in "
+                     "float32")  # fmt: skip
+        if progress["epochs"]:
+            self.folder.restore(model)  # weights and optimizer state (built)
+            self.log(f"continuing {self.folder.path} after epoch {progress['epochs']}")
+        elif init_weights is not None:
+            self.log(f"starting from the weights of {init_weights}")
+        self.trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+        if options.lora_rank:
+            self.log(f"LoRA rank {options.lora_rank} on {len(adapted)} projections: "
+                     f"{self.trainable:,} trainable parameters of "
+                     f"{self.serving.count_params():,}")  # fmt: skip
+        return model
+
+    def sync_weights(self):
+        """The run's weights now, given to `serving`: `{path: array}` in the plain model's
+        layout, the trained ones or their moving average, adapters merged."""
+        weights = run_weights(self.model, ema=self.options.ema_decay is not None)
+        if self.serving is not self.model:
+            assign_weights(self.serving, weights)
         return weights
 
-    target_tokenizer = tokenizer if target_tokenizer is None else target_tokenizer
-
-    steps_per_epoch = options.steps_per_epoch
-
-    def train_input(seed, start_step=0):
+    def train_input(self, seed, start_step=0):
         """An epoch's dataset; with `steps_per_epoch`, the endless stream from `start_step`."""
-        args = (splits["train"], tokenizer, target_tokenizer)
-        kwargs = dict(batch_tokens=options.batch_tokens, max_length=hp.max_length, seed=seed,
-                      shapes=options.shapes, repeat=steps_per_epoch is not None)  # fmt: skip
-        if sharded:  # each worker reads its shard; the budget is the whole step's
-            return distribute_dataset(strategy, *args, start_step=start_step, **kwargs)
+        options = self.options
+        args = (self.splits["train"], self.tokenizer, self.target_tokenizer)
+        kwargs = dict(batch_tokens=options.batch_tokens, max_length=self.hp.max_length,
+                      seed=seed, shapes=options.shapes,
+                      repeat=options.steps_per_epoch is not None)  # fmt: skip
+        if self.sharded:  # each worker reads its shard; the budget is the whole step's
+            return distribute_dataset(self.strategy, *args, start_step=start_step, **kwargs)
         data = make_dataset(*args, **kwargs)
         return data.skip(start_step) if start_step else data
 
-    dev = make_dataset(
-        splits["dev"], tokenizer, target_tokenizer, batch_tokens=options.batch_tokens,
-        max_length=hp.max_length, shuffle=False, shapes=options.shapes,
-    )  # fmt: skip
-    dev_pairs = splits["dev"][: options.dev_sentences]
-    translator = Translator(serving, tokenizer, target_tokenizer, hp.max_length, search=Greedy())
-
-    logdir = folder.join("logs")
-    writer = tf.summary.create_file_writer(os.path.join(logdir, "validation"))
-    run = {"spent": 0.0, "stopped": "epochs"}  # this invocation's training time, why it ended
-    first = progress["epochs"]
-
-    def end_epoch(epoch, logs, elapsed, guard, limit):
+    def end_epoch(self, epoch, logs, elapsed, guard, limit):
         """Records a finished (or time-cut) epoch; returns why training stops, or None."""
+        options, progress, folder = self.options, self.progress, self.folder
         if guard.failure is not None:
-            raise _non_finite(guard.failure, progress["epochs"])  # nothing of it committed
-        run["spent"] += elapsed
+            raise non_finite(guard.failure, progress["epochs"])  # nothing of it committed
+        self.spent += elapsed
         progress["train_seconds"] += elapsed
         keep = max(options.keep_checkpoints, options.average_last)
-        weights = sync()  # the serving model's now: dev BLEU and the .npz files
+        weights = self.sync_weights()  # the serving model's now: dev BLEU and the .npz files
         if limit is not None and limit.stopped_early:
             # The cut epoch counts as time, not as an epoch: a rerun repeats it from the
             # saved state. Its weights still compete for the best dev BLEU.
             best = False
-            if dev_pairs:
-                bleu = _dev_scores(translator, dev_pairs)["dev_bleu"]
-                log(f"dev BLEU of the cut epoch {epoch + 1}: {bleu}")
+            if self.dev_pairs:
+                bleu = self._dev_scores()["dev_bleu"]
+                self.log(f"dev BLEU of the cut epoch {epoch + 1}: {bleu}")
                 best = _record_bleu(progress, bleu, epoch + 1)
-            folder.commit(model, progress, best=best, keep=keep, weights=weights)
+            folder.commit(self.model, progress, best=best, keep=keep, weights=weights)
             return "time limit"
         logs = dict(logs)
-        if dev_pairs:
-            logs.update(_dev_scores(translator, dev_pairs))
-            with writer.as_default():
+        if self.dev_pairs:
+            logs.update(self._dev_scores())
+            with self.writer.as_default():
                 tf.summary.scalar("epoch_bleu", logs["dev_bleu"], step=epoch)
                 tf.summary.scalar("epoch_chrf", logs["dev_chrf"], step=epoch)
-            writer.flush()
-            log(f"epoch {epoch + 1}: dev BLEU {logs['dev_bleu']} chrF {logs['dev_chrf']} "
-                f"({len(dev_pairs)} sentences, greedy)")  # fmt: skip
+            self.writer.flush()
+            self.log(f"epoch {epoch + 1}: dev BLEU {logs['dev_bleu']} chrF {logs['dev_chrf']} "
+                     f"({len(self.dev_pairs)} sentences, greedy)")  # fmt: skip
         progress["epochs"] = epoch + 1
         progress["history"].append({"epoch": epoch + 1, **logs})
-        best = bool(dev_pairs) and _record_bleu(progress, logs["dev_bleu"], epoch + 1)
+        best = bool(self.dev_pairs) and _record_bleu(progress, logs["dev_bleu"], epoch + 1)
         # One commit: a kill before it repeats the epoch, leaving no file of it behind.
         folder.commit(
-            model, progress, epoch=epoch + 1, best=best, keep=keep, weights=weights,
+            self.model, progress, epoch=epoch + 1, best=best, keep=keep, weights=weights,
             variables=bool(options.lora_rank),  # its .h5 keeps merged kernels, no adapters
         )  # fmt: skip
         if options.time_limit:
             to_go = options.epochs - epoch - 1
-            log(_time_left(run["spent"], options.time_limit, epoch + 1 - first, to_go))
+            self.log(time_left(self.spent, options.time_limit, epoch + 1 - self.first, to_go))
         improved = progress["improved_epoch"] or progress["best_epoch"]
         if (
             options.early_stopping
@@ -340,64 +577,188 @@ def train_run(
             return "early stopping"
         return None
 
-    def fit_callbacks():
-        """The callbacks of a `fit`: TensorBoard, progress, the caller's, the NaN guard and
+    def final_weights(self):
+        """Loads the weights the run ends with into `serving` (the best dev-BLEU epoch's,
+        or the last one's; their average over the last `average_last` epochs when its dev
+        BLEU is not lower); returns the report's description of them."""
+        folder, model, progress = self.folder, self.serving, self.progress
+        average_last = self.options.average_last
+        report = {
+            "epochs": progress["epochs"],
+            "history": progress["history"],
+            "best_epoch": progress["best_epoch"],
+            "final_weights": "last",
+        }
+        if progress["best_epoch"] is not None and os.path.exists(folder.join("best.npz")):
+            load_weights(model, folder.join("best.npz"))
+            report["final_weights"] = f"best (epoch {progress['best_epoch']})"
+        elif os.path.exists(folder.join("last.npz")):
+            load_weights(model, folder.join("last.npz"))  # not a cut epoch's weights
+            report["final_weights"] = f"last (epoch {progress['epochs']})"
+        checkpoints = folder.checkpoints()[-average_last:] if average_last else []
+        if len(checkpoints) < 2:
+            return report
+        current = [v.numpy() for v in model.weights]
+        average_weights(model, [p for _, p in checkpoints])
+        epochs = [e for e, _ in checkpoints]
+        report["averaged_epochs"] = epochs
+        averaged = f"average of epochs {epochs[0]}–{epochs[-1]}"
+        if not self.dev_pairs:
+            report["final_weights"] = averaged
+            return report
+        report["dev_bleu_averaged"] = self._dev_scores()["dev_bleu"]
+        if report["dev_bleu_averaged"] >= (progress["best_bleu"] or 0.0):
+            report["final_weights"] = averaged
+        else:
+            for variable, value in zip(model.weights, current, strict=True):
+                variable.assign(value)
+        return report
+
+    def _fit_callbacks(self):
+        """The callbacks of a `fit`: TensorBoard, progress, the job's, the NaN guard and
         the time limit (what is left of it), and the guard and limit themselves."""
+        options = self.options
         guard = FiniteLoss()
-        left = options.time_limit and max(options.time_limit - run["spent"], 1e-3)
+        left = options.time_limit and max(options.time_limit - self.spent, 1e-3)
         limit = TimeLimit(left) if left else None
         listed = [
-            keras.callbacks.TensorBoard(logdir, write_graph=False),
+            keras.callbacks.TensorBoard(self.folder.join("logs"), write_graph=False),
             EpochProgress(options.epochs),
-            *callbacks,
+            *self.callbacks,
             guard,
         ]
         return [*listed, *([limit] if limit else [])], guard, limit
 
-    if options.steps_per_epoch is not None:
-        # One `fit` for the epochs left, on one endless stream of passes that it keeps
-        # iterating from epoch to epoch; each epoch is recorded at its end (`_EndEpoch`).
-        # A continued run starts the stream at the step where its first epoch starts.
-        if first < options.epochs:
-            listed, guard, limit = fit_callbacks()
-            ending = _EndEpoch(lambda e, logs, seconds: end_epoch(e, logs, seconds, guard, limit))
-            data = train_input(options.seed * 100_003, first * options.steps_per_epoch)
-            model.fit(
-                data, validation_data=dev, initial_epoch=first, epochs=options.epochs,
-                steps_per_epoch=options.steps_per_epoch, callbacks=[*listed, ending],
-                shuffle=False, verbose=options.verbose,
-            )  # fmt: skip
-            run["stopped"] = ending.stopped or "epochs"
-    else:
-        for epoch in range(first, options.epochs):  # one `fit` and one dataset each
-            listed, guard, limit = fit_callbacks()
-            data = train_input(options.seed * 100_003 + epoch)
+    def _fit_stream(self):
+        """With `steps_per_epoch`: one `fit` for the epochs left, on one endless stream of
+        passes that it keeps iterating from epoch to epoch; each epoch is recorded at its
+        end (`_EndEpoch`). A continued run starts the stream at the step where its first
+        epoch starts. Returns why training stopped."""
+        options, first = self.options, self.first
+        if first >= options.epochs:
+            return "epochs"
+        listed, guard, limit = self._fit_callbacks()
+        ending = _EndEpoch(lambda e, logs, seconds: self.end_epoch(e, logs, seconds, guard, limit))
+        data = self.train_input(options.seed * 100_003, first * options.steps_per_epoch)
+        self.model.fit(
+            data, validation_data=self.dev, initial_epoch=first, epochs=options.epochs,
+            steps_per_epoch=options.steps_per_epoch, callbacks=[*listed, ending],
+            shuffle=False, verbose=options.verbose,
+        )  # fmt: skip
+        return ending.stopped or "epochs"
+
+    def _fit_epochs(self):
+        """One `fit` and one dataset for each epoch left; returns why training stopped."""
+        options = self.options
+        for epoch in range(self.first, options.epochs):
+            listed, guard, limit = self._fit_callbacks()
+            data = self.train_input(options.seed * 100_003 + epoch)
             start = time.perf_counter()
             with warnings.catch_warnings():
                 # A streamed corpus has no known number of batches: its epoch ends when
                 # the files do, which Keras reports as "Your input ran out of data".
-                if isinstance(splits["train"], StreamedPairs):
+                if self.stream:
                     warnings.filterwarnings("ignore", "Your input ran out of data", UserWarning)
-                history = model.fit(
-                    data, validation_data=dev, initial_epoch=epoch, epochs=epoch + 1,
+                history = self.model.fit(
+                    data, validation_data=self.dev, initial_epoch=epoch, epochs=epoch + 1,
                     callbacks=listed, shuffle=False, verbose=options.verbose,
                 )  # fmt: skip
             elapsed = time.perf_counter() - start
             logs = {k: float(v[-1]) for k, v in history.history.items()}
-            stop = end_epoch(epoch, logs, elapsed, guard, limit)
+            stop = self.end_epoch(epoch, logs, elapsed, guard, limit)
             if stop is not None:
-                run["stopped"] = stop
-                break
-    stopped = run["stopped"]
-    log(_stop_line(stopped, progress, options))
-    sync()
-    report = _final_weights(folder, serving, translator, dev_pairs, progress, options)
-    report.update(
-        stopped=stopped, train_seconds=round(progress["train_seconds"], 1), dtype_policy=policy,
-        trainable_parameters=trainable,
-    )  # fmt: skip
-    report["curves"] = _write_curves(folder, report, log)
-    return serving, report
+                return stop
+        return "epochs"
+
+    def _dev_scores(self):
+        from tfblocks.translation import evaluation  # sacrebleu: only where BLEU is computed
+
+        metrics, _ = evaluation.evaluate(self.translator, self.dev_pairs)
+        return {"dev_bleu": metrics["bleu"], "dev_chrf": metrics["chrf"]}
+
+    def _write_curves(self, report):
+        """Writes the run's `curves.png`; returns its path, or None without matplotlib."""
+        try:
+            import matplotlib  # noqa: F401  (the `examples` extra)
+        except ImportError:
+            self.log(
+                "curves.png not written: matplotlib is missing (pip install 'tfblocks[examples]')"
+            )
+            return None
+        folder = self.folder
+        return plot_curves(
+            folder.join(CURVES_FILE),
+            report["history"],
+            best_epoch=report["best_epoch"],
+            averaged_epochs=report.get("averaged_epochs"),
+            title=f"{os.path.basename(os.path.normpath(folder.path))}: {report['final_weights']}",
+        )
+
+    # After training ------------------------------------------------------------------------
+
+    def evaluate(self, translator):
+        """BLEU, chrF and exact match of `translator` on the test split; shows the first
+        three translations."""
+        from tfblocks.translation import evaluation  # sacrebleu: only where BLEU is computed
+
+        test = self.splits["test"]
+        with self.timer("evaluate"):
+            metrics, hypotheses = evaluation.evaluate(translator, test)
+        self.log("test translations (first 3):")
+        for (source, reference), hypothesis in list(zip(test, hypotheses, strict=True))[:3]:
+            self.log(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")
+        return metrics
+
+    def export(self, folder, model, translator):
+        """Writes the model (`model/`, a KerasHub preset) and the SavedModel (`export/1`),
+        reloads the SavedModel and translates a few test sentences (with the running
+        example for a Japanese source) both ways; returns the SavedModel's path, the
+        reloaded model's `{sentence: translation}` and whether both translated alike."""
+        samples = [source for source, _ in self.splits["test"][:2]]
+        if self.options.source_lang == "ja":  # the seed notes' running example
+            samples.insert(0, RUNNING_EXAMPLE[0])
+        with self.timer("export"):
+            save_preset(model, self.tokenizer, folder.join("model"), self.hp,
+                        self.target_tokenizer)  # fmt: skip
+            path = translator.export(folder.join("export", "1"))
+        with self.timer("reload"):
+            reloaded = tf.saved_model.load(path).signatures["serving_default"]
+            again = reloaded(text=tf.constant(samples))["translation"].numpy()
+        in_memory = translator(samples).numpy()
+        self.log("translations (in memory | reloaded SavedModel):")
+        for sample, a, b in zip(samples, in_memory, again, strict=True):
+            self.log(f"  {sample} -> {a.decode()} | {b.decode()}")
+        translations = {t: b.decode() for t, b in zip(samples, again, strict=True)}
+        return path, translations, bool((in_memory == again).all())
+
+    def _record(self, folder, model, report, metrics, export_path, exported):
+        """Adds the run and the export's translations (`exported`) to the test metrics,
+        writes `metrics.json` and shows the summary; returns the metrics."""
+        options = self.options
+        seconds = {k: round(v, 1) for k, v in self.timer.seconds.items()}
+        seconds["train"] = report["train_seconds"]  # all reruns of this folder together
+        metrics.update(
+            preset=options.hparams,
+            hparams_override=options.hparams_override,
+            epochs=report["epochs"],
+            history=report["history"],
+            best_epoch=report["best_epoch"],
+            final_weights=report["final_weights"],
+            dtype_policy=report["dtype_policy"],
+            stopped=report["stopped"],
+            final_loss=report["history"][-1]["loss"] if report["history"] else None,
+            parameters=model.count_params(),
+            trainable_parameters=report["trainable_parameters"],
+            **exported,
+            seconds=seconds,
+        )
+        for key in ("dev_bleu_averaged", "averaged_epochs"):
+            if key in report:
+                metrics[key] = report[key]
+        metrics_path = write_metrics(folder.path, metrics)
+        exact_match = options.corpus == "the phrasebook"
+        self.log(summary(metrics, report, folder, export_path, metrics_path, exact_match))
+        return metrics
 
 
 class _EndEpoch(keras.callbacks.Callback):
@@ -444,104 +805,6 @@ def _record_bleu(progress, bleu, epoch):
         progress["best_bleu"], progress["best_epoch"] = bleu, epoch
         return True
     return False
-
-
-def _non_finite(failure, recorded):
-    """The error that stops a run whose loss stopped being a finite number."""
-    epoch, step, loss = failure
-    return FloatingPointError(
-        f"training stopped: the loss became {loss} in epoch {epoch}, step {step}; nothing "
-        f"of epoch {epoch} was saved, the run folder keeps epoch {recorded}. Lower the "
-        "learning rate (--hparams-override learning_rate_constant=...) or check the data."
-    )
-
-
-def _time_left(spent, limit, epochs_done, epochs_to_go):
-    """The line printed after each epoch under a time limit (times of this invocation)."""
-    left = max(limit - spent, 0.0)
-    fit = min(epochs_to_go, int(left // (spent / epochs_done))) if epochs_done else 0
-    return (
-        f"training time {spent / 60:.1f} of {limit / 60:.1f} min, {left / 60:.1f} min left: "
-        f"about {fit} of the {epochs_to_go} remaining epochs fit"
-    )
-
-
-def _stop_line(stopped, progress, options):
-    """One line: why training stopped."""
-    done = progress["epochs"]
-    if stopped == "time limit":
-        return (
-            f"training stopped: time limit of {options.time_limit / 60:.1f} min reached in "
-            f"epoch {done + 1} ({done} of {options.epochs} epochs done); rerun the command "
-            "to continue"
-        )
-    if stopped == "early stopping":
-        return (
-            f"training stopped: early stopping after epoch {done}, no better dev BLEU for "
-            f"{options.early_stopping} epochs (best epoch {progress['best_epoch']})"
-        )
-    return f"training stopped: all {options.epochs} epochs done"
-
-
-def _write_curves(folder, report, log):
-    """Writes the run's `curves.png`; returns its path, or None without matplotlib."""
-    try:
-        import matplotlib  # noqa: F401  (the `examples` extra)
-    except ImportError:
-        log("curves.png not written: matplotlib is missing (pip install 'tfblocks[examples]')")
-        return None
-    return plot_curves(
-        folder.join(CURVES_FILE),
-        report["history"],
-        best_epoch=report["best_epoch"],
-        averaged_epochs=report.get("averaged_epochs"),
-        title=f"{os.path.basename(os.path.normpath(folder.path))}: {report['final_weights']}",
-    )
-
-
-def float32_twin(hp, model):
-    """A float32 `Transformer` of the same architecture without adapters, built, holding
-    `model`'s weights (any LoRA adapters merged; variable paths equal, so run-folder
-    weights load into either)."""
-    twin = build_transformer(hp, name=model.name, dtype="float32")
-    ids = tf.ones([1, 2], tf.int32)
-    twin({"inputs": ids, "targets": ids})
-    assign_weights(twin, merged_weights(model))
-    return twin
-
-
-def _final_weights(folder, model, translator, dev_pairs, progress, options):
-    """Loads the weights the run ends with; returns the report's description of them."""
-    report = {
-        "epochs": progress["epochs"],
-        "history": progress["history"],
-        "best_epoch": progress["best_epoch"],
-        "final_weights": "last",
-    }
-    if progress["best_epoch"] is not None and os.path.exists(folder.join("best.npz")):
-        load_weights(model, folder.join("best.npz"))
-        report["final_weights"] = f"best (epoch {progress['best_epoch']})"
-    elif os.path.exists(folder.join("last.npz")):
-        load_weights(model, folder.join("last.npz"))  # not a cut epoch's weights
-        report["final_weights"] = f"last (epoch {progress['epochs']})"
-    checkpoints = folder.checkpoints()[-options.average_last :] if options.average_last else []
-    if len(checkpoints) >= 2:
-        kept = [p for _, p in checkpoints]
-        current = [v.numpy() for v in model.weights]
-        average_weights(model, kept)
-        epochs = [e for e, _ in checkpoints]
-        report["averaged_epochs"] = epochs
-        if dev_pairs:
-            averaged = _dev_scores(translator, dev_pairs)["dev_bleu"]
-            report["dev_bleu_averaged"] = averaged
-            if averaged >= (progress["best_bleu"] or 0.0):
-                report["final_weights"] = f"average of epochs {epochs[0]}–{epochs[-1]}"
-            else:
-                for variable, value in zip(model.weights, current, strict=True):
-                    variable.assign(value)
-        else:
-            report["final_weights"] = f"average of epochs {epochs[0]}–{epochs[-1]}"
-    return report
 
 
 def write_metrics(output_dir, metrics):

@@ -54,6 +54,7 @@ import re
 import numpy as np
 
 from tfblocks._files import clean_stale_files, replace_file, write_json
+from tfblocks.training.weights import load_weights
 
 try:
     import fcntl
@@ -378,37 +379,3 @@ def _discard(staging):
 def _remove_empty(folder):
     with contextlib.suppress(OSError):  # something tfblocks did not put there: left alone
         os.rmdir(folder)
-
-
-def load_weights(model, path):
-    """Sets `model`'s weights from an .npz written by `RunFolder.save_weights`."""
-    with np.load(path) as stored:
-        assign_weights(model, stored, repr(path))
-
-
-def assign_weights(model, values, source="`values`"):
-    """Sets `model`'s weights from `values`, a mapping of variable paths to arrays (more
-    keys are ignored); a ValueError naming `source` when one is missing."""
-    missing = [v.path for v in model.weights if v.path not in values]
-    if missing:
-        raise ValueError(f"{source} has no weights for {missing[:3]} (another architecture?).")
-    for variable in model.weights:
-        variable.assign(values[variable.path])
-
-
-def average_weights(model, paths):
-    """Sets `model`'s weights to the mean of the checkpoints `paths` (t2t `avg_checkpoints`)."""
-    if not paths:
-        raise ValueError("`paths` must name at least one checkpoint, got none.")
-    stores = [np.load(p) for p in paths]
-    try:
-        for variable in model.weights:
-            last = stores[-1][variable.path]
-            if not np.issubdtype(last.dtype, np.floating):  # e.g. a seed state: the last one
-                variable.assign(last)
-                continue
-            values = [s[variable.path].astype(np.float64) for s in stores]
-            variable.assign(np.mean(values, axis=0).astype(last.dtype))
-    finally:
-        for s in stores:
-            s.close()

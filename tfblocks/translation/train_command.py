@@ -28,17 +28,18 @@ Examples:
       --source-column 1 --target-column 0 --output runs/fren
 """
 
-import argparse
 import os
-import tempfile
-from typing import NamedTuple
 
 from tfblocks import _checks
 from tfblocks.text.corpus import SPLITS
 from tfblocks.text.dataset import SHAPES
-from tfblocks.text.phrasebook import RUNNING_EXAMPLE
 from tfblocks.training.precision import POLICIES
-from tfblocks.translation.console import beam_or_greedy, run_command
+from tfblocks.translation.console import (
+    add_verbose_argument,
+    beam_or_greedy,
+    command_parser,
+    run_command,
+)
 from tfblocks.translation.corpus_options import (
     FILE_FLAGS,
     add_corpus_arguments,
@@ -51,13 +52,8 @@ from tfblocks.translation.corpus_options import (
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="tfblocks-train",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
-    )
-    parser.add_argument("--verbose", action="store_true", help="show TensorFlow's log lines")
+    parser = command_parser("tfblocks-train", __doc__)
+    add_verbose_argument(parser)
     add_corpus_arguments(parser)
     parser.add_argument("--hparams", default="transformer_tiny", help="t2t preset name")
     parser.add_argument(
@@ -266,35 +262,50 @@ def check_splits(splits, args):
             )
 
 
-class Init(NamedTuple):
-    """What `--init-from` gives: the model and its tokenizers (target: None if shared)."""
-
-    model: object
-    tokenizer: object
-    target_tokenizer: object
-
-
 def main(argv=None):
     args = parse_args(argv)
     check_arguments(args)
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 
-    from tfblocks.models import hparams, load_preset, load_target_tokenizer
+    from tfblocks.translation import job
+    from tfblocks.translation.progress import Timer
+    from tfblocks.translation.run_folder import check_output
+
+    # Everything that can be refused is refused before the run folder is created or touched.
+    options = training_options(args)
+    output = worker_output(args.output) if args.strategy == "multi_worker" else args.output
+    if output:
+        check_output(output)
+    timer = Timer()
+    with timer("data"):
+        args.stream = choose_stream(args)  # `--stream` unset: by the train files' size
+        splits = read_corpus(args)
+        if args.stream:
+            splits["train"] = splits["train"].limited(args.limit_train)
+        else:
+            splits["train"] = splits["train"][: args.limit_train]
+        splits["test"] = splits["test"][: args.limit_test]
+        check_splits(splits, args)
+    return job.TrainingJob(options, splits, timer=timer).run(output)
+
+
+def training_options(args):
+    """The `TrainingOptions` that the (checked) arguments give, with their HParams
+    overrides checked."""
+    from tfblocks.models import hparams
     from tfblocks.models.hparams import parse_overrides
     from tfblocks.training import get_strategy
     from tfblocks.translation import job
-    from tfblocks.translation.run_folder import RunFolder, check_output
 
-    # Everything that can be refused is refused before the run folder is created or touched.
     override_text = job.DEMO_OVERRIDES if args.hparams_override is None else args.hparams_override
     overrides = parse_overrides(override_text)
     hp = hparams(args.hparams, **overrides)
     check_hparams(hp, overrides, args.batch_tokens, args.separate_vocab)
-    beam_or_greedy(args.beam_size, args.alpha)
+    search = beam_or_greedy(args.beam_size, args.alpha)
     strategy = args.strategy
     if strategy == "multi_worker":  # before any TensorFlow op: collectives need it first
         strategy = get_strategy(strategy)
-    options = job.TrainingOptions(
+    return job.TrainingOptions(
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
         batch_tokens=args.batch_tokens,
@@ -309,217 +320,19 @@ def main(argv=None):
         ema_decay=args.ema,
         lora_rank=args.lora_rank,
         lora_ffn=args.lora_ffn,
-    )
-    output = worker_output(args.output) if args.strategy == "multi_worker" else args.output
-    if output:
-        check_output(output)
-    timer = job.Timer()
-
-    with timer("data"):
-        args.stream = choose_stream(args)  # `--stream` unset: by the train files' size
-        splits = read_corpus(args)
-        if args.stream:
-            splits["train"] = splits["train"].limited(args.limit_train)
-        else:
-            splits["train"] = splits["train"][: args.limit_train]
-        splits["test"] = splits["test"][: args.limit_test]
-        check_splits(splits, args)
-        init = None
-        if args.init_from:
-            preset = os.path.join(args.init_from, "model")
-            model, tokenizer, _ = load_preset(preset)
-            init = Init(model, tokenizer, load_target_tokenizer(preset))
-            sizes = [t.vocabulary_size for t in init[1:] if t is not None]
-            if init.model.get_config()["vocab_size"] != max(sizes):
-                raise ValueError(
-                    "the --init-from model's vocabulary does not match its tokenizer, got "
-                    f"--init-from={args.init_from!r}."
-                )
-        sample = _streamed_sample(args, splits, init, output)
-    with RunFolder(output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
-        return _train(args, folder, splits, init, overrides, override_text, options, timer, sample)
-
-
-def _streamed_sample(args, splits, init, output):
-    """A streamed train split's tokenizer sample (two fast passes over its files,
-    before the run folder is touched: an unreadable or misaligned file is refused now), or
-    None when no tokenizer is trained (`--init-from`, or the folder has one)."""
-    from tfblocks.text.corpus import sample_pairs
-    from tfblocks.translation.run_folder import TOKENIZER_FILE
-
-    if not args.stream or init is not None:
-        return None
-    if output and os.path.exists(os.path.join(output, TOKENIZER_FILE)):
-        return None  # continuing: training starts without reading the corpus first
-    sample = sample_pairs(splits["train"], args.tokenizer_sample, args.seed)
-    if not sample:
-        raise ValueError(
-            f"the train split of {corpus_origin(args, 'train')} has no sentence pairs."
-        )
-    return sample
-
-
-def _train(args, folder, splits, init, overrides, override_text, options, timer, sample=None):
-    """`main` in the locked run folder: tokenizer, training, evaluation, export, reload."""
-    import tensorflow as tf
-
-    from tfblocks import text
-    from tfblocks._files import check_directory, replace_file
-    from tfblocks.models import hparams, save_preset
-    from tfblocks.models.preset import KIND
-    from tfblocks.serving import Translator
-    from tfblocks.translation import evaluation, job
-    from tfblocks.translation.run_folder import TARGET_TOKENIZER_FILE, TOKENIZER_FILE
-
-    with timer("data"):
-        settings = {
-            "corpus": job.corpus_fingerprint(splits["train"]),
-            "source_lang": args.source_lang,
-            "target_lang": args.target_lang,
-            "vocab_size": args.vocab_size,
-            "tokenizer_model": args.tokenizer_model,
-            "tokenizer_sample": args.tokenizer_sample,
-            "hparams": args.hparams,
-            "hparams_override": overrides,
-            "init_from": os.path.abspath(args.init_from) if args.init_from else None,
-            "seed": args.seed,
-            "accumulate_steps": args.accumulate_steps,
-            "ema": args.ema,
-            "lora_rank": args.lora_rank,
-            "lora_ffn": args.lora_ffn,
-            "separate_vocab": args.separate_vocab,
-            "stream": args.stream,
-            "steps_per_epoch": args.steps_per_epoch,
-        }
-        # None: a new folder, or one whose start failed before an epoch was recorded.
-        saved = folder.check_settings(settings, must_match=list(settings))
-        # The source (or shared) tokenizer, and with separate vocabularies the target's.
-        paths = [folder.join(TOKENIZER_FILE), folder.join(TARGET_TOKENIZER_FILE)]
-        if not args.separate_vocab and (init is None or init.target_tokenizer is None):
-            paths.pop()
-        if init is not None:
-            tokenizers = [init.tokenizer, init.target_tokenizer]
-        elif saved is not None and all(os.path.exists(p) for p in paths):
-            tokenizers = [text.SubwordTokenizer.load(p) for p in paths]
-        else:
-            tokenizers = text.train_tokenizers(
-                splits["train"] if sample is None else sample,
-                vocab_size=args.vocab_size, model_type=args.tokenizer_model,
-                shared=not args.separate_vocab, sample=args.tokenizer_sample, seed=args.seed,
-            )  # fmt: skip
-        tokenizer, target_tokenizer = tokenizers[0], tokenizers[-1] or tokenizers[0]
-        for path, made in zip(paths, (tokenizer, target_tokenizer), strict=False):
-            if saved is None or not os.path.exists(path):
-                replace_file(path, made.save)
-    sizes = {k: "streamed" if k == "train" and args.stream else len(v) for k, v in splits.items()}
-    if target_tokenizer is tokenizer:
-        vocabulary = f"shared vocabulary {tokenizer.vocabulary_size}"
-    else:
-        vocabulary = (
-            f"vocabularies {tokenizer.vocabulary_size} ({args.source_lang}) and "
-            f"{target_tokenizer.vocabulary_size} ({args.target_lang})"
-        )
-    print(f"pairs {sizes}; {vocabulary} ({args.tokenizer_model})")
-
-    untied = (
-        {} if target_tokenizer is tokenizer else {"shared_embedding_and_softmax_weights": False}
-    )
-    hp = hparams(
-        args.hparams,
-        vocab_size=max(tokenizer.vocabulary_size, target_tokenizer.vocabulary_size),
-        accumulate_steps=args.accumulate_steps, **{**overrides, **untied},
-    )  # fmt: skip
-    # The final model goes to model/ and export/1: a folder there that tfblocks did not
-    # write is refused now, not after the training.
-    check_directory(folder.join("model"), KIND, arg="model")
-    check_directory(folder.join("export", "1"), arg="export")
-    init_weights = None
-    if init is not None:
-        init_weights = folder.save_weights(init.model, "init.npz")
-    with timer("train"):
-        model, report = job.train_run(
-            folder, splits, tokenizer, hp, options, init_weights,
-            target_tokenizer=target_tokenizer,
-        )  # fmt: skip
-    search = beam_or_greedy(args.beam_size, args.alpha)
-    translator = Translator(model, tokenizer, target_tokenizer, hp.max_length, search=search)
-    with timer("evaluate"):
-        metrics, hypotheses = evaluation.evaluate(translator, splits["test"])
-    print("test translations (first 3):")
-    for (source, reference), hypothesis in list(zip(splits["test"], hypotheses, strict=True))[:3]:
-        print(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")
-    samples = [source for source, _ in splits["test"][:2]]
-    if args.source_lang == "ja":  # the seed notes' running example
-        samples.insert(0, RUNNING_EXAMPLE[0])
-
-    with timer("export"):
-        save_preset(model, tokenizer, folder.join("model"), hp, target_tokenizer)
-        path = translator.export(folder.join("export", "1"))
-    with timer("reload"):
-        reloaded = tf.saved_model.load(path).signatures["serving_default"]
-        again = reloaded(text=tf.constant(samples))["translation"].numpy()
-    in_memory = translator(samples).numpy()
-    print("translations (in memory | reloaded SavedModel):")
-    for sample, a, b in zip(samples, in_memory, again, strict=True):
-        print(f"  {sample} -> {a.decode()} | {b.decode()}")
-
-    seconds = {k: round(v, 1) for k, v in timer.seconds.items()}
-    seconds["train"] = report["train_seconds"]  # all reruns of this folder together
-    metrics.update(
-        preset=args.hparams,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        corpus=corpus_origin(args, "train"),
+        hparams=args.hparams,
         hparams_override=override_text,
-        epochs=report["epochs"],
-        history=report["history"],
-        best_epoch=report["best_epoch"],
-        final_weights=report["final_weights"],
-        dtype_policy=report["dtype_policy"],
-        stopped=report["stopped"],
-        final_loss=report["history"][-1]["loss"] if report["history"] else None,
-        parameters=model.count_params(),
-        trainable_parameters=report["trainable_parameters"],
-        samples={t: b.decode() for t, b in zip(samples, again, strict=True)},
-        reload_matches=bool((in_memory == again).all()),
-        seconds=seconds,
+        vocab_size=args.vocab_size,
+        tokenizer_model=args.tokenizer_model,
+        tokenizer_sample=args.tokenizer_sample,
+        separate_vocab=args.separate_vocab,
+        accumulate_steps=args.accumulate_steps,
+        init_from=args.init_from,
+        search=search,
     )
-    for key in ("dev_bleu_averaged", "averaged_epochs"):
-        if key in report:
-            metrics[key] = report[key]
-    metrics_path = job.write_metrics(folder.path, metrics)
-    phrasebook = corpus_origin(args, "train") == "the phrasebook"
-    print(summary(metrics, report, folder, path, metrics_path, exact_match=phrasebook))
-    return metrics
-
-
-STOPPED = {
-    "epochs": "all epochs done",
-    "time limit": "stopped by the time limit; rerun the command to continue",
-    "early stopping": "stopped early: no better dev BLEU",
-}
-
-
-def summary(metrics, report, folder, export_path, metrics_path, exact_match=True):
-    """The closing summary of `tfblocks-train`: scores, epochs, time and where things are.
-
-    `exact_match` shows the exact-match rate (meaningful on the phrasebook's short,
-    templated sentences, near 0 on real corpora).
-    """
-    scores = f"test BLEU {metrics['bleu']}  chrF {metrics['chrf']}"
-    if exact_match:
-        scores += f"  exact match {metrics['exact_match']:.4f}"
-    best = report["best_epoch"]
-    lines = [
-        "summary",
-        f"  {scores}  ({metrics['sentences']} sentences; {metrics['bleu_signature']})",
-        f"  {report['epochs']} epochs, {report['train_seconds']} s of training in all "
-        f"({STOPPED[report['stopped']]}); best dev-BLEU epoch: "
-        f"{'none (no dev BLEU)' if best is None else best}",
-        f"  final weights: {report['final_weights']}",
-        f"  model:   {folder.join('model')}",
-        f"  export:  {export_path}",
-        f"  curves:  {report['curves'] or 'not written (no matplotlib)'}",
-        f"  metrics: {metrics_path}",
-    ]
-    return "\n".join(lines)
 
 
 def run():
