@@ -45,6 +45,26 @@ _SCHEDULES = (RSQRT_DECAY, LEGACY_NOAM)
 SELF_ATTENTION_TYPES = ("dot_product", "dot_product_relative")
 POSITION_SIGNALS = ("timing", "emb", "none")
 EMBEDDING_MODES = ("sqrt_depth", "none")
+# The fields of the training recipe: changing them changes no weight's shape or meaning, so
+# a fine-tuning run (`tfblocks-train --init-from`) may set them; every other field is the
+# model's architecture, which it keeps. `max_length` is the size of the position table
+# with `pos="emb"`, and then the architecture's too.
+TRAINING_FIELDS = (
+    "layer_prepostprocess_dropout",
+    "attention_dropout",
+    "relu_dropout",
+    "label_smoothing",
+    "learning_rate_schedule",
+    "learning_rate",
+    "learning_rate_constant",
+    "learning_rate_warmup_steps",
+    "optimizer_adam_beta1",
+    "optimizer_adam_beta2",
+    "optimizer_adam_epsilon",
+    "batch_size",
+    "max_length",
+    "accumulate_steps",
+)
 
 
 @dataclasses.dataclass(frozen=True)

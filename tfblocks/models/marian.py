@@ -15,7 +15,8 @@ EOS 1, unknown 2, BOS 3: the searches, losses and serving rely on them), so the 
 renumbers the vocabulary once instead: pad, EOS and unknown move to 0–2, a BOS row holding
 the decoder-start embedding (pad's) is added at 3, and the other tokens follow in Marian's
 order (tfblocks id = Marian id + 2). The embedding rows and the logits bias are permuted
-alike (BOS's bias is very negative, so it takes no probability), and the SentencePiece
+alike (BOS's bias is `BOS_MARGIN` below pad's, so it takes no probability that a float32
+sum keeps, and a label-smoothed fine-tuning loss stays finite), and the SentencePiece
 models are rewritten in that order (`tfblocks.text.reordered_tokenizer`), so the piece →
 id mapping travels inside the tokenizers. The imported model gives every string the
 probabilities the original gives it.
@@ -40,7 +41,11 @@ EMBEDDING_KEYS = (
     "model.encoder.embed_tokens.weight",
     "model.decoder.embed_tokens.weight",
 )
-NEVER = -1e9  # the logits bias of the added BOS row: exp(NEVER) is 0 in float32
+# The added BOS row's logits bias sits this far below the decoder-start token's (pad's,
+# whose embedding and output row it copies): a probability e^-30 ≈ 1e-13 times that
+# token's, lost in any float32 sum, while the label-smoothed loss of fine-tuning, which
+# gives every class ε/(V−1), stays finite (a bias of −1e9 would add ε/(V−1) · 1e9).
+BOS_MARGIN = 30.0
 _ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 # config.json options whose only supported value is Marian's (older transformers wrote them).
 _FIXED = {
@@ -347,7 +352,7 @@ def _assign(model, weights, embedding, order, path):
         head = take("lm_head.weight", embedding.shape)
         model.softmax.kernel.assign(head[order].T)  # [d, V + 1]
     bias = take("final_logits_bias", (1, embedding.shape[0]))[0][order].copy()
-    bias[BOS_ID] = NEVER  # the added BOS row: never predicted, no probability
+    bias[BOS_ID] -= BOS_MARGIN  # the added BOS row (the start token's): never predicted
     model.logits_bias.bias.assign(bias)
     # The token embedding under its other names (tied copies), read above as `embedding`.
     used.update(EMBEDDING_KEYS + (() if model.softmax is not None else ("lm_head.weight",)))

@@ -2,7 +2,8 @@
 
 A `TrainingJob` is the whole job of `tfblocks-train` (and of `examples/translate.py`,
 which calls it), built from `TrainingOptions`; its steps are its methods, in this order:
-`tokenizers` (trained, or those of the run folder or of `init_from`), `build_hparams`,
+`tokenizers` (trained, or those of the run folder or of `init_from`), `build_hparams`
+(with `init_from`: that run's architecture, the options' training settings),
 `build_model`, then `train`, whose epochs read `train_input` and end in `end_epoch`,
 `final_weights`, `evaluate` (the test split) and `export` (the preset and the SavedModel,
 reloaded once). What the job keeps is described in `tfblocks.translation.run_folder`;
@@ -60,7 +61,7 @@ from tfblocks._files import check_directory, replace_file, write_json
 from tfblocks.decoding import Greedy
 from tfblocks.models import hparams, load_preset, load_target_tokenizer, save_preset
 from tfblocks.models.builders import build_transformer
-from tfblocks.models.hparams import parse_overrides
+from tfblocks.models.hparams import TRAINING_FIELDS, parse_overrides
 from tfblocks.models.preset import KIND
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import distribute_dataset, make_dataset
@@ -83,6 +84,7 @@ from tfblocks.translation.curves import CURVES_FILE, plot_curves
 from tfblocks.translation.progress import Timer, non_finite, stop_line, summary, time_left
 from tfblocks.translation.run_folder import TARGET_TOKENIZER_FILE, TOKENIZER_FILE, RunFolder
 
+DEFAULT_PRESET = "transformer_tiny"
 # The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
 # which are tuned for hundreds of thousands of steps; peak rate ≈ 2.2e-3 at d=128.
 DEMO_OVERRIDES = "learning_rate_warmup_steps=200,learning_rate_constant=0.35,max_length=32"
@@ -151,15 +153,21 @@ class TrainingOptions:
         target_lang: the target language.
         corpus: where the train split comes from, for messages; the summary shows the
             exact-match rate for `"the phrasebook"` only (short, templated sentences).
-        hparams: the t2t preset name.
-        hparams_override: comma-separated `key=value` HParams overrides.
+        hparams: the t2t preset name; None: `transformer_tiny`, or with `init_from` the
+            init run's architecture (`build_hparams`; a name must then give that
+            architecture, and its training settings apply).
+        hparams_override: comma-separated `key=value` HParams overrides; None:
+            `DEMO_OVERRIDES`, or with `init_from` none (the init run's settings). With
+            `init_from` they may change only the training settings
+            (`tfblocks.models.hparams.TRAINING_FIELDS`).
         vocab_size: the SentencePiece vocabulary size (each one's with `separate_vocab`).
         tokenizer_model: `"bpe"` or `"unigram"`.
         tokenizer_sample: the tokenizer trains on a random sample of at most this many
             pairs (seeded by `seed`).
         separate_vocab: one vocabulary per language and untied embeddings.
         accumulate_steps: batches per optimizer update (gradient accumulation).
-        init_from: None, or a run folder whose model and tokenizers the run starts from
+        init_from: None, or a run folder (of `tfblocks-train` or `tfblocks-import`) whose
+            model, with its architecture, and tokenizers the run starts from
             (fine-tuning) when it has no finished epoch yet.
         search: the search that translates the test split and the export, a
             `tfblocks.decoding` strategy (None: `Translator`'s default, t2t's beam search).
@@ -168,6 +176,8 @@ class TrainingOptions:
 
     >>> TrainingOptions(epochs=2, ema_decay=0.999).ema_decay
     0.999
+    >>> TrainingOptions(epochs=1, init_from="runs/base").recipe()
+    (None, '')
     >>> TrainingOptions(epochs=0)
     Traceback (most recent call last):
     ...
@@ -193,8 +203,8 @@ class TrainingOptions:
     source_lang: str = "ja"
     target_lang: str = "en"
     corpus: str = "the phrasebook"
-    hparams: str = "transformer_tiny"
-    hparams_override: str = DEMO_OVERRIDES
+    hparams: str | None = None
+    hparams_override: str | None = None
     vocab_size: int = 1000
     tokenizer_model: str = "bpe"
     tokenizer_sample: int = 1_000_000
@@ -230,13 +240,24 @@ class TrainingOptions:
         _checks.check_bool("separate_vocab", self.separate_vocab)
         _checks.check_positive_int("accumulate_steps", self.accumulate_steps)
 
+    def recipe(self):
+        """`(preset, overrides)`: the HParams preset name and the override text, their
+        defaults resolved (`DEFAULT_PRESET` and `DEMO_OVERRIDES`; with `init_from`, None
+        and none: the init run's)."""
+        if self.init_from is not None:
+            return self.hparams, self.hparams_override or ""
+        overrides = DEMO_OVERRIDES if self.hparams_override is None else self.hparams_override
+        return self.hparams or DEFAULT_PRESET, overrides
+
 
 class Init(NamedTuple):
-    """What `init_from` gives: the model and its tokenizers (target: None if shared)."""
+    """What `init_from` gives: the model, its tokenizers (target: None if shared) and its
+    `HParams` (None when its preset holds none)."""
 
     model: object
     tokenizer: object
     target_tokenizer: object
+    hparams: object
 
 
 class TrainingJob:
@@ -286,7 +307,7 @@ class TrainingJob:
         with RunFolder(output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
             with self.timer("data"):
                 tokenizer, target_tokenizer = self.tokenizers(folder, init, sample)
-            hp = self.build_hparams(tokenizer, target_tokenizer)
+            hp = self.build_hparams(tokenizer, target_tokenizer, init)
             # The final model goes to model/ and export/1: a folder there that tfblocks did
             # not write is refused now, not after the training.
             check_directory(folder.join("model"), KIND, arg="model")
@@ -307,18 +328,20 @@ class TrainingJob:
 
     def load_init(self):
         """The `Init` of `init_from` (None without), checked: its model's vocabulary is
-        its tokenizers'."""
+        its tokenizers', and the options change nothing of its architecture
+        (`build_hparams`)."""
         if not self.options.init_from:
             return None
         preset = os.path.join(self.options.init_from, "model")
-        model, tokenizer, _ = load_preset(preset)
-        init = Init(model, tokenizer, load_target_tokenizer(preset))
-        sizes = [t.vocabulary_size for t in init[1:] if t is not None]
+        model, tokenizer, hp = load_preset(preset)
+        init = Init(model, tokenizer, load_target_tokenizer(preset), hp)
+        sizes = [t.vocabulary_size for t in (init.tokenizer, init.target_tokenizer) if t]
         if init.model.get_config()["vocab_size"] != max(sizes):
             raise ValueError(
                 "the --init-from model's vocabulary does not match its tokenizer, got "
                 f"--init-from={self.options.init_from!r}."
             )
+        self.build_hparams(tokenizer, init.target_tokenizer or tokenizer, init)  # refused now
         return init
 
     def tokenizer_sample(self, init, output):
@@ -339,6 +362,7 @@ class TrainingJob:
     def settings(self):
         """What the run folder records and its reruns must match (`RunFolder.check_settings`)."""
         options = self.options
+        preset, overrides = options.recipe()
         return {
             "corpus": corpus_fingerprint(self.splits["train"]),
             "source_lang": options.source_lang,
@@ -346,8 +370,8 @@ class TrainingJob:
             "vocab_size": options.vocab_size,
             "tokenizer_model": options.tokenizer_model,
             "tokenizer_sample": options.tokenizer_sample,
-            "hparams": options.hparams,
-            "hparams_override": parse_overrides(options.hparams_override),
+            "hparams": preset,
+            "hparams_override": parse_overrides(overrides),
             "init_from": os.path.abspath(options.init_from) if options.init_from else None,
             "seed": options.seed,
             "accumulate_steps": options.accumulate_steps,
@@ -400,16 +424,28 @@ class TrainingJob:
         self.log(f"pairs {sizes}; {vocabulary} ({options.tokenizer_model})")
         return tokenizer, target_tokenizer
 
-    def build_hparams(self, tokenizer, target_tokenizer):
+    def build_hparams(self, tokenizer, target_tokenizer, init=None):
         """The HParams of the run: the preset with the overrides, the tokenizers'
-        vocabulary, the accumulation, untied embeddings for separate vocabularies."""
+        vocabulary, the accumulation, untied embeddings for separate vocabularies.
+
+        Fine-tuning (`init`, when its preset holds HParams): the init run's HParams, so
+        its architecture whole (an imported model's options, its vocabularies and
+        tying), with the training settings (`TRAINING_FIELDS`) of the overrides (and of
+        the preset, when `hparams` names one) and the accumulation. An override or a
+        preset that would change the architecture is refused, naming the flag and value.
+        """
         options = self.options
+        preset, override_text = options.recipe()
+        overrides = parse_overrides(override_text)
+        if init is not None and init.hparams is not None:
+            hp = _fine_tuning_hparams(init.hparams, preset, overrides, options.accumulate_steps)
+            check_max_length(hp, options.batch_tokens)
+            return hp
         untied = (
             {} if target_tokenizer is tokenizer else {"shared_embedding_and_softmax_weights": False}
         )
-        overrides = parse_overrides(options.hparams_override)
         return hparams(
-            options.hparams,
+            preset or DEFAULT_PRESET,
             vocab_size=max(tokenizer.vocabulary_size, target_tokenizer.vocabulary_size),
             accumulate_steps=options.accumulate_steps, **{**overrides, **untied},
         )  # fmt: skip
@@ -737,9 +773,10 @@ class TrainingJob:
         options = self.options
         seconds = {k: round(v, 1) for k, v in self.timer.seconds.items()}
         seconds["train"] = report["train_seconds"]  # all reruns of this folder together
+        preset, overrides = options.recipe()
         metrics.update(
-            preset=options.hparams,
-            hparams_override=options.hparams_override,
+            preset=preset,
+            hparams_override=overrides,
             epochs=report["epochs"],
             history=report["history"],
             best_epoch=report["best_epoch"],
@@ -792,6 +829,49 @@ def _check_steps_per_epoch(folder, progress, steps_per_epoch):
         )
     if steps_per_epoch is not None:
         progress["steps_per_epoch"] = steps_per_epoch
+
+
+def _fine_tuning_hparams(init_hp, preset, overrides, accumulate_steps):
+    """`init_hp` (an `--init-from` run's HParams) with the training settings of `preset`
+    (None: none) and `overrides`; a ValueError naming the flag and the value when they
+    would change its architecture (any field but `TRAINING_FIELDS`, and `max_length`
+    with a position table, `pos="emb"`)."""
+    training = set(TRAINING_FIELDS) - ({"max_length"} if init_hp.pos == "emb" else set())
+    wanted = hparams(preset, **overrides) if preset else None
+    # Set by the tokenizers, not by a preset: compared only when an override sets them.
+    vocabulary = {"vocab_size", "source_vocab_size", "shared_embedding_and_softmax_weights"}
+    for field in dataclasses.fields(init_hp):
+        name, have = field.name, getattr(init_hp, field.name)
+        if name in overrides:
+            value, flag = overrides[name], "--hparams-override"
+        elif preset and name not in vocabulary:
+            value, flag = getattr(wanted, name), f"--hparams={preset!r}"
+        else:
+            continue
+        if name not in training and value != have:
+            table = " (not with its position table)" if init_hp.pos == "emb" else ""
+            raise ValueError(
+                f"`--init-from` keeps its model's architecture, {name}={have!r}, got {flag} "
+                f"with {name}={value!r}; a fine-tuning run may change only training settings "
+                f"(dropout, label smoothing, learning rate, optimizer, max_length{table})."
+            )
+    changes = {name: getattr(wanted, name) for name in training} if preset else {}
+    changes.update({name: value for name, value in overrides.items() if name in training})
+    return dataclasses.replace(init_hp, **{**changes, "accumulate_steps": accumulate_steps})
+
+
+def check_max_length(hp, batch_tokens):
+    """Refuses a `max_length` below 2 (one subword and EOS) and a batch budget that cannot
+    hold a pair of `max_length` tokens."""
+    if hp.max_length < 2:
+        raise ValueError(
+            f"`--hparams-override` max_length must be at least 2, got max_length={hp.max_length}."
+        )
+    if batch_tokens < hp.max_length:
+        raise ValueError(
+            f"`--batch-tokens` must be at least max_length={hp.max_length}, got "
+            f"--batch-tokens={batch_tokens}."
+        )
 
 
 def _record_bleu(progress, bleu, epoch):

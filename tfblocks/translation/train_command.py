@@ -9,8 +9,9 @@ including 今日のランチはカレーだ。, writes the model (KerasHub prese
 `--output DIR` is a durable run folder (layout: `tfblocks.translation.run_folder`).
 Rerunning the same command continues after the last finished epoch (after a crash, a
 `--max-train-minutes` stop, or with a larger `--epochs`); `--init-from OTHER_RUN` starts
-from another run's model and tokenizer (fine-tuning on new data), with `--lora-rank R` by
-training only low-rank adapters. A folder made with another corpus, vocabulary or
+from another run's model and tokenizers (fine-tuning on new data; a run of `tfblocks-train`
+or of `tfblocks-import`), keeping its architecture, with `--lora-rank R` by training only
+low-rank adapters. A folder made with another corpus, vocabulary or
 architecture is an error, never silently reused.
 
 Examples:
@@ -28,6 +29,7 @@ Examples:
       --source-column 1 --target-column 0 --output runs/fren
 """
 
+import dataclasses
 import os
 
 from tfblocks import _checks
@@ -55,12 +57,18 @@ def parse_args(argv=None):
     parser = command_parser("tfblocks-train", __doc__)
     add_verbose_argument(parser)
     add_corpus_arguments(parser)
-    parser.add_argument("--hparams", default="transformer_tiny", help="t2t preset name")
+    parser.add_argument(
+        "--hparams", default=None,
+        help="t2t preset name (default transformer_tiny; with --init-from, the init run's "
+        "architecture: a preset must give the same, and its training settings apply)",
+    )  # fmt: skip
     parser.add_argument(
         "--hparams-override",
         default=None,
         help="comma-separated key=value HParams overrides (default: the demo's short warm-up, "
-        "learning_rate_warmup_steps=200,learning_rate_constant=0.35,max_length=32)",
+        "learning_rate_warmup_steps=200,learning_rate_constant=0.35,max_length=32; with "
+        "--init-from: none, and only training settings such as dropout, learning rate and "
+        "max_length may change)",
     )
     parser.add_argument("--epochs", type=int, default=5, help="total epochs of the run")
     parser.add_argument(
@@ -227,7 +235,8 @@ def worker_output(output):
 
 
 def check_hparams(hp, overrides, batch_tokens, separate_vocab=False):
-    """Refuses HParams that `tfblocks-train` cannot train with (`hp` checked its own fields)."""
+    """Refuses HParams that `tfblocks-train` cannot train with (`hp` checked its own fields;
+    None: those of the `--init-from` run, which the job checks)."""
     for field, flag, why in (
         ("vocab_size", "--vocab-size", " (the tokenizer sets it)"),
         ("accumulate_steps", "--accumulate-steps", ""),
@@ -237,19 +246,14 @@ def check_hparams(hp, overrides, batch_tokens, separate_vocab=False):
                 f"`--hparams-override` cannot set {field}{why}; use {flag}, got "
                 f"{field}={overrides[field]!r}."
             )
-    if hp.max_length < 2:  # one subword and EOS
-        raise ValueError(
-            f"`--hparams-override` max_length must be at least 2, got max_length={hp.max_length}."
-        )
+    if hp is not None:
+        from tfblocks.translation.job import check_max_length
+
+        check_max_length(hp, batch_tokens)
     if separate_vocab and overrides.get("shared_embedding_and_softmax_weights"):
         raise ValueError(
             "`--separate-vocab` unties the embeddings: --hparams-override cannot set "
             "shared_embedding_and_softmax_weights=True with it."
-        )
-    if batch_tokens < hp.max_length:  # a batch must hold a longest pair
-        raise ValueError(
-            f"`--batch-tokens` must be at least max_length={hp.max_length}, got "
-            f"--batch-tokens={batch_tokens}."
         )
 
 
@@ -297,20 +301,13 @@ def training_options(args):
     from tfblocks.training import get_strategy
     from tfblocks.translation import job
 
-    override_text = job.DEMO_OVERRIDES if args.hparams_override is None else args.hparams_override
-    overrides = parse_overrides(override_text)
-    hp = hparams(args.hparams, **overrides)
-    check_hparams(hp, overrides, args.batch_tokens, args.separate_vocab)
     search = beam_or_greedy(args.beam_size, args.alpha)
-    strategy = args.strategy
-    if strategy == "multi_worker":  # before any TensorFlow op: collectives need it first
-        strategy = get_strategy(strategy)
-    return job.TrainingOptions(
+    options = job.TrainingOptions(
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
         batch_tokens=args.batch_tokens,
         seed=args.seed,
-        strategy=strategy,
+        strategy=args.strategy,
         shapes=args.shapes,
         dtype_policy=args.dtype_policy,
         time_limit=args.max_train_minutes * 60 if args.max_train_minutes else None,
@@ -324,7 +321,7 @@ def training_options(args):
         target_lang=args.target_lang,
         corpus=corpus_origin(args, "train"),
         hparams=args.hparams,
-        hparams_override=override_text,
+        hparams_override=args.hparams_override,
         vocab_size=args.vocab_size,
         tokenizer_model=args.tokenizer_model,
         tokenizer_sample=args.tokenizer_sample,
@@ -333,6 +330,13 @@ def training_options(args):
         init_from=args.init_from,
         search=search,
     )
+    preset, override_text = options.recipe()
+    overrides = parse_overrides(override_text)
+    hp = None if args.init_from else hparams(preset, **overrides)  # --init-from: the job's
+    check_hparams(hp, overrides, args.batch_tokens, args.separate_vocab)
+    if args.strategy == "multi_worker":  # before any TensorFlow op: collectives need it first
+        options = dataclasses.replace(options, strategy=get_strategy(args.strategy))
+    return options
 
 
 def run():
