@@ -1,16 +1,26 @@
-"""`tfblocks-import marian DIR --output RUN`: a run folder the other commands read, and
+"""`tfblocks-import marian DIR --output RUN`: a run folder the other commands read
+(`tfblocks-translate`, `tfblocks-evaluate`, `tfblocks-train --init-from`, full and LoRA), and
 nothing left behind when the import is refused."""
 
+import dataclasses
 import json
 import os
+import random
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.translation.test_commands import in_process
 from tfblocks.models import load_preset, load_target_tokenizer
-from tfblocks.translation import engines
+from tfblocks.text import make_dataset
+from tfblocks.translation import engines, train_command
+from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation.import_command import main
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "marian")
@@ -78,3 +88,130 @@ def test_existing_output_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"--output=.*exists and is not an empty folder"):
         main(["marian", os.path.join(DATA, "shared"), "--output", str(tmp_path / "run")])
     assert os.listdir(tmp_path / "run") == ["notes.txt"]
+
+
+# Fine-tuning the tiny imported model on a made-up en->de corpus: few steps, no dropout, a
+# learning rate that moves it in them (the import keeps Marian's, made for long runs).
+WORDS = {"the": "die", "cat": "katze", "dog": "hund", "sits": "sitzt", "sleeps": "schläft",
+         "garden": "garten", "mat": "matte", "rice": "reis"}  # fmt: skip
+FINE_TUNE = ("--source-lang", "en", "--target-lang", "de", "--batch-tokens", "128",
+             "--dev-sentences", "0", "--beam-size", "1", "--hparams-override",
+             "learning_rate_schedule=constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size,"
+             "learning_rate_constant=0.5,learning_rate_warmup_steps=10,"
+             "layer_prepostprocess_dropout=0.0")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A corpus folder of 40 + 6 + 4 made-up en->de pairs (word by word)."""
+    rng = random.Random(0)
+    pairs = []
+    for _ in range(50):
+        words = [rng.choice(list(WORDS)) for _ in range(rng.randint(2, 4))]
+        pairs.append((" ".join(words) + ".", " ".join(WORDS[w] for w in words) + "."))
+    folder = tmp_path_factory.mktemp("corpus")
+    for split, part in (("train", pairs[:40]), ("dev", pairs[40:46]), ("test", pairs[46:])):
+        for side, language in enumerate(("en", "de")):
+            lines = "".join(pair[side] + "\n" for pair in part)
+            (folder / f"{split}.{language}").write_text(lines, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tuned(run, corpus, tmp_path_factory):
+    output = tmp_path_factory.mktemp("tuned") / "run"
+    metrics = train_command.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "3",
+                                  "--init-from", run, "--output", str(output)])  # fmt: skip
+    return output, metrics
+
+
+def dev_cross_entropy(run, corpus):
+    """The token mean of the cross-entropy of the run's model on the dev pairs."""
+    model, tokenizer, hp = load_preset(os.path.join(run, "model"))
+    target = load_target_tokenizer(os.path.join(run, "model")) or tokenizer
+    sides = [(corpus / f"dev.{lang}").read_text("utf-8").splitlines() for lang in ("en", "de")]
+    data = make_dataset(list(zip(*sides, strict=True)), tokenizer, target, batch_tokens=512,
+                        max_length=hp.max_length, shuffle=False)  # fmt: skip
+    total = count = 0.0
+    for features, labels in data:
+        losses = keras.losses.sparse_categorical_crossentropy(
+            labels, model(features), from_logits=True
+        )
+        real = tf.cast(labels != 0, tf.float32)
+        total += float(tf.reduce_sum(losses * real))
+        count += float(tf.reduce_sum(real))
+    return total / count
+
+
+@pytest.mark.heavy
+def test_fine_tuning_an_import_keeps_its_architecture_and_lowers_the_dev_loss(run, corpus, tuned):
+    output, metrics = tuned
+    assert metrics["epochs"] == 3 and metrics["reload_matches"] is True
+    # The imported architecture whole (swish, biases, epsilon, logits bias, timing rule,
+    # Post-LN, the extra BOS row), only the training settings overridden.
+    _, _, imported = load_preset(os.path.join(run, "model"))
+    _, _, hp = load_preset(output / "model")
+    assert hp == dataclasses.replace(
+        imported, learning_rate_schedule="constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size",
+        learning_rate_constant=0.5, learning_rate_warmup_steps=10,
+        layer_prepostprocess_dropout=0.0,
+    )  # fmt: skip
+    # Its two tokenizers (reordered SentencePiece models), unchanged.
+    for name in ("tokenizer.model", "target_tokenizer.model"):
+        assert (output / name).read_bytes() == Path(run, name).read_bytes(), name
+    assert dev_cross_entropy(output, corpus) < dev_cross_entropy(run, corpus)
+    assert all(np.isfinite(epoch["val_loss"]) for epoch in metrics["history"])
+
+
+@pytest.mark.heavy
+def test_lora_on_an_import_keeps_the_base_weights_bit_identical(run, corpus, tmp_path):
+    output = tmp_path / "lora"
+    train_command.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "1", "--init-from",
+                        run, "--lora-rank", "2", "--output", str(output)])  # fmt: skip
+    with np.load(output / "init.npz") as init, np.load(output / "state/variables.npz") as state:
+        for path in init.files:
+            np.testing.assert_array_equal(state[path], init[path], err_msg=path)
+        trained = [p for p in state.files if p.endswith("lora_kernel_b")]
+        assert trained and any(state[p].any() for p in trained)  # B starts at zero
+    model, _, _ = load_preset(os.path.join(run, "model"))
+    with np.load(output / "init.npz") as init:  # the import's own weights
+        for variable in model.weights:
+            np.testing.assert_array_equal(init[variable.path], np.asarray(variable))
+
+
+@pytest.mark.heavy
+def test_the_tuned_export_translates_in_a_fresh_process(tuned, corpus):
+    output, metrics = tuned
+    source = next(iter(metrics["samples"]))
+    program = (
+        "import sys, tensorflow as tf, tensorflow_text\n"
+        "serve = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+        "print(serve(text=tf.constant([sys.argv[2]]))['translation'].numpy()[0].decode())\n"
+        "assert not [m for m in sys.modules if m.startswith('tfblocks')]\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(output / "export" / "1"), source],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == metrics["samples"][source]
+
+
+def test_evaluate_prints_the_bleu_of_an_imported_run(run, corpus, monkeypatch, capsys):
+    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run,
+                                  "--src", corpus / "test.en", "--ref", corpus / "test.de",
+                                  "--beam-size", "1")  # fmt: skip
+    assert status == 0, err[-3000:]
+    scores = json.loads(out)
+    assert scores["sentences"] == 4 and 0.0 <= scores["bleu"] <= 100.0
+
+
+def test_an_init_from_override_of_the_architecture_is_refused(run, corpus, tmp_path):
+    output = tmp_path / "refused"
+    with pytest.raises(ValueError, match=r"--hparams-override with hidden_size=32; .*keeps"):
+        train_command.main([*FINE_TUNE[:-1], "hidden_size=32", "--corpus-dir", str(corpus),
+                            "--init-from", run, "--output", str(output)])  # fmt: skip
+    with pytest.raises(ValueError, match=r"--hparams='transformer_tiny' with hidden_size=128"):
+        train_command.main([*FINE_TUNE, "--hparams", "transformer_tiny", "--corpus-dir",
+                            str(corpus), "--init-from", run, "--output", str(output)])  # fmt: skip
+    assert not output.exists()  # refused before the run folder
