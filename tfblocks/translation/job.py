@@ -241,7 +241,7 @@ class TrainingOptions:
         _checks.check_positive_int("accumulate_steps", self.accumulate_steps)
 
     def recipe(self):
-        """`(preset, overrides)`: the HParams preset name and the override text, their
+        """`(preset, override_text)`: the HParams preset name and overrides, their
         defaults resolved (`DEFAULT_PRESET` and `DEMO_OVERRIDES`; with `init_from`, None
         and none: the init run's)."""
         if self.init_from is not None:
@@ -335,7 +335,7 @@ class TrainingJob:
         preset = os.path.join(self.options.init_from, "model")
         model, tokenizer, hp = load_preset(preset)
         init = Init(model, tokenizer, load_target_tokenizer(preset), hp)
-        sizes = [t.vocabulary_size for t in (init.tokenizer, init.target_tokenizer) if t]
+        sizes = [t.vocabulary_size for t in init[1:3] if t is not None]
         if init.model.get_config()["vocab_size"] != max(sizes):
             raise ValueError(
                 "the --init-from model's vocabulary does not match its tokenizer, got "
