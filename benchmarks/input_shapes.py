@@ -57,7 +57,7 @@ from tfblocks.text.batching import fixed_bucket_lengths
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy
 from tfblocks.training.weights import float32_twin
 from tfblocks.translation.evaluation import score
-from tfblocks.translation.job import DEMO_OVERRIDES
+from tfblocks.translation.options import DEMO_OVERRIDES
 
 # name -> (make_dataset shapes, XLA, bucket step of fixed_bucket_lengths)
 MODES = {

@@ -132,12 +132,13 @@ def job_epoch(strategy, path):
     from tests.fixtures import tiny_hparams
     from tfblocks.text import train_tokenizers
     from tfblocks.translation import job
+    from tfblocks.translation import options as options_module
     from tfblocks.translation.run_folder import RunFolder
 
     pairs = text_pairs(41, 24)
     tokenizer = train_tokenizers(pairs, vocab_size=40, model_type="bpe")[0]
     hp = tiny_hparams(tokenizer.vocabulary_size, max_length=24)
-    options = job.TrainingOptions(
+    options = options_module.TrainingOptions(
         epochs=1, batch_tokens=128, strategy=strategy, dtype_policy="float32",
         dev_sentences=0, verbose=0,
     )  # fmt: skip
@@ -157,6 +158,7 @@ def job_stream(strategy, path):
     from tests.fixtures import tiny_hparams
     from tfblocks.text import StreamedPairs, train_tokenizers
     from tfblocks.translation import job
+    from tfblocks.translation import options as options_module
     from tfblocks.translation.run_folder import RunFolder
 
     pairs = text_pairs(41, 24)
@@ -170,7 +172,7 @@ def job_stream(strategy, path):
             names.append(str(name))
     tokenizer = train_tokenizers(pairs, vocab_size=40, model_type="bpe")[0]
     hp = tiny_hparams(tokenizer.vocabulary_size, max_length=24)
-    options = job.TrainingOptions(
+    options = options_module.TrainingOptions(
         epochs=2, steps_per_epoch=3, batch_tokens=128, strategy=strategy,
         dtype_policy="float32", dev_sentences=0, verbose=0,
     )  # fmt: skip

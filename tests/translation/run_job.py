@@ -30,7 +30,7 @@ def parts():
 
 
 def options(epochs, **overrides):
-    from tfblocks.translation.job import TrainingOptions
+    from tfblocks.translation.options import TrainingOptions
 
     settings = {"batch_tokens": 256, "dev_sentences": 0, "strategy": "default", "verbose": 0}
     return TrainingOptions(epochs=epochs, **{**settings, **overrides})

@@ -17,7 +17,7 @@ from tests.translation.test_train_command import FAST
 from tfblocks.models import build_transformer, load_preset
 from tfblocks.training import averaged_weights, compile_transformer
 from tfblocks.translation import train_command
-from tfblocks.translation.job import TrainingOptions
+from tfblocks.translation.options import TrainingOptions
 from tfblocks.translation.run_folder import RunFolder
 
 pytestmark = pytest.mark.heavy  # runs whole jobs

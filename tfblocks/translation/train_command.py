@@ -299,10 +299,10 @@ def training_options(args):
     from tfblocks.models import hparams
     from tfblocks.models.hparams import parse_overrides
     from tfblocks.training import get_strategy
-    from tfblocks.translation import job
+    from tfblocks.translation.options import TrainingOptions
 
     search = beam_or_greedy(args.beam_size, args.alpha)
-    options = job.TrainingOptions(
+    options = TrainingOptions(
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
         batch_tokens=args.batch_tokens,
