@@ -9,7 +9,9 @@ came from, its languages when the folder names them, the decoding defaults it ke
 `tokenizer.model` (and `target_tokenizer.model` when the sides' SentencePiece models
 differ), `model/` (the preset: `tfblocks-translate`, `tfblocks-evaluate` and
 `tfblocks-train --init-from` read it) and `export/1/` (the strings-in SavedModel,
-decoding with the folder's `num_beams`). The folder is written beside `--output` and
+decoding with the folder's `num_beams`); with `--ctranslate2`, also `ctranslate2/`
+(`export_ctranslate2`, float32: `tfblocks-translate --model RUN --engine ctranslate2`
+reads it). The folder is written beside `--output` and
 renamed into place when complete: a refused or failed import leaves nothing behind.
 """
 
@@ -35,6 +37,11 @@ def parse_args(argv=None):
     )
     parser.add_argument("model_dir", metavar="DIR", help="the folder to import")
     parser.add_argument("--output", required=True, help="the run folder to write (new or empty)")
+    parser.add_argument(
+        "--ctranslate2",
+        action="store_true",
+        help="also write RUN/ctranslate2/, a CTranslate2 model (pip install tfblocks[ctranslate2])",
+    )
     args = parser.parse_args(argv)
     args.model_dir = os.path.expanduser(args.model_dir)
     args.output = os.path.expanduser(args.output)
@@ -55,6 +62,16 @@ def main(argv=None):
     shutil.rmtree(staging, ignore_errors=True)
     try:
         _write(staging, args.model_dir, imported)
+        if args.ctranslate2:
+            from tfblocks.serving.ctranslate2 import export_ctranslate2
+            from tfblocks.translation.run_folder import CTRANSLATE2_DIR
+
+            export_ctranslate2(
+                imported.model,
+                imported.source_tokenizer,
+                os.path.join(staging, CTRANSLATE2_DIR),
+                target_tokenizer=imported.target_tokenizer,
+            )
         if os.path.isdir(output):
             os.rmdir(output)  # empty, checked above
         os.rename(staging, output)
