@@ -70,13 +70,16 @@ def import_marian(path):
 
     Args:
         path: the folder (`config.json`, `model.safetensors`, `vocab.json`, `source.spm`,
-            `target.spm`; `generation_config.json` if present).
+            `target.spm`; `generation_config.json` if present), or a folder in Marian's
+            own format (`model.npz` with `vocab.yml` and `source.spm` / `target.spm`, or
+            with a SentencePiece vocabulary `*.spm`: see `tfblocks.models.marian_npz`).
 
     Returns:
         A `MarianImport(model, source_tokenizer, target_tokenizer, hparams, generation)`:
         the model in tfblocks' ids (see the module docstring), `SubwordTokenizer`s in
         the same ids, its `HParams` and `generation`, the folder's decoding defaults
-        (`num_beams`, `max_length`) that tfblocks means the same way.
+        (`num_beams`, `max_length`; Marian's `decoder.yml`: `beam-size`) that tfblocks
+        means the same way.
 
     Raises:
         ValueError: one line naming the file and what is wrong: a missing file (a
@@ -98,23 +101,47 @@ def import_marian(path):
     ({'num_beams': 4, 'max_length': 64}, 'swish', 66)
     """
     path = os.fspath(path)
-    config = _read_config(path)
-    vocab = _read_json(os.path.join(path, "vocab.json"))
-    weights = _read_weights(path)
+    if _marian_weights_file(path) is not None and not os.path.isfile(
+        os.path.join(path, "config.json")
+    ):
+        from tfblocks.models import marian_npz  # Marian's own format
+
+        config, vocab, weights, protos, options = marian_npz.read(path)
+    else:
+        config = _read_config(path)
+        vocab = _read_json(os.path.join(path, "vocab.json"))
+        weights = _read_weights(path)
+        protos = []
+        for side in ("source", "target"):
+            with open(os.path.join(path, f"{side}.spm"), "rb") as f:
+                protos.append(f.read())
+        options = {"generation": _generation(path)}
     size = int(config["vocab_size"])
     embedding = _embedding(weights, path)
     _check_vocab(vocab, size, embedding.shape, path)
     order = _order(config, vocab, size, path)  # Marian id of each tfblocks id
-    generation = _generation(path)
-    hp = _hparams(config, weights, len(order), generation)
+    generation = options.pop("generation")
+    file = options.pop("file", os.path.join(path, WEIGHTS_FILE))
+    hp = _hparams(config, weights, len(order), generation, **options)
     model = build_transformer(hp)
-    _assign(model, weights, embedding, order, path)
+    _assign(model, weights, embedding, order, file)
     pieces = _pieces(vocab, order)
-    tokenizers = []
-    for side in ("source", "target"):
-        with open(os.path.join(path, f"{side}.spm"), "rb") as f:
-            tokenizers.append(reordered_tokenizer(f.read(), pieces, name=f"{side}_tokenizer"))
+    tokenizers = [
+        reordered_tokenizer(proto, pieces, name=f"{side}_tokenizer")
+        for side, proto in zip(("source", "target"), protos, strict=True)
+    ]
     return MarianImport(model, *tokenizers, hp, generation)
+
+
+def _marian_weights_file(path):
+    """The `.npz` weights of a folder in Marian's own format: `model.npz`, else the one
+    `*.npz` file; None when there is none."""
+    if not os.path.isdir(path):
+        return None
+    if os.path.isfile(os.path.join(path, "model.npz")):
+        return os.path.join(path, "model.npz")
+    found = sorted(name for name in os.listdir(path) if name.endswith(".npz"))
+    return os.path.join(path, found[0]) if len(found) == 1 else None
 
 
 def _fail(path, message):
@@ -261,7 +288,11 @@ def _max_length(config, generation, stored):
     return max(2, min(positions, generation["max_length"] - 1))
 
 
-def _hparams(config, weights, vocab_size, generation):
+def _hparams(
+    config, weights, vocab_size, generation, norm_epsilon=1e-5, timescale_rule="half_depth"
+):
+    """The model's `HParams`; Hugging Face's LayerNorm epsilon and timing signal unless
+    given (Marian's own: 1e-9, t2t's d/2 − 1 rule)."""
     stored = "model.encoder.embed_positions.weight" in weights
     return hparams(
         "transformer_base_v1",
@@ -281,18 +312,18 @@ def _hparams(config, weights, vocab_size, generation):
         ffn_activation=_ACTIVATIONS[config.get("activation_function", "swish")],
         attention_use_bias=True,
         ffn_use_bias=True,
-        norm_epsilon=1e-5,
+        norm_epsilon=norm_epsilon,
         final_logits_bias=True,
-        timescale_rule="half_depth",
+        timescale_rule=timescale_rule,
         multiply_embedding_mode="sqrt_depth" if config.get("scale_embedding") else "none",
         decoder_start="bos",
     )
 
 
-def _assign(model, weights, embedding, order, path):
+def _assign(model, weights, embedding, order, file):
     """Every Marian weight into its tfblocks variable (kernels transposed: torch keeps
-    `[out, in]`, Keras `[in, out]`); a missing key or another shape is refused."""
-    file = os.path.join(path, WEIGHTS_FILE)
+    `[out, in]`, Keras `[in, out]`); a missing key or another shape is refused, naming
+    `file` (the weights file)."""
     used = set()
 
     def take(key, shape):

@@ -3,9 +3,10 @@
     tfblocks-import marian opus-mt-de-en --output runs/de-en
     tfblocks-translate --model runs/de-en < input.de
 
-`marian DIR` reads a Hugging Face Marian / OPUS-MT folder (`tfblocks.models.import_marian`)
-and writes a run folder like the one `tfblocks-train` leaves: `run.json` (where the model
-came from, its languages when the folder names them, the decoding defaults it kept),
+`marian DIR` reads a Hugging Face Marian / OPUS-MT folder, or one in Marian's own format
+(`model.npz` + `vocab.yml` or SentencePiece files; `tfblocks.models.import_marian`), and
+writes a run folder like the one `tfblocks-train` leaves: `run.json` (where the model came
+from, its languages when the folder names them, the decoding defaults it kept),
 `tokenizer.model` (and `target_tokenizer.model` when the sides' SentencePiece models
 differ), `model/` (the preset: `tfblocks-translate`, `tfblocks-evaluate` and
 `tfblocks-train --init-from` read it) and `export/1/` (the strings-in SavedModel,
@@ -33,7 +34,9 @@ def parse_args(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "format", choices=FORMATS, help="marian: a Hugging Face Marian / OPUS-MT folder"
+        "format",
+        choices=FORMATS,
+        help="marian: a Hugging Face Marian / OPUS-MT folder, or Marian's model.npz folder",
     )
     parser.add_argument("model_dir", metavar="DIR", help="the folder to import")
     parser.add_argument("--output", required=True, help="the run folder to write (new or empty)")
