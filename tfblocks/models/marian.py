@@ -28,8 +28,11 @@ from typing import NamedTuple
 import numpy as np
 
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tfblocks.models import marian_npz
 from tfblocks.models.builders import build_transformer
 from tfblocks.models.hparams import HParams, hparams
+from tfblocks.models.marian_npz import NEVER
+from tfblocks.models.marian_npz import fail as _fail
 from tfblocks.text.tokenizers import SubwordTokenizer
 from tfblocks.text.vocabulary import reordered_tokenizer
 
@@ -40,7 +43,6 @@ EMBEDDING_KEYS = (
     "model.encoder.embed_tokens.weight",
     "model.decoder.embed_tokens.weight",
 )
-NEVER = -1e9  # the logits bias of the added BOS row: exp(NEVER) is 0 in float32
 _ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 # config.json options whose only supported value is Marian's (older transformers wrote them).
 _FIXED = {
@@ -101,11 +103,9 @@ def import_marian(path):
     ({'num_beams': 4, 'max_length': 64}, 'swish', 66)
     """
     path = os.fspath(path)
-    if _marian_weights_file(path) is not None and not os.path.isfile(
+    if marian_npz.weights_file(path) is not None and not os.path.isfile(
         os.path.join(path, "config.json")
-    ):
-        from tfblocks.models import marian_npz  # Marian's own format
-
+    ):  # Marian's own format
         config, vocab, weights, protos, options = marian_npz.read(path)
     else:
         config = _read_config(path)
@@ -131,21 +131,6 @@ def import_marian(path):
         for side, proto in zip(("source", "target"), protos, strict=True)
     ]
     return MarianImport(model, *tokenizers, hp, generation)
-
-
-def _marian_weights_file(path):
-    """The `.npz` weights of a folder in Marian's own format: `model.npz`, else the one
-    `*.npz` file; None when there is none."""
-    if not os.path.isdir(path):
-        return None
-    if os.path.isfile(os.path.join(path, "model.npz")):
-        return os.path.join(path, "model.npz")
-    found = sorted(name for name in os.listdir(path) if name.endswith(".npz"))
-    return os.path.join(path, found[0]) if len(found) == 1 else None
-
-
-def _fail(path, message):
-    raise ValueError(f"{path}: {message}")
 
 
 def _read_json(file):

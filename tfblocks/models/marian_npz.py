@@ -26,8 +26,7 @@ import os
 
 import numpy as np
 
-from tfblocks.models.marian import NEVER, _fail
-
+NEVER = -1e9  # the logits bias of an added row (pad, BOS): exp(NEVER) is 0 in float32
 CONFIG_KEY = "special:model.yml"
 # Marian's options whose only supported value is given (the defaults Marian writes).
 _FIXED = {
@@ -58,10 +57,10 @@ def read(path):
     vocab, protos = _vocabulary(path)
     size = len(vocab)
     if "<pad>" in vocab:
-        _fail(path, "the vocabulary holds '<pad>' already; tfblocks adds its own pad.")
+        fail(path, "the vocabulary holds '<pad>' already; tfblocks adds its own pad.")
     vocab["<pad>"] = size  # the added row: Marian's zero decoder start
     if "</s>" not in vocab:
-        _fail(path, "the vocabulary has no '</s>' (Marian's end of sentence).")
+        fail(path, "the vocabulary has no '</s>' (Marian's end of sentence).")
     converted, positions = _convert(weights, marian, size, file)
     dim = int(marian["dim-emb"])
     heads = int(marian["transformer-heads"])
@@ -96,12 +95,26 @@ def read(path):
     return config, vocab, converted, protos, options
 
 
-def _weights_file(path):
-    from tfblocks.models.marian import _marian_weights_file
+def fail(path, message):
+    """The one-line ValueError of an import: `path` (the file), then what is wrong."""
+    raise ValueError(f"{path}: {message}")
 
-    file = _marian_weights_file(path)
+
+def weights_file(path):
+    """The `.npz` weights of a folder in Marian's own format: `model.npz`, else the one
+    `*.npz` file; None when there is none."""
+    if not os.path.isdir(path):
+        return None
+    if os.path.isfile(os.path.join(path, "model.npz")):
+        return os.path.join(path, "model.npz")
+    found = sorted(name for name in os.listdir(path) if name.endswith(".npz"))
+    return os.path.join(path, found[0]) if len(found) == 1 else None
+
+
+def _weights_file(path):
+    file = weights_file(path)
     if file is None:
-        _fail(os.path.join(path, "model.npz"), "missing (Marian's weights).")
+        fail(os.path.join(path, "model.npz"), "missing (Marian's weights).")
     return file
 
 
@@ -110,9 +123,9 @@ def _load(file):
         with open(file, "rb") as f, np.load(f, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
     except (OSError, ValueError, EOFError) as error:
-        _fail(file, f"not a readable .npz file (truncated?): {error}.")
+        fail(file, f"not a readable .npz file (truncated?): {error}.")
     except Exception as error:  # zipfile.BadZipFile and zlib errors of a damaged file
-        _fail(file, f"not a readable .npz file (truncated?): {type(error).__name__}: {error}.")
+        fail(file, f"not a readable .npz file (truncated?): {type(error).__name__}: {error}.")
 
 
 def _yaml(text, file):
@@ -128,29 +141,29 @@ def _yaml(text, file):
     try:
         return yaml.load(text, Loader=loader)
     except yaml.YAMLError as error:
-        _fail(file, f"not a YAML file: {str(error).splitlines()[0]}.")
+        fail(file, f"not a YAML file: {str(error).splitlines()[0]}.")
 
 
 def _options(weights, file):
     if CONFIG_KEY not in weights:
-        _fail(file, f"no {CONFIG_KEY!r} (the options Marian stores with the weights).")
+        fail(file, f"no {CONFIG_KEY!r} (the options Marian stores with the weights).")
     raw = np.asarray(weights.pop(CONFIG_KEY)).tobytes().rstrip(b"\0")
     marian = _yaml(raw.decode("utf-8"), f"{file}:{CONFIG_KEY}")
     if not isinstance(marian, dict):
-        _fail(file, f"{CONFIG_KEY} is not a mapping of options.")
+        fail(file, f"{CONFIG_KEY} is not a mapping of options.")
     where = f"{file}:{CONFIG_KEY}"
     for key in ("dim-emb", "enc-depth", "dec-depth", "transformer-heads", "transformer-dim-ffn"):
         if key not in marian:
-            _fail(where, f"no option {key}.")
+            fail(where, f"no option {key}.")
     for key, value in _FIXED.items():
         if str(marian.get(key, value)) != value:
-            _fail(where, f"unsupported {key}={marian[key]!r} (tfblocks imports {value!r}).")
+            fail(where, f"unsupported {key}={marian[key]!r} (tfblocks imports {value!r}).")
     emb = str(marian.get("transformer-postprocess-emb", "d"))
     if emb not in _POSTPROCESS_EMB:
-        _fail(where, f"unsupported transformer-postprocess-emb={emb!r} ({_POSTPROCESS_EMB}).")
+        fail(where, f"unsupported transformer-postprocess-emb={emb!r} ({_POSTPROCESS_EMB}).")
     activation = str(marian.get("transformer-ffn-activation", "swish"))
     if activation not in _ACTIVATIONS:
-        _fail(
+        fail(
             where,
             f"unsupported transformer-ffn-activation={activation!r} ({sorted(_ACTIVATIONS)}).",
         )
@@ -160,7 +173,7 @@ def _options(weights, file):
         ("transformer-decoder-ffn-depth", "2"),
     ):
         if str(marian.get(key, "0")) not in ("0", same):
-            _fail(
+            fail(
                 where,
                 f"unsupported {key}={marian[key]!r}: the decoder's FFN must be the encoder's.",
             )
@@ -179,7 +192,7 @@ def _vocabulary(path):
             with open(os.path.join(path, name), encoding="utf-8") as f:
                 texts.append(f.read())
         if len(set(texts)) > 1:
-            _fail(
+            fail(
                 os.path.join(path, ymls[1]),
                 "unsupported: separate source and target vocabularies (tfblocks imports one "
                 f"vocabulary for both sides; the folder has {', '.join(ymls)}).",
@@ -187,16 +200,16 @@ def _vocabulary(path):
         file = os.path.join(path, ymls[0])
         table = _yaml(texts[0], file)
         if not isinstance(table, dict):
-            _fail(file, "must map pieces to ids.")
+            fail(file, "must map pieces to ids.")
         try:
             vocab = {str(piece): int(i) for piece, i in table.items()}
         except (TypeError, ValueError):
-            _fail(file, "every id must be an integer.")
+            fail(file, "every id must be an integer.")
         protos = []
         for side in ("source", "target"):
             spm = os.path.join(path, f"{side}.spm")
             if not os.path.isfile(spm):
-                _fail(
+                fail(
                     spm,
                     f"missing: with {ymls[0]}, the SentencePiece models source.spm and "
                     "target.spm tokenize (tfblocks imports SentencePiece models only).",
@@ -210,7 +223,7 @@ def _vocabulary(path):
             with open(os.path.join(path, name), "rb") as f:
                 protos.append(f.read())
         if len(set(protos)) > 1:
-            _fail(
+            fail(
                 os.path.join(path, spms[1]),
                 "unsupported: separate source and target vocabularies (tfblocks imports one "
                 f"vocabulary for both sides; the folder has {', '.join(spms)}).",
@@ -220,7 +233,7 @@ def _vocabulary(path):
         processor = sentencepiece.SentencePieceProcessor(model_proto=protos[0])
         vocab = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
         return vocab, [protos[0], protos[0]]
-    _fail(
+    fail(
         os.path.join(path, "vocab.yml"),
         "missing: a Marian folder holds its vocabulary as vocab.yml (or *.vocab.yml, with "
         "source.spm and target.spm) or as a SentencePiece model *.spm.",
@@ -234,12 +247,12 @@ def _convert(weights, marian, size, file):
 
     def take(key, shape=None):
         if key not in weights:
-            _fail(file, f"no weight {key}.")
+            fail(file, f"no weight {key}.")
         value = np.asarray(weights[key], np.float32)
         if shape is not None and value.size == int(np.prod(shape)) and value.ndim <= 2:
             value = value.reshape(shape)  # Marian keeps biases and LayerNorm as [1, d]
         if shape is not None and tuple(value.shape) != tuple(shape):
-            _fail(file, f"{key} has shape {tuple(value.shape)}, expected {tuple(shape)}.")
+            fail(file, f"{key} has shape {tuple(value.shape)}, expected {tuple(shape)}.")
         used.add(key)
         return value
 
@@ -247,7 +260,7 @@ def _convert(weights, marian, size, file):
     ffn = int(marian["transformer-dim-ffn"])
     for separate in ("encoder_Wemb", "decoder_Wemb"):
         if separate in weights:
-            _fail(
+            fail(
                 file,
                 f"unsupported weight {separate}: embeddings not tied across source and "
                 "target (tied-embeddings-all: false).",
@@ -286,13 +299,13 @@ def _convert(weights, marian, size, file):
     if "Wpos" in weights:  # trained positions (transformer-train-position-embeddings)
         table = take("Wpos")
         if table.ndim != 2 or table.shape[1] != dim:
-            _fail(file, f"Wpos has shape {table.shape}, expected (positions, {dim}).")
+            fail(file, f"Wpos has shape {table.shape}, expected (positions, {dim}).")
         positions = table.shape[0]
         out["model.encoder.embed_positions.weight"] = table
         out["model.decoder.embed_positions.weight"] = table
     unread = sorted(set(weights) - used)
     if unread:  # a part of another architecture: refused rather than dropped
-        _fail(file, f"unsupported weight {unread[0]} (tfblocks has no place for it).")
+        fail(file, f"unsupported weight {unread[0]} (tfblocks has no place for it).")
     return out, positions
 
 

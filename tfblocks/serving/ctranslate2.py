@@ -288,8 +288,10 @@ def export_ctranslate2(
             `"int8"`, `"int8_float32"`, `"int8_float16"`, `"int8_bfloat16"`, `"int16"`,
             `"float16"`, `"bfloat16"`, `"float32"`.
         target_tokenizer: the target tokenizer when the vocabularies are not shared.
-        max_positions: positions covered by the stored timing-signal table: the
-            longest source (EOS included) and the longest translation it can serve.
+        max_positions: positions covered by the written timing-signal table: the
+            longest source (EOS included) and the longest translation it can serve
+            (a model with a stored position table, `max_positions` of its own, is
+            written with that table, whatever this is).
 
     Returns:
         `output_dir`, absolute.
