@@ -187,3 +187,17 @@ def test_marian_npz_trained_positions_agree_with_ctranslate2(tmp_path):
     imported = import_marian(folder)
     assert imported.hparams.pos == "emb"
     converter_agrees(imported, str(folder), tmp_path)
+
+
+def test_zero_decoder_start_is_exported(tmp_path):
+    """`decoder_start="zeros"` (t2t's, Marian's own) is CTranslate2's
+    `start_from_zero_embedding`: the same scores and greedy outputs."""
+    import dataclasses
+
+    from tfblocks.models import build_transformer
+
+    imported = import_marian(os.path.join(DATA, "shared"))
+    hp = dataclasses.replace(imported.hparams, decoder_start="zeros")
+    model = build_transformer(hp)
+    model.set_weights(imported.model.get_weights())
+    check_agreement(imported._replace(model=model, hparams=hp), tmp_path)
