@@ -28,6 +28,7 @@ setup(
         "sentencepiece>=0.2",  # trains the subword models of tfblocks.text
         "numpy>=1.26",
         "safetensors>=0.4",  # reads imported models' weights (import_marian) without torch
+        "pyyaml>=6",  # reads Marian's own vocab.yml and options (import_marian of model.npz)
     ],
     extras_require={
         "test": [

@@ -48,6 +48,20 @@ first), `SavedModel cache+no Grappler` (the same with TensorFlow's graph optimiz
 `tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})`, and a
 cache of its own), `SavedModel no-XLA` and `CT2 float32`.
 
+`--marian-base` times an imported model instead: it writes a random Hugging Face Marian
+folder of transformer-base size (d 512, 8 heads, FFN 2048, 6+6 layers, vocabulary 58,101
+as OPUS-MT de-en's; NumPy + safetensors, no torch; a SentencePiece model trained on the
+embedded phrasebook, the rest of the vocabulary filler pieces), times
+`tfblocks.models.import_marian` on it and the whole `tfblocks-import marian --ctranslate2`
+(run folder, SavedModel and CTranslate2 exports), then serves the phrasebook's test
+sentences with the import (`Translator`, in memory, XLA) and with CTranslate2 float32
+on its export: beam 4, batch 32, CTranslate2's stopping rule on both sides
+(`--stop-early`), no length penalty (`--alpha 0`: the two engines' penalties are not the
+same formula), `--max-length` for both. The weights are random (EOS's logit bias
+raised so that sentences end), so BLEU means nothing; "same" is the share of
+translations CTranslate2 gives identically. With `--quick`: d 32, 1+1 layers, vocabulary
+600, 8 sentences, one round.
+
 There is no trained model on disk: the script trains `--hparams` (transformer_small)
 for `--train-minutes` on the 50k training pairs, or loads `--preset DIR`
 (`tfblocks.load_preset`); `--save-preset DIR` keeps what it trained. `--quick` is a smoke
@@ -59,6 +73,7 @@ the embedded phrasebook, max_length 16, 8 sentences, beam 4 at batch 32 only
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3 --overhead
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3 --cold --stop-early
+    python benchmarks/serve.py --marian-base --rounds 2
 
 Figures: benchmarks/README.md.
 """
@@ -142,6 +157,12 @@ def parse_args(argv=None):
     parser.add_argument("--cold", action="store_true",
                         help="instead of the engines: time a fresh process's load and first "
                         "pass (beam 4, batch 32) per engine")  # fmt: skip
+    parser.add_argument("--alpha", type=float, default=0.6,
+                        help="length penalty: t2t's for tfblocks, CTranslate2's own for it "
+                        "(--marian-base: 0, the log-probability for both)")  # fmt: skip
+    parser.add_argument("--marian-base", action="store_true",
+                        help="instead: import a random transformer-base Marian folder (import "
+                        "time), serve it against CTranslate2 float32")  # fmt: skip
     parser.add_argument("--cold-child", nargs=2, metavar=("ENGINE", "PATH"),
                         help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args(argv)
@@ -158,6 +179,10 @@ def parse_args(argv=None):
         args.sentences = min(args.sentences, 8)
         args.batch1_sentences = min(args.batch1_sentences, 2)
         args.rounds = 1
+    if args.marian_base:
+        args.configs, args.stop_early = QUICK_CONFIGS, True  # beam 4, batch 32; CT2's rule
+        args.alpha = 0.0  # the log-probability ranks hypotheses in both engines
+        args.engines = args.engines or "Translator,CT2 float32"
     if args.engines is None:
         args.engines = ",".join(QUICK_ENGINES if args.quick else ENGINES)
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
@@ -239,7 +264,7 @@ def build_engines(args, model, tokenizer, workdir):
         engines[name] = {}
         for beam in sorted({beam for _, beam, _ in args.configs}):
             if name == "Translator" or name in saved:
-                search = beam_or_greedy(beam, stop_early=args.stop_early)
+                search = beam_or_greedy(beam, args.alpha, stop_early=args.stop_early)
                 options = {"max_length": args.max_length, "search": search}
                 options.update(saved.get(name, {}))
                 translator = tfblocks.Translator(model, tokenizer, tokenizer, **options)
@@ -260,7 +285,7 @@ def build_engines(args, model, tokenizer, workdir):
                     tfblocks.export_ctranslate2(model, tokenizer, path, quantization=quantization)
                 engines[name][beam] = tfblocks.CTranslate2Translator(
                     path, beam_size=beam, max_length=args.max_length, compute_type=compute_type,
-                    intra_threads=args.threads, inter_threads=1,
+                    intra_threads=args.threads, inter_threads=1, length_penalty=args.alpha,
                 )  # fmt: skip
     return engines
 
@@ -542,12 +567,133 @@ def measure_cold(args, model, tokenizer, workdir):
         )
 
 
+# --marian-base: OPUS-MT de-en's sizes (transformer-base); --quick's tiny ones.
+MARIAN_BASE = {"d": 512, "heads": 8, "ffn": 2048, "layers": 6, "vocab": 58101}
+MARIAN_QUICK = {"d": 32, "heads": 2, "ffn": 64, "layers": 1, "vocab": 600}
+# A random model's logits have std ~1 and their largest of V about sqrt(2 ln V): EOS's
+# bias a little below that, so that it is the best token at some steps, not at the first.
+EOS_BELOW_MAX = 1.0
+
+
+def write_marian_folder(folder, size, sentences, max_length, seed=0):
+    """A random Hugging Face Marian folder (`config.json`, `model.safetensors`,
+    `vocab.json`, `source.spm` = `target.spm`, `generation_config.json`) of `size`."""
+    import io
+
+    import numpy as np
+    import sentencepiece
+    from safetensors.numpy import save_file
+
+    os.makedirs(folder)
+    spm = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=spm,
+        vocab_size=min(4000, size["vocab"] // 2), model_type="unigram",
+        character_coverage=0.9995, hard_vocab_limit=False, minloglevel=2,
+    )  # fmt: skip
+    for side in ("source", "target"):
+        with open(os.path.join(folder, f"{side}.spm"), "wb") as f:
+            f.write(spm.getvalue())
+    processor = sentencepiece.SentencePieceProcessor(model_proto=spm.getvalue())
+    pieces = ["</s>", "<unk>"] + [
+        processor.id_to_piece(i) for i in range(processor.get_piece_size())
+        if not processor.is_control(i) and not processor.is_unknown(i)
+    ]  # fmt: skip
+    pieces += [f"▁filler{i}" for i in range(size["vocab"] - 1 - len(pieces))] + ["<pad>"]
+    vocab_size, d, ffn = len(pieces), size["d"], size["ffn"]
+    with open(os.path.join(folder, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({piece: i for i, piece in enumerate(pieces)}, f, ensure_ascii=False)
+    config = {
+        "model_type": "marian", "vocab_size": vocab_size, "decoder_vocab_size": vocab_size,
+        "d_model": d, "encoder_layers": size["layers"], "decoder_layers": size["layers"],
+        "encoder_attention_heads": size["heads"], "decoder_attention_heads": size["heads"],
+        "encoder_ffn_dim": ffn, "decoder_ffn_dim": ffn, "activation_function": "swish",
+        "max_position_embeddings": 512, "scale_embedding": True, "tie_word_embeddings": True,
+        "share_encoder_decoder_embeddings": True, "pad_token_id": vocab_size - 1,
+        "eos_token_id": 0, "decoder_start_token_id": vocab_size - 1,
+    }  # fmt: skip
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    with open(os.path.join(folder, "generation_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"num_beams": 4, "max_length": max_length + 1}, f)
+    rng = np.random.default_rng(seed)
+
+    def normal(shape, std):
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+
+    weights = {"model.shared.weight": normal((vocab_size, d), d**-0.5)}
+    bias = normal((1, vocab_size), 0.1)
+    bias[0, 0] = (2 * np.log(vocab_size)) ** 0.5 - EOS_BELOW_MAX
+    weights["final_logits_bias"] = bias
+
+    def dense(key, n_in, n_out):
+        weights[f"{key}.weight"] = normal((n_out, n_in), n_in**-0.5)  # torch's [out, in]
+        weights[f"{key}.bias"] = normal((n_out,), 0.02)
+
+    def norm(key):
+        weights[f"{key}.weight"] = np.ones(d, np.float32)
+        weights[f"{key}.bias"] = np.zeros(d, np.float32)
+
+    for side in ("encoder", "decoder"):
+        for i in range(size["layers"]):
+            block = f"model.{side}.layers.{i}"
+            for part in ("self_attn", "encoder_attn") if side == "decoder" else ("self_attn",):
+                for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    dense(f"{block}.{part}.{projection}", d, d)
+                norm(f"{block}.{part}_layer_norm")
+            dense(f"{block}.fc1", d, ffn)
+            dense(f"{block}.fc2", ffn, d)
+            norm(f"{block}.final_layer_norm")
+    save_file(weights, os.path.join(folder, "model.safetensors"))
+    return sum(w.size for w in weights.values())
+
+
+def marian_base(args):
+    """`--marian-base`: import time of a random transformer-base Marian folder, then its
+    serving speed against CTranslate2 float32 on its export."""
+    from tfblocks.models import import_marian
+    from tfblocks.text import load_phrasebook
+    from tfblocks.translation import import_command
+
+    book = load_phrasebook()
+    corpus = [side for pair in book["train"] for side in pair]
+    test_pairs = list(book["test"][: args.sentences])
+    size = MARIAN_QUICK if args.quick else MARIAN_BASE
+    print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    with tempfile.TemporaryDirectory(prefix="serve-marian-") as workdir:
+        folder = os.path.join(workdir, "opus-mt-random")
+        start = time.perf_counter()
+        count = write_marian_folder(folder, size, corpus, args.max_length)
+        print(f"wrote a random Marian folder: d {size['d']}, {size['layers']}+{size['layers']} "
+              f"layers, vocabulary {size['vocab']}, {count / 1e6:.1f} M parameters "
+              f"({time.perf_counter() - start:.1f} s)")  # fmt: skip
+        start = time.perf_counter()
+        imported = import_marian(folder)
+        print(f"import_marian: {time.perf_counter() - start:.1f} s")
+        start = time.perf_counter()
+        run = os.path.join(workdir, "run")
+        import_command.main(["marian", folder, "--output", run, "--ctranslate2"])
+        print(f"tfblocks-import marian --ctranslate2 (run folder, SavedModel and CTranslate2 "
+              f"exports): {time.perf_counter() - start:.1f} s")  # fmt: skip
+        args.hparams = f"random Marian d {size['d']} {size['layers']}+{size['layers']} (imported)"
+        engines = build_engines(args, imported.model, imported.source_tokenizer, workdir)
+        start = time.perf_counter()
+        warm_up(engines, [s for s, _ in test_pairs], imported.source_tokenizer, {32})
+        print(f"warm-up (compiles every batch shape): {time.perf_counter() - start:.0f} s")
+        configs, results, outputs = measure(args, engines, test_pairs, imported.source_tokenizer)
+    report(args, configs, results, outputs, test_pairs)
+    print(f"load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.cold_child:
         cold_child(args)
         return
     set_threads(args.threads)
+    if args.marian_base:
+        marian_base(args)
+        return
     import tfblocks
 
     train_pairs, test_pairs = load_data(args)

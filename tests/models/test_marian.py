@@ -272,3 +272,76 @@ def test_fine_tuning_an_import_lowers_its_loss(lora):
         assert len(frozen) > len(model.trainable_variables)  # kernels, embedding, norms
         for old, variable in zip(base, frozen, strict=True):
             np.testing.assert_array_equal(old, variable.numpy())
+
+
+# --- Marian's own format: tests/data/marian/npz (make_marian_npz_fixture.py); its
+# agreement with CTranslate2's MarianConverter is tests/serving/test_ctranslate2_marian.py.
+
+
+def _npz_copy(tmp_path, **options):
+    """A copy of the npz fixture with `special:model.yml` options replaced."""
+    folder = tmp_path / "npz"
+    shutil.copytree(os.path.join(DATA, "npz"), folder)
+    if options:
+        weights = dict(np.load(folder / "model.npz"))
+        text = weights["special:model.yml"].tobytes().rstrip(b"\0").decode()
+        lines = [line for line in text.splitlines() if line.split(":")[0] not in options]
+        lines += [f"{key}: {value}" for key, value in options.items()]
+        weights["special:model.yml"] = np.frombuffer(("\n".join(lines) + "\n\0").encode(), np.int8)
+        np.savez(folder / "model.npz", **weights)
+    return folder
+
+
+def test_npz_import_maps_marian_ids_and_options():
+    imported = import_marian(os.path.join(DATA, "npz"))
+    hp = imported.hparams
+    assert (hp.norm_epsilon, hp.timescale_rule, hp.ffn_activation) == (1e-9, "t2t", "swish")
+    assert imported.model.vocab_size == 64 + 2  # Marian's 64 pieces, pad and BOS added
+    # tfblocks id = Marian id + 2 for the pieces (vocab.yml's ids); </s> 0 → 1.
+    import sentencepiece
+    import yaml
+
+    with open(os.path.join(DATA, "npz", "vocab.yml"), encoding="utf-8") as f:
+        vocab = {str(k): int(v) for k, v in yaml.load(f, Loader=yaml.BaseLoader).items()}
+    processor = sentencepiece.SentencePieceProcessor(
+        model_file=os.path.join(DATA, "npz", "source.spm")
+    )
+    text = "the cat sits on the mat."
+    want = [vocab[p] + 2 for p in processor.encode(text, out_type=str)] + [1]
+    ids = imported.source_tokenizer.tokenize([text]).to_list()[0]
+    assert ids == want
+    logits = imported.model({"inputs": np.array([ids]), "targets": np.array([[5, 1]])})
+    assert (logits.numpy()[..., [PAD_ID, BOS_ID]] < -1e8).all()  # the added rows
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"transformer-preprocess": "n"}, r"unsupported transformer-preprocess='n'"),
+        ({"transformer-ffn-activation": "gelu"}, r"unsupported transformer-ffn-activation"),
+        ({"type": "s2s"}, r"unsupported type='s2s'"),
+        ({"transformer-postprocess-emb": "nd"}, r"unsupported transformer-postprocess-emb"),
+    ],
+)
+def test_npz_unsupported_options_are_refused(tmp_path, options, message):
+    with pytest.raises(ValueError, match=r"model\.npz:special:model\.yml: " + message):
+        import_marian(_npz_copy(tmp_path, **options))
+
+
+def test_npz_refusals_name_the_file(tmp_path):
+    folder = _npz_copy(tmp_path)
+    weights = dict(np.load(folder / "model.npz"))
+    np.savez(folder / "model.npz", **weights, encoder_emb_ln_scale_pre=np.ones((1, 16), "f4"))
+    with pytest.raises(ValueError, match=r"model\.npz: unsupported weight encoder_emb_ln_scale"):
+        import_marian(folder)
+    del weights["decoder_l1_ffn_b2"]
+    np.savez(folder / "model.npz", **weights)
+    with pytest.raises(ValueError, match=r"model\.npz: no weight decoder_l1_ffn_b2"):
+        import_marian(folder)
+    (folder / "model.npz").write_bytes((folder / "model.npz").read_bytes()[:1000])
+    with pytest.raises(ValueError, match=r"model\.npz: not a readable \.npz file"):
+        import_marian(folder)
+    np.savez(folder / "model.npz", **weights)
+    os.remove(folder / "vocab.yml")
+    with pytest.raises(ValueError, match=r"vocab\.yml: missing"):
+        import_marian(folder)

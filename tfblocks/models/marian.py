@@ -15,7 +15,7 @@ EOS 1, unknown 2, BOS 3: the searches, losses and serving rely on them), so the 
 renumbers the vocabulary once instead: pad, EOS and unknown move to 0–2, a BOS row holding
 the decoder-start embedding (pad's) is added at 3, and the other tokens follow in Marian's
 order (tfblocks id = Marian id + 2). The embedding rows and the logits bias are permuted
-alike (BOS's bias is `BOS_MARGIN` below pad's, so it takes no probability that a float32
+alike (BOS's bias is `ADDED_ROW_MARGIN` below pad's, so it takes no probability that a float32
 sum keeps, and a label-smoothed fine-tuning loss stays finite), and the SentencePiece
 models are rewritten in that order (`tfblocks.text.reordered_tokenizer`), so the piece →
 id mapping travels inside the tokenizers. The imported model gives every string the
@@ -29,8 +29,11 @@ from typing import NamedTuple
 import numpy as np
 
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tfblocks.models import marian_npz
 from tfblocks.models.builders import build_transformer
 from tfblocks.models.hparams import HParams, hparams
+from tfblocks.models.marian_npz import ADDED_ROW_MARGIN
+from tfblocks.models.marian_npz import fail as _fail
 from tfblocks.text.tokenizers import SubwordTokenizer
 from tfblocks.text.vocabulary import reordered_tokenizer
 
@@ -41,11 +44,6 @@ EMBEDDING_KEYS = (
     "model.encoder.embed_tokens.weight",
     "model.decoder.embed_tokens.weight",
 )
-# The added BOS row's logits bias sits this far below the decoder-start token's (pad's,
-# whose embedding and output row it copies): a probability e^-30 ≈ 1e-13 times that
-# token's, lost in any float32 sum, while the label-smoothed loss of fine-tuning, which
-# gives every class ε/(V−1), stays finite (a bias of −1e9 would add ε/(V−1) · 1e9).
-BOS_MARGIN = 30.0
 _ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 # config.json options whose only supported value is Marian's (older transformers wrote them).
 _FIXED = {
@@ -75,13 +73,16 @@ def import_marian(path):
 
     Args:
         path: the folder (`config.json`, `model.safetensors`, `vocab.json`, `source.spm`,
-            `target.spm`; `generation_config.json` if present).
+            `target.spm`; `generation_config.json` if present), or a folder in Marian's
+            own format (`model.npz` with `vocab.yml` and `source.spm` / `target.spm`, or
+            with a SentencePiece vocabulary `*.spm`: see `tfblocks.models.marian_npz`).
 
     Returns:
         A `MarianImport(model, source_tokenizer, target_tokenizer, hparams, generation)`:
         the model in tfblocks' ids (see the module docstring), `SubwordTokenizer`s in
         the same ids, its `HParams` and `generation`, the folder's decoding defaults
-        (`num_beams`, `max_length`) that tfblocks means the same way.
+        (`num_beams`, `max_length`; Marian's `decoder.yml`: `beam-size`) that tfblocks
+        means the same way.
 
     Raises:
         ValueError: one line naming the file and what is wrong: a missing file (a
@@ -103,27 +104,34 @@ def import_marian(path):
     ({'num_beams': 4, 'max_length': 64}, 'swish', 66)
     """
     path = os.fspath(path)
-    config = _read_config(path)
-    vocab = _read_json(os.path.join(path, "vocab.json"))
-    weights = _read_weights(path)
+    if marian_npz.weights_file(path) is not None and not os.path.isfile(
+        os.path.join(path, "config.json")
+    ):  # Marian's own format
+        config, vocab, weights, protos, options = marian_npz.read(path)
+    else:
+        config = _read_config(path)
+        vocab = _read_json(os.path.join(path, "vocab.json"))
+        weights = _read_weights(path)
+        protos = []
+        for side in ("source", "target"):
+            with open(os.path.join(path, f"{side}.spm"), "rb") as f:
+                protos.append(f.read())
+        options = {"generation": _generation(path)}
     size = int(config["vocab_size"])
     embedding = _embedding(weights, path)
     _check_vocab(vocab, size, embedding.shape, path)
     order = _order(config, vocab, size, path)  # Marian id of each tfblocks id
-    generation = _generation(path)
-    hp = _hparams(config, weights, len(order), generation)
+    generation = options.pop("generation")
+    file = options.pop("file", os.path.join(path, WEIGHTS_FILE))
+    hp = _hparams(config, weights, len(order), generation, **options)
     model = build_transformer(hp)
-    _assign(model, weights, embedding, order, path)
+    _assign(model, weights, embedding, order, file)
     pieces = _pieces(vocab, order)
-    tokenizers = []
-    for side in ("source", "target"):
-        with open(os.path.join(path, f"{side}.spm"), "rb") as f:
-            tokenizers.append(reordered_tokenizer(f.read(), pieces, name=f"{side}_tokenizer"))
+    tokenizers = [
+        reordered_tokenizer(proto, pieces, name=f"{side}_tokenizer")
+        for side, proto in zip(("source", "target"), protos, strict=True)
+    ]
     return MarianImport(model, *tokenizers, hp, generation)
-
-
-def _fail(path, message):
-    raise ValueError(f"{path}: {message}")
 
 
 def _read_json(file):
@@ -266,7 +274,11 @@ def _max_length(config, generation, stored):
     return max(2, min(positions, generation["max_length"] - 1))
 
 
-def _hparams(config, weights, vocab_size, generation):
+def _hparams(
+    config, weights, vocab_size, generation, norm_epsilon=1e-5, timescale_rule="half_depth"
+):
+    """The model's `HParams`; Hugging Face's LayerNorm epsilon and timing signal unless
+    given (Marian's own: 1e-9, t2t's d/2 − 1 rule)."""
     stored = "model.encoder.embed_positions.weight" in weights
     return hparams(
         "transformer_base_v1",
@@ -286,18 +298,18 @@ def _hparams(config, weights, vocab_size, generation):
         ffn_activation=_ACTIVATIONS[config.get("activation_function", "swish")],
         attention_use_bias=True,
         ffn_use_bias=True,
-        norm_epsilon=1e-5,
+        norm_epsilon=norm_epsilon,
         final_logits_bias=True,
-        timescale_rule="half_depth",
+        timescale_rule=timescale_rule,
         multiply_embedding_mode="sqrt_depth" if config.get("scale_embedding") else "none",
         decoder_start="bos",
     )
 
 
-def _assign(model, weights, embedding, order, path):
+def _assign(model, weights, embedding, order, file):
     """Every Marian weight into its tfblocks variable (kernels transposed: torch keeps
-    `[out, in]`, Keras `[in, out]`); a missing key or another shape is refused."""
-    file = os.path.join(path, WEIGHTS_FILE)
+    `[out, in]`, Keras `[in, out]`); a missing key or another shape is refused, naming
+    `file` (the weights file)."""
     used = set()
 
     def take(key, shape):
@@ -352,7 +364,7 @@ def _assign(model, weights, embedding, order, path):
         head = take("lm_head.weight", embedding.shape)
         model.softmax.kernel.assign(head[order].T)  # [d, V + 1]
     bias = take("final_logits_bias", (1, embedding.shape[0]))[0][order].copy()
-    bias[BOS_ID] -= BOS_MARGIN  # the added BOS row (the start token's): never predicted
+    bias[BOS_ID] -= ADDED_ROW_MARGIN  # the added BOS row (the start token's): never predicted
     model.logits_bias.bias.assign(bias)
     # The token embedding under its other names (tied copies), read above as `embedding`.
     used.update(EMBEDDING_KEYS + (() if model.softmax is not None else ("lm_head.weight",)))

@@ -6,14 +6,21 @@ converter fills CTranslate2's own model description (`ctranslate2.specs.Transfor
 from a trained encoder–decoder `tfblocks.Transformer` and its SentencePiece tokenizer(s):
 
 - Pre-LN or Post-LN blocks (`pre_norm`), with the final LayerNorm of each Pre-LN stack;
-  LayerNorm epsilon 1e-6; ReLU feed-forward networks with biases; attention
-  projections without bias (q, k, v fused the way CTranslate2 stores them).
-- Embeddings × √d (`scale_embeddings`); the tied softmax reuses the target embedding
-  matrix (`h · Eᵀ`), an untied one is the model's `softmax` kernel.
-- Positions: the t2t timing signal (sin | cos concatenated, position 0 first) is
-  stored as an explicit position table (`position_encodings.encodings`) rather than
-  relying on CTranslate2's built-in sinusoid, so positions mean exactly what they
-  mean in tfblocks. The table covers `max_positions` positions (source and target).
+  the model's own LayerNorm epsilon (`norm_epsilon`: t2t's 1e-6, Marian's) and FFN
+  activation (relu, gelu in its erf form, swish / silu); biases where the model has them
+  (FFN, attention projections: q, k, v fused the way CTranslate2 stores them) and the
+  logits bias (`final_logits_bias`) as the output projection's bias.
+- Embeddings × √d when the model scales them (`scale_embeddings`); separate source and
+  target embeddings when the model has them; the tied softmax reuses the target
+  embedding matrix (`h · Eᵀ`), an untied one is the model's `softmax` kernel. The decoder
+  starts from `<s>`'s embedding, or from a zero vector (`start_from_zero_embedding`) for a
+  model built with `decoder_start="zeros"` (Marian's).
+- Positions: the model's stored position table (`max_positions`, e.g. an imported one),
+  else its timing signal computed with its own timescale rule (t2t's d/2 − 1 steps or
+  `"half_depth"`; sin | cos concatenated, position 0 first), is written as an explicit
+  position table (`position_encodings.encodings`) rather than relying on CTranslate2's
+  built-in sinusoid, so positions mean exactly what they mean in tfblocks. A computed
+  table covers `max_positions` positions (source and target); a stored one its own size.
   A model without the timing signal gets a table of zeros; a model with relative position
   self-attention (`transformer_relative`) gets CTranslate2's `relative_position` spec
   (Shaw et al.'s key and value tables, the same formula) and no table, so it must be
@@ -49,11 +56,12 @@ from tfblocks import _checks, _files
 from tfblocks.decoding import alignment
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.layers.embedding import timing_signal
-from tfblocks.models.transformer import LAYER_NORM_EPSILON
 from tfblocks.serving.hypothesis import Hypothesis
 
 KIND = "tfblocks-ctranslate2"  # the marker's kind: an earlier export here may be replaced
 SPECIAL_PIECES = {PAD_ID: "<pad>", EOS_ID: "</s>", UNK_ID: "<unk>", BOS_ID: "<s>"}
+# tfblocks' FFN activation → the name of CTranslate2's `specs.Activation` (gelu: erf form).
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH", "silu": "SWISH"}
 QUANTIZATIONS = (
     None,
     "int8",
@@ -148,6 +156,25 @@ def _block(spec, block):
     _layer_norm(spec.ffn.layer_norm, block.ffn_norm)
 
 
+def _positions(embedding, max_positions):
+    """The position table `[P, d]` the embedding adds: its stored table (P its size), else
+    its timing signal with its own timescale rule for `max_positions` positions; zeros
+    for an embedding without positions."""
+    if getattr(embedding, "position_embeddings", None) is not None:
+        table = _numpy(embedding.position_embeddings)
+    else:
+        table = _numpy(
+            timing_signal(
+                max_positions,
+                embedding.hidden_size,
+                embedding.min_timescale,
+                embedding.max_timescale,
+                timescale_rule=getattr(embedding, "timescale_rule", "t2t"),
+            )[0]
+        )
+    return table if embedding.add_timing_signal else table * 0
+
+
 def _check_model(model):
     if not getattr(model, "has_input", False):
         raise ValueError(
@@ -155,10 +182,10 @@ def _check_model(model):
             f"`build_transformer`), got {type(model).__name__} '{getattr(model, 'name', '')}'."
         )
     for block in [*model.encoder_blocks, *model.decoder_blocks]:
-        if block.activation != "relu":
+        if block.activation not in ACTIVATIONS:
             raise ValueError(
                 f"`model` block '{block.name}' has activation={block.activation!r}; the "
-                "CTranslate2 export supports ReLU blocks."
+                f"CTranslate2 export supports {sorted(ACTIVATIONS)}."
             )
         if getattr(model, "max_relative_position", None) is not None and model.add_timing_signal:
             raise ValueError(
@@ -184,7 +211,13 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
     specs = _ctranslate2().specs
     target_tokenizer = target_tokenizer or source_tokenizer
     relative = getattr(model, "max_relative_position", None) is not None
-    common = dict(num_heads=model.num_heads, pre_norm=model.norm_first, relative_position=relative)
+    activations = {block.activation for block in [*model.encoder_blocks, *model.decoder_blocks]}
+    common = dict(
+        num_heads=model.num_heads,
+        pre_norm=model.norm_first,
+        relative_position=relative,
+        activation=specs.Activation[ACTIVATIONS[activations.pop() if activations else "relu"]],
+    )
     encoder = specs.TransformerEncoderSpec(model.num_encoder_layers, **common)
     decoder = specs.TransformerDecoderSpec(
         model.num_decoder_layers,
@@ -192,8 +225,10 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
         alignment_heads=0,  # all heads, averaged
         **common,
     )
+    # Marian's decoder input at step 0 is a zero vector (plus position 0's signal).
+    decoder.start_from_zero_embedding = getattr(model, "decoder_start", "bos") == "zeros"
     spec = specs.TransformerSpec(encoder, decoder)
-    spec.config.layer_norm_epsilon = LAYER_NORM_EPSILON
+    spec.config.layer_norm_epsilon = float(model.norm_epsilon)
     spec.config.add_source_eos = True
     spec.config.add_source_bos = False
     spec.config.decoder_start_token = SPECIAL_PIECES[BOS_ID]
@@ -201,11 +236,6 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
     spec.config.eos_token = SPECIAL_PIECES[EOS_ID]
     spec.config.unk_token = SPECIAL_PIECES[UNK_ID]
 
-    # t2t's timing signal for positions 0 … max_positions − 1: [max_positions, d].
-    # Without a timing signal (and without relative positions) the table is zeros.
-    positions = _numpy(timing_signal(max_positions, model.hidden_size)[0])
-    if not getattr(model, "add_timing_signal", True):
-        positions = positions * 0
     for stack, embedding, blocks, norm in (
         (encoder, model.source_embedding, model.encoder_blocks, model.encoder_norm),
         (decoder, model.target_embedding, model.decoder_blocks, model.decoder_norm),
@@ -214,7 +244,7 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
         embeddings.weight = _numpy(embedding.embeddings)
         stack.scale_embeddings = bool(embedding.scale)
         if not relative:  # CTranslate2 has no position table with relative positions
-            stack.position_encodings.encodings = positions
+            stack.position_encodings.encodings = _positions(embedding, max_positions)
         for layer_spec, block in zip(stack.layer, blocks, strict=True):
             _block(layer_spec, block)
         if norm is not None:
@@ -223,8 +253,11 @@ def build_spec(model, source_tokenizer, target_tokenizer=None, max_positions=102
         decoder.projection.weight = _numpy(model.target_embedding.embeddings)  # [V, d]: h · Eᵀ
     else:
         _linear(decoder.projection, model.softmax)
+    if getattr(model, "logits_bias", None) is not None:
+        decoder.projection.bias = _numpy(model.logits_bias.bias)  # [V]: final_logits_bias
 
-    spec.register_source_vocabulary(_pieces(source_tokenizer, model.vocab_size, "tokenizer"))
+    source_size = model.source_embedding.vocab_size
+    spec.register_source_vocabulary(_pieces(source_tokenizer, source_size, "tokenizer"))
     spec.register_target_vocabulary(_pieces(target_tokenizer, model.vocab_size, "target_tokenizer"))
     return spec
 
@@ -240,8 +273,9 @@ def export_ctranslate2(
     """Writes `model` as a CTranslate2 model directory.
 
     Args:
-        model: a trained encoder–decoder `tfblocks.Transformer` (Pre- or Post-LN,
-            tied or untied softmax, ReLU FFN, full attention).
+        model: a trained or imported encoder–decoder `tfblocks.Transformer` (Pre- or
+            Post-LN, tied or untied softmax, relu / gelu / swish FFN, full or relative
+            attention; see the module docstring).
         tokenizer: the source `tfblocks.text.SubwordTokenizer` (also the target's
             unless `target_tokenizer` is given).
         output_dir: the directory to write (`model.bin`, `config.json`, the
@@ -254,8 +288,10 @@ def export_ctranslate2(
             `"int8"`, `"int8_float32"`, `"int8_float16"`, `"int8_bfloat16"`, `"int16"`,
             `"float16"`, `"bfloat16"`, `"float32"`.
         target_tokenizer: the target tokenizer when the vocabularies are not shared.
-        max_positions: positions covered by the stored timing-signal table: the
-            longest source (EOS included) and the longest translation it can serve.
+        max_positions: positions covered by the written timing-signal table: the
+            longest source (EOS included) and the longest translation it can serve
+            (a model with a stored position table, `max_positions` of its own, is
+            written with that table, whatever this is).
 
     Returns:
         `output_dir`, absolute.

@@ -2,7 +2,8 @@
 
 PATH may be a run folder (its `model/` preset), a preset directory (`config.json`),
 a SavedModel (`saved_model.pb`, or a folder whose `export/1` holds one), or, with
-`engine="ctranslate2"`, a CTranslate2 model directory (`model.bin`). A list of several
+`engine="ctranslate2"`, a CTranslate2 model directory (`model.bin`) or a run folder
+holding one in `ctranslate2/` (`tfblocks-import --ctranslate2`). A list of several
 run folders or presets is their `tfblocks.Ensemble` (one tokenizer, byte for byte);
 CTranslate2 has no ensembles.
 
@@ -14,6 +15,8 @@ SavedModel is said on standard error.
 
 import os
 import sys
+
+from tfblocks.translation.run_folder import CTRANSLATE2_DIR
 
 
 def _saved_model_dir(path):
@@ -201,6 +204,9 @@ def _find(path, max_length, engine):
     if engine == "ctranslate2":
         if max_length is not None:
             raise ValueError("--max-length is fixed in a CTranslate2 model; drop it.")
+        inside = os.path.join(path, CTRANSLATE2_DIR)  # a run folder's export, if any
+        if not os.path.isfile(os.path.join(path, "model.bin")) and os.path.isdir(inside):
+            return "ctranslate2", inside
         return "ctranslate2", path
     if engine != "tensorflow":
         raise ValueError(f"`--engine` must be tensorflow or ctranslate2, got --engine={engine!r}.")

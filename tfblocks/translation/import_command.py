@@ -3,13 +3,16 @@
     tfblocks-import marian opus-mt-de-en --output runs/de-en
     tfblocks-translate --model runs/de-en < input.de
 
-`marian DIR` reads a Hugging Face Marian / OPUS-MT folder (`tfblocks.models.import_marian`)
-and writes a run folder like the one `tfblocks-train` leaves: `run.json` (where the model
-came from, its languages when the folder names them, the decoding defaults it kept),
+`marian DIR` reads a Hugging Face Marian / OPUS-MT folder, or one in Marian's own format
+(`model.npz` + `vocab.yml` or SentencePiece files; `tfblocks.models.import_marian`), and
+writes a run folder like the one `tfblocks-train` leaves: `run.json` (where the model came
+from, its languages when the folder names them, the decoding defaults it kept),
 `tokenizer.model` (and `target_tokenizer.model` when the sides' SentencePiece models
 differ), `model/` (the preset: `tfblocks-translate`, `tfblocks-evaluate` and
 `tfblocks-train --init-from` read it) and `export/1/` (the strings-in SavedModel,
-decoding with the folder's `num_beams`). The folder is written beside `--output` and
+decoding with the folder's `num_beams`); with `--ctranslate2`, also `ctranslate2/`
+(`export_ctranslate2`, float32: `tfblocks-translate --model RUN --engine ctranslate2`
+reads it). The folder is written beside `--output` and
 renamed into place when complete: a refused or failed import leaves nothing behind.
 """
 
@@ -31,10 +34,17 @@ def parse_args(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "format", choices=FORMATS, help="marian: a Hugging Face Marian / OPUS-MT folder"
+        "format",
+        choices=FORMATS,
+        help="marian: a Hugging Face Marian / OPUS-MT folder, or Marian's model.npz folder",
     )
     parser.add_argument("model_dir", metavar="DIR", help="the folder to import")
     parser.add_argument("--output", required=True, help="the run folder to write (new or empty)")
+    parser.add_argument(
+        "--ctranslate2",
+        action="store_true",
+        help="also write RUN/ctranslate2/, a CTranslate2 model (pip install tfblocks[ctranslate2])",
+    )
     args = parser.parse_args(argv)
     args.model_dir = os.path.expanduser(args.model_dir)
     args.output = os.path.expanduser(args.output)
@@ -55,6 +65,16 @@ def main(argv=None):
     shutil.rmtree(staging, ignore_errors=True)
     try:
         _write(staging, args.model_dir, imported)
+        if args.ctranslate2:
+            from tfblocks.serving.ctranslate2 import export_ctranslate2
+            from tfblocks.translation.run_folder import CTRANSLATE2_DIR
+
+            export_ctranslate2(
+                imported.model,
+                imported.source_tokenizer,
+                os.path.join(staging, CTRANSLATE2_DIR),
+                target_tokenizer=imported.target_tokenizer,
+            )
         if os.path.isdir(output):
             os.rmdir(output)  # empty, checked above
         os.rename(staging, output)

@@ -64,6 +64,7 @@ except ImportError:  # Windows: no advisory locks of this kind
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
 TARGET_TOKENIZER_FILE = "target_tokenizer.model"
+CTRANSLATE2_DIR = "ctranslate2"  # a CTranslate2 export (tfblocks-import --ctranslate2)
 LOCK_FILE = "run.lock"
 PROGRESS_FILE = os.path.join("state", "progress.json")
 STATE_FILE = os.path.join("state", "training.weights.h5")
