@@ -311,7 +311,13 @@ def test_npz_import_maps_marian_ids_and_options():
     ids = imported.source_tokenizer.tokenize([text]).to_list()[0]
     assert ids == want
     logits = imported.model({"inputs": np.array([ids]), "targets": np.array([[5, 1]])})
-    assert (logits.numpy()[..., [PAD_ID, BOS_ID]] < -1e8).all()  # the added rows
+    # The added rows (pad: a zero embedding, BOS: pad's) take no probability a float32 sum
+    # keeps: their logits sit ADDED_ROW_MARGIN below the model's lowest bias and below pad's.
+    logits = logits.numpy()
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    assert (probs[..., [PAD_ID, BOS_ID]] < 1e-12).all(), probs[..., [PAD_ID, BOS_ID]]
+    np.testing.assert_allclose(logits[..., BOS_ID], logits[..., PAD_ID] - 30.0, atol=1e-4)
 
 
 @pytest.mark.parametrize(
