@@ -6,7 +6,8 @@
 #
 # Usage: benchmarks/run_all.sh OUT_DIR [STEP ...]     (default: every step, in this order)
 # Steps: header demo fresh_demo train_throughput scaling seq_scaling input_shapes
-#        corpus_scale enja serve serve_stop_early serve_cold serve_overhead accelerator_check
+#        corpus_scale enja serve serve_stop_early serve_cold serve_overhead serve_marian
+#        accelerator_check
 # About 3 hours on 2 cores (enja trains 45 minutes); run it on an otherwise idle machine
 # and copy the tables from OUT_DIR. A step that fails is recorded and the next one runs.
 # The serve steps decode with the model that the enja step trained (OUT_DIR/enja/model;
@@ -24,7 +25,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
 shift
 STEPS=(header demo fresh_demo train_throughput scaling seq_scaling input_shapes corpus_scale
-  enja serve serve_stop_early serve_cold serve_overhead accelerator_check)
+  enja serve serve_stop_early serve_cold serve_overhead serve_marian accelerator_check)
 [ $# -gt 0 ] && STEPS=("$@")
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 DATA="${ENJA_DATA:-$ROOT/../shared/data/small_parallel_enja}"
@@ -102,6 +103,8 @@ serve_cold() {
 serve_overhead() {
   "$PYTHON" benchmarks/serve.py --preset "$PRESET" --data "$DATA" --rounds 3 --overhead
 }
+
+serve_marian() { "$PYTHON" benchmarks/serve.py --marian-base --rounds 2 --sentences 128; }
 
 accelerator_check() { "$PYTHON" benchmarks/accelerator_check.py; }
 
