@@ -27,6 +27,10 @@ import pytest
 
 pytest_plugins = ["tests.cpu_times"]
 
+# The scripts that make the committed fixtures import torch and transformers, which the
+# suite does without: never collected (not even for their doctests).
+collect_ignore = ["data"]
+
 
 @pytest.fixture(autouse=True)
 def _reset_keras_state():

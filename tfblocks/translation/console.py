@@ -98,8 +98,8 @@ def command_parser(prog, doc):
     """The parser of the console script `prog` whose module docstring is `doc`: its first
     paragraph the description, the rest (examples) the epilog, both as written.
 
-    >>> command_parser("tfblocks-x", "Does x.\n\nExample:\n  tfblocks-x").format_usage()
-    'usage: tfblocks-x [-h]\n'
+    >>> command_parser("tfblocks-x", "Does x.\\n\\nExample:\\n  tfblocks-x").format_usage()
+    'usage: tfblocks-x [-h]\\n'
     """
     return argparse.ArgumentParser(
         prog=prog,
