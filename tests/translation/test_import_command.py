@@ -19,7 +19,7 @@ import tensorflow as tf
 from tests.translation.test_commands import in_process
 from tfblocks.models import load_preset, load_target_tokenizer
 from tfblocks.text import make_dataset
-from tfblocks.translation import engines, train_command
+from tfblocks.translation import engines, import_command, train_command
 from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation.import_command import main
 
@@ -80,6 +80,24 @@ def test_refused_import_leaves_no_folder(tmp_path):
     with pytest.raises(ValueError, match=r"vocab\.json: missing"):
         main(["marian", str(folder), "--output", str(output)])
     assert sorted(os.listdir(tmp_path)) == ["broken"]
+
+
+def test_a_failed_write_removes_only_its_own_staging_folder(tmp_path, monkeypatch):
+    # The user's folders beside --output, even ones named like a staging folder, stay.
+    mine = tmp_path / f"run.importing-{os.getpid()}"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+
+    def fail(folder, *args):
+        os.makedirs(folder)
+        Path(folder, "half.txt").touch()
+        raise OSError(28, "No space left on device", folder)
+
+    monkeypatch.setattr(import_command, "_write", fail)
+    with pytest.raises(OSError, match="No space left"):
+        main(["marian", os.path.join(DATA, "shared"), "--output", str(tmp_path / "run")])
+    assert sorted(os.listdir(tmp_path)) == [mine.name]
+    assert os.listdir(mine) == ["notes.txt"]
 
 
 def test_existing_output_is_refused(tmp_path):

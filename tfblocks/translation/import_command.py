@@ -20,6 +20,7 @@ import argparse
 import os
 import shutil
 import sys
+import tempfile
 
 from tfblocks.translation.console import run_command
 
@@ -61,8 +62,12 @@ def main(argv=None):
     from tfblocks.models.marian import import_marian
 
     imported = import_marian(args.model_dir)
-    staging = f"{output}.importing-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    parent = os.path.dirname(output)
+    os.makedirs(parent, exist_ok=True)
+    # A fresh folder of our own beside `output` (same file system: the rename is atomic);
+    # only it is ever removed.
+    scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.importing-", dir=parent)
+    staging = os.path.join(scratch, "run")
     try:
         _write(staging, args.model_dir, imported)
         if args.ctranslate2:
@@ -79,7 +84,7 @@ def main(argv=None):
             os.rmdir(output)  # empty, checked above
         os.rename(staging, output)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     model = imported.model
     print(
         f"imported {args.model_dir} ({model.num_encoder_layers}+{model.num_decoder_layers} "
