@@ -5,10 +5,10 @@
 # machine and commit to OUT_DIR/header.txt and one line per step to OUT_DIR/summary.txt.
 #
 # Usage: benchmarks/run_all.sh OUT_DIR [STEP ...]     (default: every step, in this order)
-# Steps: header demo fresh_demo train_throughput scaling seq_scaling input_shapes
-#        corpus_scale enja serve serve_stop_early serve_cold serve_overhead serve_marian
-#        accelerator_check
-# About 3 hours on 2 cores (enja trains 45 minutes); run it on an otherwise idle machine
+# Steps: header demo enja serve serve_stop_early serve_cold serve_overhead
+#        train_throughput scaling seq_scaling input_shapes accelerator_check corpus_scale
+#        serve_marian fresh_demo
+# About 2 hours on 2 cores (enja trains 45 minutes); run it on an otherwise idle machine
 # and copy the tables from OUT_DIR. A step that fails is recorded and the next one runs.
 # The serve steps decode with the model that the enja step trained (OUT_DIR/enja/model;
 # SERVE_PRESET=DIR for another). fresh_demo clones this checkout and runs `make demo`
@@ -24,8 +24,8 @@ fi
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
 shift
-STEPS=(header demo fresh_demo train_throughput scaling seq_scaling input_shapes corpus_scale
-  enja serve serve_stop_early serve_cold serve_overhead serve_marian accelerator_check)
+STEPS=(header demo enja serve serve_stop_early serve_cold serve_overhead train_throughput
+  scaling seq_scaling input_shapes accelerator_check corpus_scale serve_marian fresh_demo)
 [ $# -gt 0 ] && STEPS=("$@")
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 DATA="${ENJA_DATA:-$ROOT/../shared/data/small_parallel_enja}"
@@ -79,7 +79,7 @@ input_shapes() {
     --modes dynamic,buckets-xla,packed,packed-xla --bleu-sentences 100
 }
 
-corpus_scale() { "$PYTHON" benchmarks/corpus_scale.py --timeout 1500; }
+corpus_scale() { "$PYTHON" benchmarks/corpus_scale.py --sizes 100000,2000000 --timeout 900; }
 
 enja() {
   fresh "$OUT/enja" && PYTHON="$PYTHON" ENJA_DATA="$DATA" benchmarks/enja.sh "$OUT/enja" &&
