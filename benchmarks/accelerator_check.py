@@ -199,9 +199,11 @@ def decoding_speed(args, model, hp, shape, report):
         "greedy": lambda d: d.decode(Greedy(), source),
         "beam 4": lambda d: d.decode(BeamSearch(beam_size=4), source),
     }
+    decoder = None  # one for both searches: they share its encoder program and model step
     for name, search in searches.items():
         try:
-            decoder = decoder_class(model, max_length=length)
+            if decoder is None:
+                decoder = decoder_class(model, max_length=length)
             ids, _ = search(decoder)  # trace and compile
             np.asarray(ids)
             start = time.perf_counter()

@@ -25,7 +25,7 @@ scaling efficiency = tokens/s of 2 workers / (2 × tokens/s of 1 worker), per mo
 
 Run:  python benchmarks/scaling.py                # shape (a), about 5 minutes on 2 cores
       python benchmarks/scaling.py --rounds 3
-      python benchmarks/scaling.py --quick        # tiny model, smoke run
+      python benchmarks/scaling.py --quick        # tiny model, no-XLA mode only: smoke run
 
 Figures: benchmarks/README.md.
 """
@@ -46,6 +46,9 @@ from shapes import SHAPES
 ROOT = Path(__file__).resolve().parents[1]
 
 MODES = {"no XLA": False, "XLA": True}
+# --quick: the no-XLA mode alone (it compiles nothing); both modes run the same lines of
+# the worker and the driver (two workers training with XLA: tests/training/test_multi_worker.py).
+QUICK_MODES = {"no XLA": False}
 
 
 # --- One worker process --------------------------------------------------------------
@@ -87,7 +90,7 @@ def worker(args):
             self.times.append(time.perf_counter() - self.start)
 
     models, result = {}, {}
-    for mode, jit_compile in MODES.items():
+    for mode, jit_compile in args.modes.items():
         keras.utils.set_random_seed(0)
         with strategy.scope() if strategy else tf.distribute.get_strategy().scope():
             model = build_transformer(hp)
@@ -137,7 +140,7 @@ def run_group(args, workers):
             env.pop("TF_CONFIG", None)
         command = [sys.executable, __file__, "--worker", "--workers", str(workers)]
         command += ["--shape", args.shape, "--warmup", str(args.warmup), "--steps", str(args.steps)]
-        command += ["--chunks", str(args.chunks)]
+        command += ["--chunks", str(args.chunks)] + (["--quick"] if args.quick else [])
         if shutil.which("taskset") and len(cores) >= workers:
             command = ["taskset", "-c", str(cores[index]), *command]
         procs.append(
@@ -176,12 +179,18 @@ def parse_args(argv=None):
     )
     parser.add_argument("--chunks", type=int, default=3, help="alternations of the two modes")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process group")
-    parser.add_argument("--quick", action="store_true", help="smoke run: tiny model, 2 steps")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: shape quick, the no-XLA mode only, 1 warm-up step and 1 chunk of 2 steps",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.modes = MODES
     if args.quick:
         args.shape, args.rounds, args.warmup, args.steps, args.chunks = "quick", 1, 1, 2, 1
+        args.modes = QUICK_MODES
     if min(args.rounds, args.warmup, args.steps - 1, args.chunks) < 1:
         parser.error(
             "--rounds, --warmup and --chunks must be >= 1 and --steps >= 2, got "
@@ -200,14 +209,15 @@ def main(argv=None):
     print(
         f"shape {args.shape}: {preset} {overrides}, batch {batch} per worker × length {length}; "
         f"{args.warmup} warm-up steps, then {args.chunks} × {args.steps} steps per mode "
-        f"(modes alternating, the first of each {args.steps} untimed), {args.rounds} round(s); "
+        f"(modes alternating: {' / '.join(args.modes)}; the first of each {args.steps} untimed), "
+        f"{args.rounds} round(s); "
         f"one CPU per process ({'taskset' if shutil.which('taskset') else 'threads only'})"
     )
-    step = {(workers, mode): [] for workers in (1, 2) for mode in MODES}
+    step = {(workers, mode): [] for workers in (1, 2) for mode in args.modes}
     for r in range(args.rounds):
         for workers in (1, 2):
             results = run_group(args, workers)
-            for mode in MODES:
+            for mode in args.modes:
                 assert all(res[mode]["jit_compile"] == MODES[mode] for res in results), results
                 # Workers step in lockstep; the slower one sets the pace.
                 seconds = max(statistics.median(res[mode]["step_s"]) for res in results)
@@ -219,9 +229,10 @@ def main(argv=None):
         seconds = statistics.median(values)
         tokens[workers, mode] = workers * batch * length / seconds
         print(f"{workers:>7} {mode:>7} {seconds * 1e3:>9.1f} {tokens[workers, mode]:>9.0f}")
-    print(f"XLA / no XLA, 2 workers: {tokens[2, 'XLA'] / tokens[2, 'no XLA']:.3f}×")
-    print(f"XLA / no XLA, 1 worker:  {tokens[1, 'XLA'] / tokens[1, 'no XLA']:.3f}×")
-    for mode in MODES:
+    if args.modes == MODES:
+        print(f"XLA / no XLA, 2 workers: {tokens[2, 'XLA'] / tokens[2, 'no XLA']:.3f}×")
+        print(f"XLA / no XLA, 1 worker:  {tokens[1, 'XLA'] / tokens[1, 'no XLA']:.3f}×")
+    for mode in args.modes:
         efficiency = tokens[2, mode] / (2 * tokens[1, mode])
         print(f"scaling efficiency, {mode}: {efficiency:.3f}")
     print(f"# end {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, load {os.getloadavg()}")

@@ -30,7 +30,7 @@ Time is the median over `--repeats` calls after the warm-up.
 
 Run:  python benchmarks/seq_scaling.py
       python benchmarks/seq_scaling.py --lengths 128 512 2048 --tokens 4096
-      python benchmarks/seq_scaling.py --quick      # seconds-long smoke run
+      python benchmarks/seq_scaling.py --quick      # smoke run: one length, tiny sizes
 
 Figures: benchmarks/README.md.
 """
@@ -220,7 +220,12 @@ def parse_args(argv=None):
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--filter", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: length 64 only (2 worker processes, full and local), 256 tokens, "
+        "window 16, d 32, 2 heads, filter 64, 2 repeats",
+    )
     parser.add_argument("--worker", choices=["full", "local"], help=argparse.SUPPRESS)
     parser.add_argument("--dump-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -228,7 +233,8 @@ def parse_args(argv=None):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.quick:
-        args.lengths, args.tokens, args.window, args.repeats = [32, 64], 256, 16, 2
+        # One length: every configuration is a fresh Python, whose start dominates here.
+        args.lengths, args.tokens, args.window, args.repeats = [64], 256, 16, 2
         args.hidden, args.heads, args.filter = 32, 2, 64
     return args
 

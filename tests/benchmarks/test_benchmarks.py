@@ -90,13 +90,14 @@ def _out(outputs, name):
 
 
 def test_scaling_quick_prints_both_worker_counts_and_ratios(outputs):
+    # --quick runs the no-XLA mode only (two workers training with XLA:
+    # tests/training/test_multi_worker.py).
     out = _out(outputs, "scaling")
     for workers in (1, 2):
-        for mode in ("no XLA", "XLA"):
-            assert re.search(rf"^\s+{workers}\s+{mode}\s+\d+\.\d\s+\d+$", out, re.M), out
-    assert re.search(r"^XLA / no XLA, 2 workers: \d+\.\d{3}×$", out, re.M), out
-    for mode in ("no XLA", "XLA"):
-        assert re.search(rf"^scaling efficiency, {mode}: \d+\.\d{{3}}$", out, re.M), out
+        assert re.search(rf"^\s+{workers}\s+no XLA\s+\d+\.\d\s+\d+$", out, re.M), out
+    assert not re.search(r"^\s+\d\s+XLA\s", out, re.M), out  # no XLA row, no XLA ratio
+    assert "XLA / no XLA" not in out, out
+    assert re.search(r"^scaling efficiency, no XLA: \d+\.\d{3}$", out, re.M), out
 
 
 def test_accelerator_check_on_cpu_runs_tiny_and_says_what_it_skipped(outputs):
@@ -148,7 +149,7 @@ def test_serve_quick_prints_every_engine(outputs):
     assert re.search(
         r"^trained transformer_tiny for \d+ s \(1 epochs\), loss \d+\.\d{3}$", out, re.M
     )
-    assert "8 sentences" in out, out
+    assert "4 sentences" in out, out
     for engine in ("Translator", "SavedModel", "CT2 float32", "CT2 int8"):  # --quick's engines
         # beam 4, batch 32 (the only --quick config): tok/s, ratio, p50, p95, BLEU, same.
         row = rf"^beam 4\s+32\s+{re.escape(engine)}\s+\d+\s+\S*\s+\d+\.\d\s+\d+\.\d\s+\d+\.\d\d\s"
@@ -157,10 +158,10 @@ def test_serve_quick_prints_every_engine(outputs):
 
 def test_seq_scaling_quick_prints_full_and_local_at_every_length(outputs):
     out = _out(outputs, "seq_scaling")
-    for length, batch in ((32, 8), (64, 4)):  # --quick: 256 tokens a step
-        number = r"\s+\d+\.\d+"
-        row = rf"^\s+{length}\s+{batch}{number}{number}\s+\d+\.\d\d×{number * 6}$"
-        assert re.search(row, out, re.M), out
+    # --quick: length 64 only, 256 tokens a step (batch 4)
+    number = r"\s+\d+\.\d+"
+    row = rf"^\s+64\s+4{number}{number}\s+\d+\.\d\d×{number * 6}$"
+    assert re.search(row, out, re.M), out
 
 
 def test_corpus_scale_quick_reaches_the_first_step(outputs):
