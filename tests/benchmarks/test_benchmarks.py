@@ -33,7 +33,8 @@ SCRIPTS = {
     ),
     "input_shapes": ("benchmarks/input_shapes.py", "--quick"),
     "train_throughput": ("benchmarks/train_throughput.py", "--quick"),
-    "serve": ("benchmarks/serve.py", "--quick"),
+    # one TensorFlow / CTranslate2 thread (not 2): the test processes keep the other cores busy
+    "serve": ("benchmarks/serve.py", "--quick", "--threads", 1),
     "seq_scaling": ("benchmarks/seq_scaling.py", "--quick"),
     "corpus_scale": ("benchmarks/corpus_scale.py", "--quick"),
 }  # fmt: skip
