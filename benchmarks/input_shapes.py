@@ -260,7 +260,7 @@ def main(argv=None):
         )
         print(line, flush=True)
     if args.bleu_sentences:  # after the table, which stays even if decoding fails
-        # --quick: one mode's BLEU (each mode's runs the same code; a Translator compiles)
+        # --quick: the last mode's only (each mode's runs the same code and compiles a Translator)
         for mode, run in list(runs.items())[-1:] if args.quick else runs.items():
             bleu = dev_bleu(run["model"], tokenizer, hp, splits["dev"][: args.bleu_sentences])
             print(f"{mode:>15} dev BLEU (greedy, {args.bleu_sentences} sentences) {bleu:.2f}")
