@@ -2,11 +2,11 @@
 
 `examples/translate.py` (= `tfblocks-train`, what `make demo` runs) trains into a run
 folder; `tfblocks-translate` and `tfblocks-evaluate` use that folder and its export;
-a rerun with another vocabulary is refused; `--init-from` fine-tunes from the folder, in
-full or (`--lora-rank`) its adapters only. The training run (`trained`, made once for the
-module) and `tfblocks-translate` on the run folder are real processes (the entry points);
-the other commands (`tfblocks-evaluate` on the SavedModel among them) run their `run()` or
-`main()` in this process, where TensorFlow is already loaded, with the same arguments.
+a rerun with another vocabulary is refused; `--init-from --lora-rank` fine-tunes the
+folder's model (its adapters) on other data. The training run (`trained`, made once for
+the module) and `tfblocks-translate` on the run folder are real processes (the entry
+points); the other commands (`tfblocks-evaluate` on the SavedModel among them) run their
+`run()` in this process, where TensorFlow is already loaded, with the same arguments.
 """
 
 import io
@@ -79,7 +79,7 @@ def trained(tmp_path_factory):
     return run, json.loads((run / "metrics.json").read_text(encoding="utf-8")), result
 
 
-def test_train_translate_evaluate_and_fine_tune(trained, tmp_path, monkeypatch, capsys):
+def test_train_translate_and_evaluate(trained, tmp_path, monkeypatch, capsys):
     run, metrics, result = trained
     assert metrics["sentences"] == 8 and 0.0 <= metrics["bleu"] <= 100.0
     assert 0.0 <= metrics["chrf"] <= 100.0 and 0.0 <= metrics["exact_match"] <= 1.0
@@ -169,32 +169,27 @@ def test_train_translate_evaluate_and_fine_tune(trained, tmp_path, monkeypatch, 
     assert "vocab_size: the folder has 250, this run asks for 300" in err
     assert (run / "tokenizer.model").read_bytes() == before
 
-    # Fine-tuning on other data starts from the run's model and tokenizer.
-    tuned = tmp_path / "tuned"
-    status, _, err = in_process(train_cli, monkeypatch, capsys, *TRAIN, "--limit-train", "100",
-                                "--limit-test", "2", "--dev-sentences", "0", "--beam-size", "1",
-                                "--shapes", "packed", "--init-from", run,
-                                "--output", tuned)  # fmt: skip
-    assert status == 0, err[-3000:]
-    assert (tuned / "tokenizer.model").read_bytes() == before
-    assert json.loads((tuned / "run.json").read_text())["settings"]["init_from"] == str(run)
-    assert (tuned / "init.npz").exists() and (tuned / "export" / "1" / "saved_model.pb").exists()
-
 
 def npz(path):
     with np.load(path) as stored:
         return {k: stored[k] for k in stored.files}
 
 
-def test_lora_fine_tuning_trains_the_adapters_and_exports_merged_kernels(trained, tmp_path, capsys):
-    # The base is the module's run: TINY's model (as FAST's runs have), its export the
-    # plain model's.
+def test_lora_fine_tuning_trains_the_adapters_and_exports_merged_kernels(
+    trained, tmp_path, monkeypatch, capsys
+):
+    # Fine-tuning on other data (FAST's, in packed rows) starts from the module's run: its
+    # model (TINY's, as FAST's runs have) and tokenizer; here its adapters only (the full
+    # fine-tuning of an --init-from model: test_import_command.py).
     base, run = trained[0], tmp_path / "lora"
-    capsys.readouterr()
-    metrics = train_cli.main(
-        [*FAST, "--init-from", str(base), "--lora-rank", "2", "--output", str(run)]
-    )
-    printed = capsys.readouterr().out
+    status, printed, err = in_process(train_cli, monkeypatch, capsys, *FAST, "--shapes", "packed",
+                                      "--init-from", base, "--lora-rank", "2",
+                                      "--output", run)  # fmt: skip
+    assert status == 0, err[-3000:]
+    metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    assert (run / "tokenizer.model").read_bytes() == (base / "tokenizer.model").read_bytes()
+    assert json.loads((run / "run.json").read_text())["settings"]["init_from"] == str(base)
+    assert (run / "init.npz").exists() and (run / "export" / "1" / "saved_model.pb").exists()
     # Width 32, one encoder and one decoder layer: 3 attention layers of 4 projections.
     adapters = 12 * (32 * 2 + 2 * 32)
     assert re.search(
