@@ -178,13 +178,14 @@ def npz(path):
 def test_lora_fine_tuning_trains_the_adapters_and_exports_merged_kernels(
     trained, tmp_path, monkeypatch, capsys
 ):
-    # Fine-tuning on other data (FAST's, in packed rows) starts from the module's run: its
-    # model (TINY's, as FAST's runs have) and tokenizer; here its adapters only (the full
-    # fine-tuning of an --init-from model: test_import_command.py).
+    # Fine-tuning on other data (FAST's) starts from the module's run: its model (TINY's, as
+    # FAST's runs have) and tokenizer; here its adapters only (the full fine-tuning of an
+    # --init-from model: test_import_command.py). Packed rows, 5 a step: several steps, so
+    # the adapters move after the first (whose learning rate, at step 0, is 0).
     base, run = trained[0], tmp_path / "lora"
     status, printed, err = in_process(train_cli, monkeypatch, capsys, *FAST, "--shapes", "packed",
-                                      "--init-from", base, "--lora-rank", "2",
-                                      "--output", run)  # fmt: skip
+                                      "--batch-tokens", "128", "--init-from", base,
+                                      "--lora-rank", "2", "--output", run)  # fmt: skip
     assert status == 0, err[-3000:]
     metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
     assert (run / "tokenizer.model").read_bytes() == (base / "tokenizer.model").read_bytes()
