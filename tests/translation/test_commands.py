@@ -73,7 +73,7 @@ def in_process(module, monkeypatch, capsys, *args, stdin=None):
 def trained(tmp_path_factory):
     """`(run, metrics, process)`: the run folder `examples/translate.py` trains with `FIRST`
     (in a process of its own), its metrics.json and the finished process. The tests read
-    it and fine-tune from it; none changes it."""
+    it, try to rerun it with another vocabulary (refused) and fine-tune from it."""
     run = tmp_path_factory.mktemp("trained") / "run"
     result = run_script("examples/translate.py", *FIRST, "--output", run, timeout=600)
     return run, json.loads((run / "metrics.json").read_text(encoding="utf-8")), result
