@@ -2,8 +2,9 @@
 
 `examples/translate.py` (= `tfblocks-train`, what `make demo` runs) trains into a run
 folder; `tfblocks-translate` and `tfblocks-evaluate` use that folder and its export;
-a rerun with another vocabulary is refused; `--init-from` fine-tunes from the folder.
-The training run and `tfblocks-translate` on the run folder are real processes (the entry
+a rerun with another vocabulary is refused; `--init-from --lora-rank` fine-tunes the
+folder's model (its adapters) on other data. The training run (`trained`, made once for
+the module) and `tfblocks-translate` on the run folder are real processes (the entry
 points); the other commands (`tfblocks-evaluate` on the SavedModel among them) run their
 `run()` in this process, where TensorFlow is already loaded, with the same arguments.
 """
@@ -11,12 +12,16 @@ points); the other commands (`tfblocks-evaluate` on the SavedModel among them) r
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.scripts import ROOT, run_script
+from tfblocks.models import load_preset
 from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation import train_command as train_cli
 from tfblocks.translation import translate_command as translate_cli
@@ -31,6 +36,8 @@ TRAIN = ("--epochs", "1", "--vocab-size", "250", "--hparams-override", TINY,
          "--batch-tokens", "1024")  # fmt: skip
 FIRST = (*TRAIN, "--limit-train", "600", "--limit-test", "8", "--beam-size", "2",
          "--dev-sentences", "8")  # fmt: skip
+FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", "0",
+        "--beam-size", "1")  # fmt: skip
 
 
 def command(name, *args, stdin=None):
@@ -62,10 +69,18 @@ def in_process(module, monkeypatch, capsys, *args, stdin=None):
     return status, captured.out, captured.err
 
 
-def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """`(run, metrics, process)`: the run folder `examples/translate.py` trains with `FIRST`
+    (in a process of its own), its metrics.json and the finished process. The tests read
+    it, try to rerun it with another vocabulary (refused) and fine-tune from it."""
+    run = tmp_path_factory.mktemp("trained") / "run"
     result = run_script("examples/translate.py", *FIRST, "--output", run, timeout=600)
-    metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    return run, json.loads((run / "metrics.json").read_text(encoding="utf-8")), result
+
+
+def test_train_translate_and_evaluate(trained, tmp_path, monkeypatch, capsys):
+    run, metrics, result = trained
     assert metrics["sentences"] == 8 and 0.0 <= metrics["bleu"] <= 100.0
     assert 0.0 <= metrics["chrf"] <= 100.0 and 0.0 <= metrics["exact_match"] <= 1.0
     assert metrics["epochs"] == 1 and metrics["reload_matches"] is True
@@ -154,16 +169,65 @@ def test_train_translate_evaluate_and_fine_tune(tmp_path, monkeypatch, capsys):
     assert "vocab_size: the folder has 250, this run asks for 300" in err
     assert (run / "tokenizer.model").read_bytes() == before
 
-    # Fine-tuning on other data starts from the run's model and tokenizer.
-    tuned = tmp_path / "tuned"
-    status, _, err = in_process(train_cli, monkeypatch, capsys, *TRAIN, "--limit-train", "100",
-                                "--limit-test", "2", "--dev-sentences", "0", "--beam-size", "1",
-                                "--shapes", "packed", "--init-from", run,
-                                "--output", tuned)  # fmt: skip
+
+def npz(path):
+    with np.load(path) as stored:
+        return {k: stored[k] for k in stored.files}
+
+
+def test_lora_fine_tuning_trains_the_adapters_and_exports_merged_kernels(
+    trained, tmp_path, monkeypatch, capsys
+):
+    # Fine-tuning on other data (FAST's) starts from the module's run: its model (TINY's, as
+    # FAST's runs have) and tokenizer; here its adapters only (the full fine-tuning of an
+    # --init-from model: test_import_command.py). Packed rows, 5 a step: several steps, so
+    # the adapters move after the first (whose learning rate, at step 0, is 0).
+    base, run = trained[0], tmp_path / "lora"
+    status, printed, err = in_process(train_cli, monkeypatch, capsys, *FAST, "--shapes", "packed",
+                                      "--batch-tokens", "128", "--init-from", base,
+                                      "--lora-rank", "2", "--output", run)  # fmt: skip
     assert status == 0, err[-3000:]
-    assert (tuned / "tokenizer.model").read_bytes() == before
-    assert json.loads((tuned / "run.json").read_text())["settings"]["init_from"] == str(run)
-    assert (tuned / "init.npz").exists() and (tuned / "export" / "1" / "saved_model.pb").exists()
+    metrics = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    assert (run / "tokenizer.model").read_bytes() == (base / "tokenizer.model").read_bytes()
+    assert json.loads((run / "run.json").read_text())["settings"]["init_from"] == str(base)
+    assert (run / "init.npz").exists() and (run / "export" / "1" / "saved_model.pb").exists()
+    # Width 32, one encoder and one decoder layer: 3 attention layers of 4 projections.
+    adapters = 12 * (32 * 2 + 2 * 32)
+    assert re.search(
+        rf"LoRA rank 2 on 12 projections: {adapters:,} trainable parameters of ", printed
+    )
+    assert metrics["trainable_parameters"] == adapters < metrics["parameters"]
+
+    # Before merging, training changed only the adapters.
+    initial, state = npz(run / "init.npz"), npz(run / "state" / "variables.npz")
+    for path, value in initial.items():
+        np.testing.assert_array_equal(state[path], value, err_msg=path)
+    a_paths = sorted(p for p in state if p.endswith("/lora_kernel_a"))
+    assert len(a_paths) == 12 and len(state) == len(initial) + 24
+
+    # The final model: W + (alpha / rank) · A · B (alpha = rank) in the plain layout.
+    model, _, _ = load_preset(str(run / "model"))
+    final = {v.path: np.asarray(v) for v in model.weights}
+    assert sorted(final) == sorted(initial)
+    changed = 0
+    for a_path in a_paths:
+        layer = a_path.removesuffix("lora_kernel_a")
+        want = initial[layer + "kernel"] + state[a_path] @ state[layer + "lora_kernel_b"]
+        np.testing.assert_allclose(final[layer + "kernel"], want, rtol=1e-5, atol=1e-6)
+        changed += not np.allclose(want, initial[layer + "kernel"])
+    assert changed == len(a_paths)  # every adapter trained
+    # The export serves the plain model: the base run's variables, no adapters.
+    served = {folder: _served_variables(folder) for folder in (base, run)}
+    assert not [name for name in served[run] if "lora" in name]
+    shapes = {folder: sorted(s for n, s in v.items() if n.startswith("_signature_variables/"))
+              for folder, v in served.items()}  # fmt: skip
+    assert shapes[run] == shapes[base] and len(shapes[run]) > len(initial)  # + seed states
+
+
+def _served_variables(run):
+    """`{name: shape}` of the variables in a run's SavedModel."""
+    path = str(run / "export" / "1" / "variables" / "variables")
+    return {name: tuple(shape) for name, shape in tf.train.list_variables(path)}
 
 
 def test_bad_hparams_are_a_clear_error_before_any_write(tmp_path, monkeypatch, capsys):

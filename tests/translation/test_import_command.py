@@ -22,6 +22,7 @@ from tfblocks.text import make_dataset
 from tfblocks.translation import engines, import_command, train_command
 from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation.import_command import main
+from tfblocks.translation.job import TrainingJob
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "marian")
 
@@ -138,15 +139,21 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tuned(run, corpus, tmp_path_factory):
     output = tmp_path_factory.mktemp("tuned") / "run"
-    metrics = train_command.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "3",
+    metrics = train_command.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "2",
                                   "--init-from", run, "--output", str(output)])  # fmt: skip
     return output, metrics
 
 
-def dev_cross_entropy(run, corpus):
-    """The token mean of the cross-entropy of the run's model on the dev pairs."""
+def load_run(run):
+    """`(model, tokenizer, target tokenizer, hp)` of the run folder's model/ (the target
+    tokenizer is `tokenizer` when the run shares one)."""
     model, tokenizer, hp = load_preset(os.path.join(run, "model"))
-    target = load_target_tokenizer(os.path.join(run, "model")) or tokenizer
+    return model, tokenizer, load_target_tokenizer(os.path.join(run, "model")) or tokenizer, hp
+
+
+def dev_cross_entropy(loaded, corpus):
+    """The token mean of the cross-entropy of a `load_run` model on the dev pairs."""
+    model, tokenizer, target, hp = loaded
     sides = [(corpus / f"dev.{lang}").read_text("utf-8").splitlines() for lang in ("en", "de")]
     data = make_dataset(list(zip(*sides, strict=True)), tokenizer, target, batch_tokens=512,
                         max_length=hp.max_length, shuffle=False)  # fmt: skip
@@ -164,28 +171,39 @@ def dev_cross_entropy(run, corpus):
 @pytest.mark.heavy
 def test_fine_tuning_an_import_keeps_its_architecture_and_lowers_the_dev_loss(run, corpus, tuned):
     output, metrics = tuned
-    assert metrics["epochs"] == 3 and metrics["reload_matches"] is True
+    assert metrics["epochs"] == 2 and metrics["reload_matches"] is True
     # The imported architecture whole (swish, biases, epsilon, logits bias, timing rule,
     # Post-LN, the extra BOS row), only the training settings overridden.
-    _, _, imported = load_preset(os.path.join(run, "model"))
-    _, _, hp = load_preset(output / "model")
-    assert hp == dataclasses.replace(
-        imported, learning_rate_schedule="constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size",
+    imported, fine_tuned = load_run(run), load_run(output)  # each preset loaded once
+    assert fine_tuned[3] == dataclasses.replace(
+        imported[3], learning_rate_schedule="constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size",
         learning_rate_constant=0.5, learning_rate_warmup_steps=10,
         layer_prepostprocess_dropout=0.0,
     )  # fmt: skip
     # Its two tokenizers (reordered SentencePiece models), unchanged.
     for name in ("tokenizer.model", "target_tokenizer.model"):
         assert (output / name).read_bytes() == Path(run, name).read_bytes(), name
-    assert dev_cross_entropy(output, corpus) < dev_cross_entropy(run, corpus)
+    assert dev_cross_entropy(fine_tuned, corpus) < dev_cross_entropy(imported, corpus)
     assert all(np.isfinite(epoch["val_loss"]) for epoch in metrics["history"])
 
 
+class _TrainedError(Exception):
+    """Raised where a job would translate its test split: its training is done."""
+
+
 @pytest.mark.heavy
-def test_lora_on_an_import_keeps_the_base_weights_bit_identical(run, corpus, tmp_path):
+def test_lora_on_an_import_keeps_the_base_weights_bit_identical(run, corpus, tmp_path, monkeypatch):
+    # What is checked here is what the training wrote, so the job stops where it would
+    # evaluate (the tuned run above evaluates, exports and reloads an import; the LoRA run
+    # of test_commands.py exports merged kernels).
+    def trained(job, translator):
+        raise _TrainedError
+
+    monkeypatch.setattr(TrainingJob, "evaluate", trained)
     output = tmp_path / "lora"
-    train_command.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "1", "--init-from",
-                        run, "--lora-rank", "2", "--output", str(output)])  # fmt: skip
+    with pytest.raises(_TrainedError):
+        train_command.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "1", "--init-from",
+                            run, "--lora-rank", "2", "--output", str(output)])  # fmt: skip
     with np.load(output / "init.npz") as init, np.load(output / "state/variables.npz") as state:
         for path in init.files:
             np.testing.assert_array_equal(state[path], init[path], err_msg=path)

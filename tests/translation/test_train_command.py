@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.translation.test_commands import TINY, TRAIN, in_process
+from tests.translation.test_commands import FAST, TINY, TRAIN, in_process
 from tfblocks import text
 from tfblocks.ids import UNK_ID
 from tfblocks.translation import evaluate_command as evaluate_cli
@@ -17,9 +17,6 @@ from tfblocks.translation import train_command
 from tfblocks.translation.run_folder import RunFolder
 
 pytestmark = pytest.mark.heavy  # one whole (tiny) run
-
-FAST = (*TRAIN, "--limit-train", "100", "--limit-test", "2", "--dev-sentences", "0",
-        "--beam-size", "1")  # fmt: skip
 
 
 @pytest.mark.parametrize(
