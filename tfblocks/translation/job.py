@@ -17,10 +17,11 @@ here is what it does with it:
   continued run starts it at step e·N by skipping the steps before (the input pipeline
   reads, tokenizes and batches them again, without training: time proportional to the
   data already trained on, spent once per continuation).
-- After each finished epoch the model and optimizer state, the epoch's weights and the
-  progress (epochs, total training time, history) are saved as one commit
-  (`RunFolder.commit`): a kill at any moment leaves the folder at the last recorded
-  epoch, with no file of a later one.
+- After each finished epoch the model, optimizer and dropout seed state, the epoch's
+  weights and the progress (epochs, total training time, history) are saved as one
+  commit (`RunFolder.commit`): a kill at any moment leaves the folder at the last
+  recorded epoch, with no file of a later one. A continued run draws the dropout masks
+  that a straight run would.
 - A loss that is not finite (NaN or infinite) stops the run with a `FloatingPointError`
   naming the epoch and step; nothing of that epoch is saved.
 - Rerunning the same command continues after the last finished epoch: after a crash,
@@ -390,7 +391,7 @@ class TrainingJob:
                      "bfloat16 instructions and the step runs without XLA); translating in "
                      "float32")  # fmt: skip
         if progress["epochs"]:
-            self.folder.restore(model)  # weights and optimizer state (built)
+            self.folder.restore(model)  # weights, optimizer (built) and dropout seeds
             self.log(f"continuing {self.folder.path} after epoch {progress['epochs']}")
         elif init_weights is not None:
             self.log(f"starting from the weights of {init_weights}")

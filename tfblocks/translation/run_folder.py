@@ -13,6 +13,8 @@ touched):
     DIR/state/training.weights.h5   model + optimizer after the last finished epoch
     DIR/state/variables.npz      under LoRA: the model's variables as they are (the .h5
                                  holds merged kernels and no adapters)
+    DIR/state/seeds.npz          with dropout: the state of the model's seed generators
+                                 (each dropout layer's seed and count of masks drawn)
     DIR/state/progress.json      finished epochs, total training seconds, per-epoch history,
                                  best dev BLEU (correct across reruns)
     DIR/checkpoints/epoch-NNNN.npz  weights of the last `keep` epochs (for averaging)
@@ -69,6 +71,7 @@ LOCK_FILE = "run.lock"
 PROGRESS_FILE = os.path.join("state", "progress.json")
 STATE_FILE = os.path.join("state", "training.weights.h5")
 VARIABLES_FILE = os.path.join("state", "variables.npz")
+SEEDS_FILE = os.path.join("state", "seeds.npz")
 _CHECKPOINT = re.compile(r"^epoch-(\d{4,})\.npz$")
 _COMMIT = re.compile(r"^commit-(\d{6,})$")
 # What a commit folder may hold, by exact name -> where the file goes after the commit.
@@ -77,6 +80,7 @@ _STAGED = {
     "best.npz": "best.npz",
     "training.weights.h5": STATE_FILE,
     "variables.npz": VARIABLES_FILE,
+    "seeds.npz": SEEDS_FILE,
 }
 
 
@@ -209,10 +213,27 @@ class RunFolder:
     def restore(self, model):
         """Loads the training state of the last recorded epoch into `model` (compiled,
         built): model and optimizer variables, then `state/variables.npz` if the commit
-        wrote one."""
+        wrote one, and the seed generators' state (`state/seeds.npz`), so the dropout
+        masks go on where the recorded epoch left them. A folder without `seeds.npz`
+        (written before tfblocks kept it) continues with the model's fresh seeds.
+
+        Raises:
+            ValueError: `seeds.npz` holds another number of seed generators than `model`.
+        """
         model.load_weights(self.state_weights)
         if os.path.exists(self.join(VARIABLES_FILE)):
             load_weights(model, self.join(VARIABLES_FILE))
+        if os.path.exists(self.join(SEEDS_FILE)):
+            states = _seed_states(model)
+            with np.load(self.join(SEEDS_FILE)) as stored:
+                if len(stored.files) != len(states):
+                    raise ValueError(
+                        f"`output` {self.path!r} holds the state of {len(stored.files)} seed "
+                        f"generators in {SEEDS_FILE}, got a model with {len(states)} "
+                        "(another architecture or dropout?)."
+                    )
+                for i, variable in enumerate(states):
+                    variable.assign(stored[f"arr_{i}"])  # np.savez's names, in order
 
     def commit(
         self, model, progress, *, epoch=None, best=False, keep=5, weights=None, variables=False
@@ -223,8 +244,9 @@ class RunFolder:
             model: the model being trained.
             progress: the new progress (updated in place with the commit's number).
             epoch: the epoch `model` just finished: its checkpoint, `last.npz` and the
-                training state (model and optimizer) are saved. None for a step that
-                finished no epoch (an epoch cut by the time limit).
+                training state (model, optimizer and, with dropout, the seed generators)
+                are saved. None for a step that finished no epoch (an epoch cut by the
+                time limit).
             best: the weights become `best.npz`.
             keep: epoch checkpoints kept after the commit (the newest; only files
                 named `epoch-NNNN.npz`, which tfblocks wrote, are deleted).
@@ -247,6 +269,9 @@ class RunFolder:
             np.savez(os.path.join(staging, f"epoch-{epoch:04d}.npz"), **weights)
             np.savez(os.path.join(staging, "last.npz"), **weights)
             model.save_weights(os.path.join(staging, "training.weights.h5"))
+            states = _seed_states(model)
+            if states:  # none without dropout
+                np.savez(os.path.join(staging, "seeds.npz"), *(np.asarray(v) for v in states))
             if variables:
                 current = {v.path: np.asarray(v) for v in model.weights}
                 np.savez(os.path.join(staging, "variables.npz"), **current)
@@ -360,6 +385,16 @@ def _lock(lock_path, path):
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode("ascii"))
     return fd
+
+
+def _seed_states(model):
+    """The state variables of `model`'s random seed generators (a dropout layer's seed and
+    the count of masks it drew; not in `model.weights` nor its `.weights.h5`), in the
+    model's order: Keras' `model.variables` are its weights and these. They are stored by
+    position, not path: generators are named in the order a process makes them, so two
+    builds of one model in a process give them different paths."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
 
 
 def _regular(path):
