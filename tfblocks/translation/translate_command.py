@@ -126,12 +126,16 @@ def check_output_arguments(parser, args):
             parser.error(f"--score scores given translations: {', '.join(given)} does not apply")
 
 
-def check_paths(input_path, output, overwrite):
+def check_paths(input_path, output, overwrite, reads=()):
     """Refuses, before any work, an `--input` that cannot be read and an `--output` that
     cannot be written or would replace what the user has.
 
-    Refused: an existing `--output` without `--overwrite`; the input (the `--input` file
-    or the file standard input reads from, even with it); anything but a regular file
+    `reads` are the other files the command reads, `(flag, path)` pairs (`--score`,
+    `--target-prefix`; a None path is not given): each must be a regular file.
+
+    Refused: an existing `--output` without `--overwrite`; any file the command reads
+    (the `--input` file or the file standard input reads from, and those of `reads`),
+    even with it, whatever name reaches it (a link, `./`); anything but a regular file
     (a folder, a device such as /dev/null, a pipe); `""`; a name ending in a path
     separator; a path whose folder does not exist. `-` is standard output.
     """
@@ -139,6 +143,10 @@ def check_paths(input_path, output, overwrite):
         raise ValueError(f"--input={input_path!r} does not exist")
     if input_path is not None and os.path.isdir(input_path):
         raise ValueError(f"--input={input_path!r} is a folder; give a file")
+    reads = [(flag, path) for flag, path in reads if path is not None]
+    for flag, path in reads:
+        if not os.path.isfile(path):
+            raise ValueError(f"{flag}={path!r} is not a file")
     if output is None or output == "-":
         return
     if not output or output.endswith(("/", os.sep)):
@@ -150,12 +158,18 @@ def check_paths(input_path, output, overwrite):
         return
     if not os.path.isfile(output):
         raise ValueError(f"--output={output!r} exists and is not a regular file")
+    written = os.stat(output)
     source = os.stat(input_path) if input_path is not None else _stdin_file()
-    if source is not None and os.path.samestat(source, os.stat(output)):
+    if source is not None and os.path.samestat(source, written):
         raise ValueError(
             f"--output={output!r} is the file the input comes from; write the "
             "translations elsewhere"
         )
+    for flag, path in reads:
+        if os.path.samestat(os.stat(path), written):
+            raise ValueError(
+                f"--output={output!r} is the file {flag}={path!r} reads; write the output elsewhere"
+            )
     if not overwrite:
         raise ValueError(f"--output={output!r} exists; pass --overwrite to replace it")
 
@@ -193,10 +207,8 @@ def _n_best_lines(index, hypotheses):
 
 def main(argv=None):
     args = parse_args(argv)
-    check_paths(args.input, args.output, args.overwrite)  # before TensorFlow loads
-    for flag, path in (("--score", args.score), ("--target-prefix", args.target_prefix)):
-        if path is not None and not os.path.isfile(path):
-            raise ValueError(f"{flag}={path!r} is not a file")
+    reads = (("--score", args.score), ("--target-prefix", args.target_prefix))
+    check_paths(args.input, args.output, args.overwrite, reads)  # before TensorFlow loads
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
 
