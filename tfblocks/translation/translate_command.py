@@ -99,8 +99,8 @@ def parse_args(argv=None):
 
 
 def check_output_arguments(parser, args):
-    """Refuses (`parser.error`) an `--n-best` that cannot work and options `--score`
-    would ignore."""
+    """Refuses (`parser.error`) an `--n-best` that cannot work, `--alignments` with an
+    ensemble and options `--score` would ignore."""
     if args.n_best is not None and args.n_best <= 0:
         parser.error(f"--n-best must be a positive integer, got --n-best={args.n_best}")
     if args.n_best is not None and args.beam_size is not None and args.n_best > args.beam_size:
@@ -110,6 +110,11 @@ def check_output_arguments(parser, args):
         )
     if args.alignments and args.n_best is not None:
         parser.error("--alignments aligns the best translation only: drop --n-best")
+    if args.alignments and len(args.model) > 1:
+        parser.error(
+            "--alignments reads one model's cross-attention, which an ensemble has not: give "
+            f"one --model, got {len(args.model)}"
+        )
     if args.score is not None:
         given = [
             flag
@@ -217,6 +222,7 @@ def main(argv=None):
     notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
     if args.score is not None:
         targets = _read_aligned(args, "--score", args.score, len(lines), languages[1])
+        _check_score_lengths(args.score, targets)  # before the model loads
         run, what = engines.load_score(args.model, args.max_length, args.engine, notice)
         items, doing, length = list(zip(lines, targets, strict=True)), "scoring", _pair_length
     else:
@@ -271,6 +277,22 @@ def _read_aligned(args, flag, path, count, language=None):
             "give one line per input line"
         )
     return lines
+
+
+# The most characters of a `--score` target: it is scored whole, never cut (as a source
+# is), and its memory grows with the square of its length; a longer line is a document.
+MAX_SCORE_CHARACTERS = 4096
+
+
+def _check_score_lengths(path, targets):
+    """Refuses a `--score` file (`path`) with a target (`targets`, its lines) longer than
+    `MAX_SCORE_CHARACTERS`, naming its line."""
+    for number, target in enumerate(targets, 1):
+        if len(target) > MAX_SCORE_CHARACTERS:
+            raise ValueError(
+                f"--score={path!r}, line {number}: {len(target)} characters; a target is "
+                f"scored whole and may have at most {MAX_SCORE_CHARACTERS}"
+            )
 
 
 def _source_length(pair):
