@@ -153,10 +153,21 @@ def load_preset(path):
         )
     hparams_path = os.path.join(path, HPARAMS_FILE)  # checked first: it is quick to read
     hp = _load_hparams(hparams_path) if os.path.exists(hparams_path) else None
-    model = Transformer.from_preset(path)
-    keras_tokenizer = TransformerTokenizer.from_preset(path)
+    model = _from_preset(Transformer, path, "config.json")
+    keras_tokenizer = _from_preset(TransformerTokenizer, path, "tokenizer.json")
     tokenizer = SubwordTokenizer(keras_tokenizer.proto)
     return Preset(model, tokenizer, hp)
+
+
+def _from_preset(cls, path, name):
+    """`cls.from_preset(path)`; what Keras refuses in the preset's file `name` (in safe
+    mode, a class that is neither Keras' nor registered) is a short ValueError naming
+    the file instead of Keras' TypeError."""
+    try:
+        return cls.from_preset(path)
+    except (TypeError, ValueError) as error:
+        reason = " ".join(str(error).split())
+        raise ValueError(f"{os.path.join(path, name)} cannot be loaded: {reason:.200}") from None
 
 
 def load_target_tokenizer(path):

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tfblocks.decoding import Greedy
 from tfblocks.ids import PAD_ID
-from tfblocks.serving.text_module import TEXT, TextModule, check_vocabulary
+from tfblocks.serving.text_module import TEXT, TextModule, batch_input, check_vocabulary
 
 
 class Generator(TextModule):
@@ -80,7 +80,7 @@ class Generator(TextModule):
     @tf.function(input_signature=[TEXT], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"continuation", "score"}` for a batch."""
-        prompt = self.encode_prompt(text)  # [B, P]
+        prompt = self.encode_prompt(batch_input(text, "text"))  # [B, P]
         ids, scores = self._decoder.decode(self.search, prefix=prompt)
         # The prompt's positions become padding, which detokenize drops.
         lengths = tf.reduce_sum(tf.cast(tf.not_equal(prompt, PAD_ID), tf.int32), axis=1)

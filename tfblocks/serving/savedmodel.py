@@ -36,6 +36,9 @@ has no such rule: a blank source or target is scored like any other (an empty ta
 its EOS alone), and a target is never truncated. A target prefix is tokenized as a
 target (without EOS) and cut to its first `max_length - 1` subwords; its subwords are
 forced, so they add nothing to the score (`score(source, translation)` counts them).
+Each string input is a batch `[B]`: another rank (a scalar, `[B, 1]`) fails the call
+with an InvalidArgumentError naming the input
+(`tfblocks.serving.text_module.batch_input`).
 
 Speed (`Translator`): a batch's sources are padded to the first of a few length buckets
 that holds its longest source (`source_buckets`, by default 8, 16, 32, … up to
@@ -73,16 +76,18 @@ from tfblocks.serving.hypothesis import Hypothesis
 from tfblocks.serving.text_module import (
     TEXT,
     TextModule,
+    batch_input,
     blank_lines,
     check_pairs,
     check_text_batch,
     check_vocabulary,
+    text_spec,
 )
 
 # The string inputs of the signatures besides `TEXT`.
-_SOURCE = tf.TensorSpec([None], tf.string, name="source")
-_TARGET = tf.TensorSpec([None], tf.string, name="target")
-_TARGET_PREFIX = tf.TensorSpec([None], tf.string, name="target_prefix")
+_SOURCE = text_spec("source")
+_TARGET = text_spec("target")
+_TARGET_PREFIX = text_spec("target_prefix")
 
 
 def _check_same_batch(first, second, names):
@@ -373,6 +378,7 @@ class Translator(TextModule):
     @tf.function(input_signature=[TEXT], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
+        text = batch_input(text, "text")
         blank = blank_lines(text)
         # A blank line is decoded as "" (cheap, and it never lengthens its batch's padding).
         source = self.encode_source(tf.where(blank, "", text))
@@ -394,6 +400,7 @@ class Translator(TextModule):
         """The `prefix` signature: each translation starts with its `target_prefix`
         ("" forces nothing): `{"translation" [B], "score" [B], "translations" [B, K],
         "scores" [B, K]}` (K = `num_hypotheses`; the first column is the translation)."""
+        text, target_prefix = batch_input(text, "text"), batch_input(target_prefix, "target_prefix")
         _check_same_batch(text, target_prefix, ("text", "target_prefix"))
         out = self._n_best(text, self.encode_prefix(target_prefix))
         return {"translation": out["translations"][:, 0], "score": out["scores"][:, 0], **out}
@@ -402,6 +409,7 @@ class Translator(TextModule):
         """`{"translations", "scores"}` `[B, num_hypotheses]` of `text`, each translation
         starting with its row of `prefix` ids (None: no prefix)."""
         k = self.num_hypotheses
+        text = batch_input(text, "text")  # the `n_best` signature's input
         blank = blank_lines(text)
         source = self.encode_source(tf.where(blank, "", text))
         ids, scores = self._decoder.decode(
@@ -419,6 +427,7 @@ class Translator(TextModule):
         """The `score` signature: `{"score" [B], "token_scores" [B, T], "length" [B]}`:
         each target's log-probability, its per-token values (0 after its EOS) and its
         number of tokens (EOS included)."""
+        source, target = batch_input(source, "source"), batch_input(target, "target")
         _check_same_batch(source, target, ("source", "target"))
         target_ids = self.encode_target(target)  # [B, T]
         token_scores = self._decoder.score(self.encode_source(source), target_ids)
@@ -434,6 +443,7 @@ class Translator(TextModule):
         return self._optional("align", self._align, [_SOURCE, _TARGET])(source, target)
 
     def _align(self, source, target):
+        source, target = batch_input(source, "source"), batch_input(target, "target")
         _check_same_batch(source, target, ("source", "target"))
         blank = blank_lines(source)
         source_ids = self.encode_source(tf.where(blank, "", source))

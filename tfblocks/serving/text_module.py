@@ -30,8 +30,30 @@ def blank_lines(text):
     return tf.strings.regex_full_match(text, BLANK)
 
 
+def text_spec(name):
+    """The string input `name` of a SavedModel signature, a batch `[B]`, declared of any
+    shape: a loaded signature checks the dtype of what it is given but not its shape, so
+    the signature's own `batch_input` refuses another rank when it is called.
+
+    >>> text_spec("text")
+    TensorSpec(shape=<unknown>, dtype=tf.string, name='text')
+    """
+    return tf.TensorSpec(None, tf.string, name=name)
+
+
 # The string input of the `serving_default` signatures.
-TEXT = tf.TensorSpec([None], tf.string, name="text")
+TEXT = text_spec("text")
+
+
+def batch_input(text, name):
+    """In a signature's graph: its string input `text` (called `name`) as a batch
+    `tf.string [B]`; any other rank (a scalar, `[B, 1]`) fails the call with an
+    InvalidArgumentError that names the input, before anything else runs."""
+    check = tf.debugging.assert_rank(
+        text, 1, message=f"`{name}` must be a 1-D batch of strings, one per sentence"
+    )  # an op in the graph: `text_spec` leaves the rank unknown until the call
+    with tf.control_dependencies([check]):
+        return tf.ensure_shape(text, [None])  # [B]
 
 
 def check_text_batch(texts, name="texts"):

@@ -527,6 +527,8 @@ def load_splits(
                 language_files(corpus_dir, split, source),
                 language_files(corpus_dir, split, target),
             )
+    for split in SPLITS:
+        _check_sides_differ(split, *files[split])
     joined = {"remove_source_spaces": source == "ja", "remove_target_spaces": target == "ja"}
     splits = {
         split: list(read_parallel(*files[split], **joined))
@@ -537,3 +539,20 @@ def load_splits(
         sources, targets = (tuple(os.fspath(p) for p in side) for side in files["train"])
         splits = {"train": StreamedPairs(sources, targets, **joined), **splits}
     return splits
+
+
+def _check_sides_differ(split, sources, targets):
+    """Refuses a split whose source and target sides share a file, whatever names reach
+    it (a link, a hard link): a ValueError naming both paths."""
+    seen = {}
+    for path in sources:
+        status = os.stat(path)
+        seen[(status.st_dev, status.st_ino)] = path
+    for path in targets:
+        status = os.stat(path)
+        same = seen.get((status.st_dev, status.st_ino))
+        if same is not None:
+            raise ValueError(
+                f"the {split} split's source {os.fspath(same)} and target {os.fspath(path)} "
+                "are the same file; give each side its own language's file."
+            )

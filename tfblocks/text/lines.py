@@ -17,6 +17,7 @@ import glob
 import gzip
 import os
 import re
+import stat
 import zlib
 
 # `NAME-00003-of-00008` (optionally `.gz`): shard 3 of 8 of NAME.
@@ -32,8 +33,18 @@ def invalid_utf8(name, line, data, error):
     )
 
 
-def _missing(path):
-    return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fspath(path))
+def _not_a_file(path):
+    """The error for `path`, where a corpus file should be: the system's own for a missing
+    path, a link to nothing or a loop of links (`OSError` naming it), `Is a directory` for
+    a folder, a ValueError for anything else that is not a regular file (a pipe, a device)."""
+    path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        return OSError(error.errno, error.strerror, path)  # FileNotFoundError for ENOENT
+    if stat.S_ISDIR(mode):
+        return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    return ValueError(f"{path} is not a regular file (a pipe, a device or a socket).")
 
 
 def language_files(folder, split, language):
@@ -47,7 +58,8 @@ def language_files(folder, split, language):
         A list of paths (str).
 
     Raises:
-        FileNotFoundError: none of them exists (the plain file's path is named).
+        OSError: none of them is a file (the plain file's path is named, or the path
+            that is a folder or a loop of links: `FileNotFoundError`, `IsADirectoryError`).
         ValueError: more than one of these forms exists, or shards are missing.
     """
     base = os.path.join(os.fspath(folder), f"{split}.{language}")
@@ -60,7 +72,8 @@ def language_files(folder, split, language):
     if shards:
         found.append(f"{base}-NNNNN-of-NNNNN")
     if not found:
-        raise _missing(base)
+        present = [p for p in (base, base + ".gz") if os.path.lexists(p)]
+        raise _not_a_file(present[0] if present else base)
     if len(found) > 1:
         raise ValueError(f"{base} is given more than once ({', '.join(found)}); keep one of them.")
     if not shards:
@@ -91,7 +104,8 @@ def expand_paths(flag, value):
 
     Raises:
         ValueError: `value` names nothing, or a glob matches no file (`flag` is named).
-        FileNotFoundError: a named file does not exist.
+        OSError: a named path is not a file (`FileNotFoundError` when it does not
+            exist, `IsADirectoryError` for a folder; a loop of links is named as such).
     """
     items = [item.strip() for item in value.split(",")] if isinstance(value, str) else []
     if not items or not all(items):
@@ -111,7 +125,7 @@ def expand_paths(flag, value):
         elif os.path.isfile(item):
             paths.append(item)
         else:
-            raise _missing(item)
+            raise _not_a_file(item)
     return paths
 
 

@@ -11,6 +11,10 @@ from tfblocks import _checks
 
 # TensorFlow's prefix naming the op's function: `{{function_node __wrapped__ReadFile_...}} `.
 _FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+# What TensorFlow puts between a Python exception's line and its traceback when a Python
+# function it ran raised; the exception's line starts with its class name.
+_PYTHON_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt):")
 
 
 def _op_error():
@@ -32,11 +36,29 @@ def error_line(error):
     if isinstance(error, OSError) and error.strerror and error.filename is not None:
         paths = [error.filename] + ([] if error.filename2 is None else [error.filename2])
         message = f"{error.strerror}: {' -> '.join(repr(_text(p)) for p in paths)}"
+    elif isinstance(error, _op_error()) and _PYTHON_TRACEBACK in error.message:
+        message = _python_error(error.message)
     elif isinstance(error, _op_error()):
         message = f"{type(error).__name__}: {_FUNCTION_NODE.sub('', error.message)}"
     else:
         message = str(error) or type(error).__name__
     return " ".join(message.split())
+
+
+def _python_error(message):
+    """The Python exception's own line(s) (`ValueError: ...`) in the message of a
+    TensorFlow error that carries one with its traceback (a Python function that
+    TensorFlow ran, such as `tf.data.Dataset.from_generator`'s, raised it).
+
+    >>> _python_error("Graph execution error:\\n\\nDetected at node x defined at (most "
+    ...               "recent call last):\\n  File 'a.py', line 1\\nValueError: a.de, line 3: "
+    ...               "bad\\nTraceback (most recent call last):\\n  File 'b.py'\\nValueError: "
+    ...               "a.de, line 3: bad\\n [[{{node PyFunc}}]]")
+    'ValueError: a.de, line 3: bad'
+    """
+    lines = message.split(_PYTHON_TRACEBACK, 1)[0].rstrip().splitlines()
+    starts = [i for i, line in enumerate(lines) if _EXCEPTION_LINE.match(line)]
+    return "\n".join(lines[starts[-1] :] if starts else lines[-1:])
 
 
 def _text(path):
@@ -109,12 +131,20 @@ def command_parser(prog, doc):
     )
 
 
+# The most subwords `--max-length` asks for: a sentence's caches and attention grow with
+# it, and a sentence of more subwords is a document.
+MAX_LENGTH = 4096
+
+
 def add_decoding_arguments(parser):
     """`--beam-size`, `--alpha`, `--max-length`, `--batch-size` and `--engine`: how a
     loaded model translates (checked by `check_decoding_arguments`)."""
     parser.add_argument("--beam-size", type=int, default=None, help="default 4 (1 = greedy)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length-penalty exponent")
-    parser.add_argument("--max-length", type=int, default=None, help="subwords per sentence")
+    parser.add_argument(
+        "--max-length", type=int, default=None,
+        help=f"subwords per sentence (2 to {MAX_LENGTH}; default: the run's max_length)",
+    )  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
 
@@ -144,14 +174,15 @@ def add_verbose_argument(parser):
 
 def check_decoding_arguments(parser, args):
     """Refuses (`parser.error`) a `--batch-size`, `--beam-size` or `--max-length` that
-    cannot work, before anything is loaded: 0 is an error, never "the default"."""
+    cannot work, before anything is loaded: 0 is an error, never "the default"; a
+    `--max-length` above `MAX_LENGTH` too."""
     if args.batch_size <= 0:
         parser.error(f"--batch-size must be a positive integer, got --batch-size={args.batch_size}")
     if args.beam_size is not None and args.beam_size <= 0:
         parser.error(f"--beam-size must be a positive integer, got --beam-size={args.beam_size}")
-    if args.max_length is not None and args.max_length < 2:
+    if args.max_length is not None and not 2 <= args.max_length <= MAX_LENGTH:
         parser.error(
-            "--max-length must be at least 2 (one subword and EOS), got "
+            f"--max-length must be 2 (one subword and EOS) to {MAX_LENGTH}, got "
             f"--max-length={args.max_length}"
         )
 
@@ -201,6 +232,8 @@ def read_input(path, japanese_spaces, advise=True, language=None):
         remove_spaces, advise = language == "ja", False
     if path is not None:
         lines = read_sentences(path, remove_spaces=remove_spaces)
+    elif sys.stdin is None:  # closed (`<&-`): Python has no standard input at all
+        raise ValueError("standard input is closed: give --input FILE, or the text on it")
     else:
         lines = decode_lines(sys.stdin.buffer.read(), "standard input")
         lines = [remove_japanese_spaces(s) for s in lines] if remove_spaces else lines

@@ -190,8 +190,14 @@ class TrainingJob:
         if not self.options.init_from:
             return None
         preset = os.path.join(self.options.init_from, "model")
-        model, tokenizer, hp = load_preset(preset)
-        init = Init(model, tokenizer, load_target_tokenizer(preset), hp)
+        try:
+            model, tokenizer, hp = load_preset(preset)
+            target_tokenizer = load_target_tokenizer(preset)
+        except (ValueError, OSError) as error:  # named by the flag, not by `path`
+            raise ValueError(
+                f"--init-from={self.options.init_from!r} holds no model to start from: {error}"
+            ) from error
+        init = Init(model, tokenizer, target_tokenizer, hp)
         sizes = [t.vocabulary_size for t in init[1:3] if t is not None]
         if init.model.get_config()["vocab_size"] != max(sizes):
             raise ValueError(

@@ -145,8 +145,7 @@ class RunFolder:
 
     def settings(self):
         """The settings saved in `run.json`, or None before `check_settings` saved any."""
-        with open(self.join(RUN_FILE), encoding="utf-8") as f:
-            return json.load(f).get("settings")
+        return _read_json(self.join(RUN_FILE), {"settings": (dict, type(None))}).get("settings")
 
     def trained(self):
         """Whether the folder holds training results (a recorded commit): from then on its
@@ -201,8 +200,7 @@ class RunFolder:
         }
         path = self.join(PROGRESS_FILE)
         if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                progress.update(json.load(f))
+            progress.update(_read_json(path, _PROGRESS_TYPES))
         return progress
 
     @property
@@ -357,6 +355,8 @@ def run_languages(path):
                 settings = json.load(f).get("settings") or {}
         except (OSError, ValueError, AttributeError):
             continue
+        if not isinstance(settings, dict):  # not what tfblocks wrote: languages unknown
+            continue
         languages = (settings.get("source_lang"), settings.get("target_lang"))
         if all(isinstance(language, str) for language in languages):
             return languages
@@ -395,6 +395,38 @@ def _seed_states(model):
     builds of one model in a process give them different paths."""
     weights = {id(v) for v in model.weights}
     return [v for v in model.variables if id(v) not in weights]
+
+
+# The types of `state/progress.json`'s fields (bool is not a number here).
+_NUMBER = (int, float)
+_PROGRESS_TYPES = {
+    "epochs": int,
+    "train_seconds": _NUMBER,
+    "history": list,
+    "best_epoch": (int, type(None)),
+    "best_bleu": (*_NUMBER, type(None)),
+    "improved_epoch": (int, type(None)),
+    "commit": int,
+}
+
+
+def _read_json(path, types):
+    """The JSON object in the run folder's file `path`, its fields of `types` (`{name:
+    type or tuple}`) checked; a ValueError naming the file otherwise (not JSON, cut
+    short, not an object, a field of another type)."""
+    fix = "restore it, or give a new --output"
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not the JSON tfblocks wrote ({error}); {fix}.") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {values!r:.80}; {fix}.")
+    for name, kinds in types.items():
+        value = values.get(name)
+        if name in values and (isinstance(value, bool) or not isinstance(value, kinds)):
+            raise ValueError(f"{path}: {name} has the wrong type, got {name}={value!r:.80}; {fix}.")
+    return values
 
 
 def _regular(path):

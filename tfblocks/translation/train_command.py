@@ -33,6 +33,7 @@ import dataclasses
 import os
 
 from tfblocks import _checks
+from tfblocks._allocator import physical_memory_mb
 from tfblocks.text.corpus import SPLITS
 from tfblocks.text.dataset import SHAPES
 from tfblocks.training.precision import POLICIES
@@ -159,6 +160,30 @@ def parse_args(argv=None):
 
 
 PATH_FLAGS = ("output", "init_from", "corpus_dir", "tsv")  # `~` is expanded in each
+# The largest `--vocab-size`: 2**20 pieces, a softmax of a million columns.
+MAX_VOCAB_SIZE = 1 << 20
+
+
+def check_batch_memory(batch_tokens, vocab_size, memory_mb=None):
+    """Refuses a `--batch-tokens` whose batch's logits (`batch_tokens` x `vocab_size`
+    float32 values, the step's largest tensor) alone exceed the machine's memory
+    (`memory_mb`; None: its physical memory, unchecked where the system does not say).
+
+    >>> check_batch_memory(4096, 8000, memory_mb=1024)
+    >>> check_batch_memory(10**9, 8000, memory_mb=1024)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: `--batch-tokens` is too large ... take 29802.3 GiB of its 1.0 GiB, got ...
+    """
+    memory_mb = physical_memory_mb() if memory_mb is None else memory_mb
+    logits = batch_tokens * vocab_size * 4  # bytes
+    if memory_mb is not None and logits > memory_mb << 20:
+        raise ValueError(
+            "`--batch-tokens` is too large for this machine: a batch's logits (--batch-tokens "
+            f"x --vocab-size float32 values) take {logits / 2**30:.1f} GiB of its "
+            f"{memory_mb / 1024:.1f} GiB, got --batch-tokens={batch_tokens} with "
+            f"--vocab-size={vocab_size}."
+        )
 
 
 def check_arguments(args):
@@ -173,6 +198,11 @@ def check_arguments(args):
         _checks.check_optional_positive_int(f"--{flag.replace('_', '-')}", getattr(args, flag))
     if args.vocab_size < 8:  # SentencePiece's smallest (pad, EOS, unknown, BOS and more)
         raise ValueError(f"`--vocab-size` must be at least 8, got --vocab-size={args.vocab_size}.")
+    if args.vocab_size > MAX_VOCAB_SIZE:
+        raise ValueError(
+            f"`--vocab-size` must be at most {MAX_VOCAB_SIZE}, got --vocab-size={args.vocab_size}."
+        )
+    check_batch_memory(args.batch_tokens, args.vocab_size)
     if args.seed >= 2**32:  # NumPy's seeds are 32-bit
         raise ValueError(f"`--seed` must be below 2**32, got --seed={args.seed}.")
     _checks.check_non_negative_float("--alpha", args.alpha)
@@ -218,6 +248,11 @@ def check_arguments(args):
                 f"`--init-from` is a {recorded[0]}->{recorded[1]} run, got "
                 f"--init-from={args.init_from!r} with --source-lang={args.source_lang!r} "
                 f"--target-lang={args.target_lang!r}."
+            )
+        if not os.path.isfile(os.path.join(args.init_from, "model", "config.json")):
+            raise ValueError(
+                "`--init-from` must be a run folder of tfblocks-train or tfblocks-import (with "
+                f"model/config.json), got --init-from={args.init_from!r}."
             )
 
 

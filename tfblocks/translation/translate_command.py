@@ -99,8 +99,8 @@ def parse_args(argv=None):
 
 
 def check_output_arguments(parser, args):
-    """Refuses (`parser.error`) an `--n-best` that cannot work and options `--score`
-    would ignore."""
+    """Refuses (`parser.error`) an `--n-best` that cannot work, `--alignments` with an
+    ensemble and options `--score` would ignore."""
     if args.n_best is not None and args.n_best <= 0:
         parser.error(f"--n-best must be a positive integer, got --n-best={args.n_best}")
     if args.n_best is not None and args.beam_size is not None and args.n_best > args.beam_size:
@@ -110,6 +110,11 @@ def check_output_arguments(parser, args):
         )
     if args.alignments and args.n_best is not None:
         parser.error("--alignments aligns the best translation only: drop --n-best")
+    if args.alignments and len(args.model) > 1:
+        parser.error(
+            "--alignments reads one model's cross-attention, which an ensemble has not: give "
+            f"one --model, got {len(args.model)}"
+        )
     if args.score is not None:
         given = [
             flag
@@ -126,12 +131,16 @@ def check_output_arguments(parser, args):
             parser.error(f"--score scores given translations: {', '.join(given)} does not apply")
 
 
-def check_paths(input_path, output, overwrite):
+def check_paths(input_path, output, overwrite, reads=()):
     """Refuses, before any work, an `--input` that cannot be read and an `--output` that
     cannot be written or would replace what the user has.
 
-    Refused: an existing `--output` without `--overwrite`; the input (the `--input` file
-    or the file standard input reads from, even with it); anything but a regular file
+    `reads` are the other files the command reads, `(flag, path)` pairs (`--score`,
+    `--target-prefix`; a None path is not given): each must be a regular file.
+
+    Refused: an existing `--output` without `--overwrite`; any file the command reads
+    (the `--input` file or the file standard input reads from, and those of `reads`),
+    even with it, whatever name reaches it (a link, `./`); anything but a regular file
     (a folder, a device such as /dev/null, a pipe); `""`; a name ending in a path
     separator; a path whose folder does not exist. `-` is standard output.
     """
@@ -139,6 +148,10 @@ def check_paths(input_path, output, overwrite):
         raise ValueError(f"--input={input_path!r} does not exist")
     if input_path is not None and os.path.isdir(input_path):
         raise ValueError(f"--input={input_path!r} is a folder; give a file")
+    reads = [(flag, path) for flag, path in reads if path is not None]
+    for flag, path in reads:
+        if not os.path.isfile(path):
+            raise ValueError(f"{flag}={path!r} is not a file")
     if output is None or output == "-":
         return
     if not output or output.endswith(("/", os.sep)):
@@ -150,12 +163,18 @@ def check_paths(input_path, output, overwrite):
         return
     if not os.path.isfile(output):
         raise ValueError(f"--output={output!r} exists and is not a regular file")
+    written = os.stat(output)
     source = os.stat(input_path) if input_path is not None else _stdin_file()
-    if source is not None and os.path.samestat(source, os.stat(output)):
+    if source is not None and os.path.samestat(source, written):
         raise ValueError(
             f"--output={output!r} is the file the input comes from; write the "
             "translations elsewhere"
         )
+    for flag, path in reads:
+        if os.path.samestat(os.stat(path), written):
+            raise ValueError(
+                f"--output={output!r} is the file {flag}={path!r} reads; write the output elsewhere"
+            )
     if not overwrite:
         raise ValueError(f"--output={output!r} exists; pass --overwrite to replace it")
 
@@ -193,10 +212,8 @@ def _n_best_lines(index, hypotheses):
 
 def main(argv=None):
     args = parse_args(argv)
-    check_paths(args.input, args.output, args.overwrite)  # before TensorFlow loads
-    for flag, path in (("--score", args.score), ("--target-prefix", args.target_prefix)):
-        if path is not None and not os.path.isfile(path):
-            raise ValueError(f"{flag}={path!r} is not a file")
+    reads = (("--score", args.score), ("--target-prefix", args.target_prefix))
+    check_paths(args.input, args.output, args.overwrite, reads)  # before TensorFlow loads
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
 
@@ -205,6 +222,7 @@ def main(argv=None):
     notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
     if args.score is not None:
         targets = _read_aligned(args, "--score", args.score, len(lines), languages[1])
+        _check_score_lengths(args.score, targets)  # before the model loads
         run, what = engines.load_score(args.model, args.max_length, args.engine, notice)
         items, doing, length = list(zip(lines, targets, strict=True)), "scoring", _pair_length
     else:
@@ -259,6 +277,22 @@ def _read_aligned(args, flag, path, count, language=None):
             "give one line per input line"
         )
     return lines
+
+
+# The most characters of a `--score` target: it is scored whole, never cut (as a source
+# is), and its memory grows with the square of its length; a longer line is a document.
+MAX_SCORE_CHARACTERS = 4096
+
+
+def _check_score_lengths(path, targets):
+    """Refuses a `--score` file (`path`) with a target (`targets`, its lines) longer than
+    `MAX_SCORE_CHARACTERS`, naming its line."""
+    for number, target in enumerate(targets, 1):
+        if len(target) > MAX_SCORE_CHARACTERS:
+            raise ValueError(
+                f"--score={path!r}, line {number}: {len(target)} characters; a target is "
+                f"scored whole and may have at most {MAX_SCORE_CHARACTERS}"
+            )
 
 
 def _source_length(pair):

@@ -1,0 +1,58 @@
+"""The SavedModel's signatures take 1-D string batches only: a loaded signature checks
+the dtype of its inputs but not their shape, so each signature refuses another rank
+itself, with an error that names the input."""
+
+import keras
+import pytest
+import tensorflow as tf
+
+import tfblocks
+from tfblocks.decoding import Greedy
+from tfblocks.serving import Translator
+from tfblocks.text import train_tokenizer
+
+pytestmark = pytest.mark.heavy  # an export: scheduled first
+
+SENTENCE, TARGET = "今日のランチはカレーだ。", "Today's lunch is curry."
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """A tiny Translator's export (greedy, no XLA, with the `align` signature), loaded."""
+    tokenizer = train_tokenizer([SENTENCE, TARGET] * 20, vocab_size=40)
+    keras.utils.set_random_seed(0)  # module fixtures run before conftest's per-test seed
+    hp = tfblocks.hparams(
+        "transformer_tiny", vocab_size=tokenizer.vocabulary_size, hidden_size=16,
+        filter_size=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+    )  # fmt: skip
+    translator = Translator(
+        tfblocks.build_transformer(hp), tokenizer, tokenizer, max_length=8,
+        search=Greedy(), jit_compile=False, alignments=True,
+    )  # fmt: skip
+    path = translator.export(tmp_path_factory.mktemp("export") / "translator")
+    return tf.saved_model.load(str(path))
+
+
+def test_signatures_refuse_other_ranks_naming_the_input(loaded):
+    column = tf.constant([[SENTENCE], [SENTENCE]])  # [2, 1]: was read as 2 x 2 translations
+    scalar = tf.constant(SENTENCE)
+    batch = tf.constant([SENTENCE, SENTENCE])
+    for signature, inputs, bad in [
+        ("serving_default", {"text": column}, "text"),
+        ("serving_default", {"text": scalar}, "text"),
+        ("score", {"source": batch, "target": column}, "target"),
+        ("score", {"source": scalar, "target": batch}, "source"),
+        ("prefix", {"text": batch, "target_prefix": column}, "target_prefix"),
+        ("align", {"source": column, "target": batch}, "source"),
+    ]:
+        with pytest.raises(tf.errors.InvalidArgumentError) as error:
+            loaded.signatures[signature](**inputs)
+        assert f"`{bad}` must be a 1-D batch of strings" in error.value.message, (
+            signature,
+            error.value.message[-2000:],
+        )
+    # A batch is served as before.
+    out = loaded.signatures["serving_default"](text=tf.constant([SENTENCE, ""]))
+    assert out["translation"].shape == [2] and out["translation"].numpy()[1] == b""
+    scored = loaded.signatures["score"](source=batch, target=tf.constant([TARGET, TARGET]))
+    assert scored["score"].shape == [2]
