@@ -4,6 +4,7 @@ log-probabilities. The trained `reverser` model is a fixture (conftest.py)."""
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 import tfblocks
 
@@ -74,3 +75,14 @@ def count_model_step_traces(*decoders):
     for i, decoder in enumerate(decoders):
         decoder._model_step_graph = counting(i, decoder._model_step_graph)
     return counts
+
+
+def traced_decode(decoder, search):
+    """`decoder.decode(search, source_ids)` inside one `tf.function` of any batch size and
+    width, as a `Translator` without XLA decodes: traced once for every batch (an eager
+    call of a Decoder without XLA traces its search again for each new shape)."""
+    return tf.function(
+        lambda source_ids: decoder.decode(search, source_ids),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+        autograph=False,
+    )

@@ -14,6 +14,7 @@ from tests.decoding.searches import (
     count_model_step_traces,
     fake_model,
     sources,
+    traced_decode,
 )
 from tfblocks.decoding import BeamSearch, Decoder, Greedy, Sampling
 from tfblocks.decoding import dropping as dropping_module
@@ -111,7 +112,10 @@ def test_ids_must_be_integers_of_the_vocabulary_and_options_sane():
 
 def test_mixed_precision_decoding_is_finite():
     keras.config.set_dtype_policy("mixed_bfloat16")
-    model = tfblocks.build_transformer(tfblocks.hparams("transformer_tiny", vocab_size=VOCAB))
+    hp = tfblocks.hparams(
+        "transformer_tiny", vocab_size=VOCAB, num_encoder_layers=1, num_decoder_layers=1
+    )  # one block a side traces half the graph: the dtypes are the same in every block
+    model = tfblocks.build_transformer(hp)
     ids, scores = Decoder(model, max_length=6, jit_compile=False).decode(
         BeamSearch(beam_size=3), sources(RNG, 2)
     )
@@ -121,46 +125,48 @@ def test_mixed_precision_decoding_is_finite():
 def test_translation_does_not_depend_on_batch_mates(reverser):
     source = sources(np.random.default_rng(7), 6)
     decoder = Decoder(reverser, max_length=10, jit_compile=False)
-    beam_together = decoder.decode(BeamSearch(beam_size=3), source)[0].numpy()
-    greedy_together = decoder.decode(Greedy(), source)[0].numpy()
+    # One trace per search for the batches of every size and width below.
+    beam = traced_decode(decoder, BeamSearch(beam_size=3))
+    greedy = traced_decode(decoder, Greedy())
+    beam_together, greedy_together = beam(source)[0].numpy(), greedy(source)[0].numpy()
     # Alone in the batch (same padded width), and alone without any padding.
     alone_rows = [source[row : row + 1] for row in range(3)]
     alone_rows.append(source[:1, : int(np.argmax(source[0] == tfblocks.EOS_ID)) + 1])
     for row, alone in zip([0, 1, 2, 0], alone_rows, strict=True):
-        np.testing.assert_array_equal(
-            decoder.decode(BeamSearch(beam_size=3), alone)[0].numpy()[0], beam_together[row]
-        )
-        np.testing.assert_array_equal(
-            decoder.decode(Greedy(), alone)[0].numpy()[0], greedy_together[row]
-        )
+        np.testing.assert_array_equal(beam(alone)[0].numpy()[0], beam_together[row])
+        np.testing.assert_array_equal(greedy(alone)[0].numpy()[0], greedy_together[row])
 
 
-@pytest.mark.parametrize("jit_compile", [True, False])
-def test_extra_length_bounds_the_decode_length(reverser, jit_compile):
+def test_extra_length_bounds_the_decode_length(reverser):
+    # The bound with and without XLA against one full-length search without XLA
+    # (compiling is the slow part; under XLA the bound is a tensor of static value).
     source = sources(np.random.default_rng(5), 3)  # [3, 8]
-    decoder = Decoder(reverser, max_length=30, jit_compile=jit_compile)
+    decoders = {jit: Decoder(reverser, max_length=30, jit_compile=jit) for jit in (True, False)}
     for search in (Greedy(), BeamSearch(beam_size=2)):
-        full, _ = decoder.decode(search, source)
-        short, _ = decoder.decode(search, source, extra_length=2)  # min(30, 8 + 2)
-        assert full.shape == (3, 30) and short.shape == (3, 10)
-        # The reverser's outputs (at most 7 ids + EOS) fit in 10: the same ids.
-        np.testing.assert_array_equal(short.numpy(), full.numpy()[:, :10])
-        assert not full.numpy()[:, 10:].any()
-    with pytest.raises(ValueError, match="extra_length=-1"):
-        decoder.decode(Greedy(), source, extra_length=-1)
+        full, _ = decoders[False].decode(search, source)
+        assert full.shape == (3, 30) and not full.numpy()[:, 10:].any()
+        for jit, decoder in decoders.items():
+            short, _ = decoder.decode(search, source, extra_length=2)  # min(30, 8 + 2)
+            assert short.shape == (3, 10), (search, jit)
+            # The reverser's outputs (at most 7 ids + EOS) fit in 10: the same ids.
+            np.testing.assert_array_equal(short.numpy(), full.numpy()[:, :10], err_msg=repr(search))
+    for decoder in decoders.values():
+        with pytest.raises(ValueError, match="extra_length=-1"):
+            decoder.decode(Greedy(), source, extra_length=-1)
 
 
 def test_growing_caches_give_the_same_translations(reverser):
-    # Outputs of up to 8 ids cross the cache boundaries 2, 4 and 8. The growing caches,
+    # Outputs of up to 8 ids cross the cache boundaries 2 and 4: the caches grow twice,
+    # the second time to the max_length that the Decoder appends. The growing caches,
     # with and without XLA, against one cache of max_length without XLA (compiling is the
     # slow part). Sampling draws its ids with XLA's own random numbers, so compiled
     # sampling is compared with a compiled single cache.
     source = sources(np.random.default_rng(8), 6)
     grown = {
-        jit: Decoder(reverser, max_length=10, jit_compile=jit, cache_lengths=(2, 4, 8))
+        jit: Decoder(reverser, max_length=10, jit_compile=jit, cache_lengths=(2, 4))
         for jit in (True, False)
     }
-    assert grown[True].cache_lengths == (2, 4, 8, 10)
+    assert grown[True].cache_lengths == (2, 4, 10)
     single = {
         jit: Decoder(reverser, max_length=10, jit_compile=jit, cache_lengths=None)
         for jit in (True, False)
@@ -180,7 +186,7 @@ def test_growing_caches_give_the_same_translations(reverser):
             assert (ids.numpy() > 0).sum(-1).max() > 4  # and some crossed two boundaries
             np.testing.assert_array_equal(ids.numpy(), want_ids.numpy(), err_msg=repr(search))
             np.testing.assert_allclose(scores.numpy(), want_scores.numpy(), rtol=1e-5, atol=1e-6)
-    # Under XLA the growing Decoder's three searches (four loops each, one per cache
+    # Under XLA the growing Decoder's three searches (three loops each, one per cache
     # length; beam and greedy rows; the first search one that drops no sentence) traced
     # the model's step once, as did the single cache's sampling; without XLA the step is
     # traced into each loop, so more than once.
