@@ -178,8 +178,10 @@ class _Beam(Pieces):
         # length-penalized score rises above DEAD once the penalty exceeds 2.
         is_eos = tf.logical_and(tf.equal(token, self.eos_id), top_log_probs > DEAD)
 
-        # The K best extensions that did not end stay alive (there are always K).
+        # The K best extensions that did not end stay alive (there are always K): one
+        # that ended fills a slot only where fewer than K others can, and dead (as t2t's).
         _, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_scores), k=beam)  # [B, K]
+        alive_log_probs = tf.where(is_eos, NEG_INF, top_log_probs)  # [B, 2K]
         parents = tf.gather(origin, keep, batch_dims=1)  # [B, K]
         reordered = tf.nest.map_structure(
             lambda x: flatten(tf.gather(regroup(x), parents, batch_dims=1)), new_state
@@ -197,7 +199,7 @@ class _Beam(Pieces):
             last=flatten(tf.gather(token, keep, batch_dims=1))[:, None],  # [B·K, 1]
             state=reordered,
             alive_seq=tf.gather(top_seq, keep, batch_dims=1),
-            alive_log_probs=tf.gather(top_log_probs, keep, batch_dims=1),
+            alive_log_probs=tf.gather(alive_log_probs, keep, batch_dims=1),
             finished_seq=tf.gather(all_seq, best, batch_dims=1),
             finished_scores=finished_scores,
             finished_flags=tf.gather(all_flags, best, batch_dims=1),
