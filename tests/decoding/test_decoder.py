@@ -242,8 +242,8 @@ def test_num_hypotheses_and_score_arguments_are_checked():
 def test_a_target_prefix_is_forced_then_the_search_goes_on(reverser, monkeypatch):
     # Each row's prefix: the first k ids of its reversal (k = 0 forces nothing), or (row 5)
     # an id the reverser would not start with. The search continues each prefix as the
-    # model would: the whole reversal. Forced ids add nothing to the score: with alpha=0 a
-    # search's score is the log-probability (Decoder.score) of the ids after the prefix.
+    # model would: the whole reversal. Forced ids count in the score: with alpha=0 a
+    # search's score is the log-probability (Decoder.score) of all its ids.
     # Dropping finished sentences (down to one row: MIN_ROWS=1; the prefix shrinks with
     # the batch) gives the same results (beam search: greedy's dropping is the same code).
     monkeypatch.setattr(dropping_module, "MIN_ROWS", 1)
@@ -269,8 +269,7 @@ def test_a_target_prefix_is_forced_then_the_search_goes_on(reverser, monkeypatch
         np.testing.assert_array_equal(ids[:5], reversal[:5], err_msg=repr(search))
         assert ids[5, 0] == prefix[5, 0] != reversal[5, 0]
         log_probs = whole.score(source, ids).numpy()
-        after = np.arange(10)[None, :] >= np.array(forced)[:, None]
-        np.testing.assert_allclose(scores, (log_probs * after).sum(-1), atol=1e-4)
+        np.testing.assert_allclose(scores, log_probs.sum(-1), atol=1e-4)
     dropped_ids, dropped_scores = dropping.decode(search, source, prefix=prefix)
     np.testing.assert_array_equal(dropped_ids.numpy(), ids)
     np.testing.assert_allclose(dropped_scores.numpy(), scores, rtol=1e-5, atol=1e-6)

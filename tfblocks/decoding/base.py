@@ -15,11 +15,19 @@ greedy and beam search let the sentences whose search has ended leave the batch
 With `num_hypotheses=N` a search returns N results per sentence, best first: beam
 search's N best hypotheses, or N samples (`ids [B, N, L]`, `scores [B, N]`).
 
+With `prefix` (ids `[B, P]`) each sentence's results start with its row (`forced_tokens`):
+while the row lasts the search takes its token and no other, whose log-probability counts
+in the score as any other token's (so a result's score is the log-probability of its ids,
+length-penalized by beam search); then the search goes on freely. Forcing is the
+search's, not the step function's: the search renormalizes a step function's logits, so
+they could force a token only by giving it probability 1.
+
 A new strategy subclasses `SearchStrategy`: its constructor checks its options, and
 `_pieces` returns the loop's pieces, a `Pieces` with `initial`, `step`, `done`, `result`,
 `select`, `repeat` and `size` (as `tfblocks.decoding.greedy.Sequential` and beam search's
 do), which the plain loop (`SearchStrategy.search`) and the shrinking one
-(`tfblocks.decoding.dropping`) drive.
+(`tfblocks.decoding.dropping`) drive. The prefix is part of the loop state, so it
+leaves the batch with its sentence.
 
 Hand-written because no library searches with t2t's semantics over an encoder–decoder
 cache: keras-hub's samplers drive a decoder-only cache callback and have no t2t length
@@ -33,6 +41,10 @@ from tfblocks.decoding.dropping import run_dropping
 from tfblocks.ids import EOS_ID, PAD_ID
 
 NEG_INF = -1e9  # a finite "minus infinity" for scores (inf - inf would give NaN)
+# A hypothesis whose log-probability is at or below DEAD took a token the step ruled out
+# (NEG_INF: PAD, BOS, the other tokens of a forced position) or extends one that did. Real
+# log-probabilities stay far above it, and extending a dead hypothesis keeps it dead.
+DEAD = NEG_INF / 2
 
 
 def dim(x, axis):
@@ -45,6 +57,23 @@ def write(seqs, index, tokens):
     """Writes `tokens` `[...]` at position `index` of `seqs` `[..., L]` (zeros there)."""
     column = tf.one_hot(index, tf.shape(seqs)[-1], dtype=seqs.dtype)  # [L]
     return seqs + tokens[..., None] * column
+
+
+def forced_tokens(prefix, index, pad_id):
+    """`(forcing [B], token [B])` at position `index` for rows that start with `prefix`
+    `[B, P]` (ids padded on the right with `pad_id`): whether row b's prefix (its ids
+    before its first `pad_id`) reaches `index`, and the id it forces there.
+
+    >>> import tensorflow as tf
+    >>> forcing, token = forced_tokens(tf.constant([[5, 6], [7, 0], [0, 0]]), 1, pad_id=0)
+    >>> forcing.numpy().tolist(), token.numpy().tolist()
+    ([True, False, False], [6, 0, 0])
+    """
+    ended = tf.math.cumsum(tf.cast(tf.equal(prefix, pad_id), tf.int32), axis=1) > 0  # [B, P]
+    lengths = tf.reduce_sum(tf.cast(tf.logical_not(ended), tf.int32), axis=1)  # [B]
+    padded = tf.pad(prefix, [[0, 0], [0, 1]], constant_values=pad_id)  # [B, P + 1]
+    token = tf.gather(padded, tf.minimum(index, dim(prefix, 1)), axis=1)  # [B]
+    return index < lengths, token
 
 
 def pad_after_eos(ids, index, eos_id, pad_id):
@@ -61,9 +90,10 @@ class Pieces:
     `ids [B, L]` and `scores [B]`; or N for the N best, `ids [B, N, L]` and
     `scores [B, N]`, best first).
 
-    A subclass gives `initial(start_ids, state)`, `step(loop, context)`, `done(loop)`
-    (`[B]`), `result(loop)`, `select(loop, context, pick)`, `repeat(nest)` and
-    `size(loop)` (B, the sentences in `loop`).
+    A subclass gives `initial(start_ids, state, prefix)` (the prefix `[B, P]` kept in
+    the loop state, P = 0 when none), `step(loop, context)`, `done(loop)` (`[B]`),
+    `result(loop)`, `select(loop, context, pick)`, `repeat(nest)` and `size(loop)` (B,
+    the sentences in `loop`).
     """
 
     rows_per_sentence = 1  # rows of the step function per sentence (a beam search: K)
@@ -98,6 +128,28 @@ def _check_search_args(max_length, eos_id, pad_id):
         _checks.check_positive_int("max_length", max_length)
     _checks.check_non_negative_int("eos_id", eos_id)
     _checks.check_non_negative_int("pad_id", pad_id)
+
+
+def _check_prefix(prefix, start_ids):
+    """`prefix` as int32 `[B, P]` (`[B, 0]` for None), refused unless 2-D integer ids with
+    a row per start id."""
+    if prefix is None:
+        return tf.zeros([dim(start_ids, 0), 0], tf.int32)
+    prefix = tf.convert_to_tensor(prefix)
+    if not prefix.dtype.is_integer or prefix.shape.rank not in (None, 2):
+        raise ValueError(
+            "`prefix` must hold integer token ids [batch, length], got dtype "
+            f"{prefix.dtype.name} and shape {prefix.shape}."
+        )
+    if prefix.shape.rank is None:  # a traced tensor: the loops need its rank
+        prefix = tf.ensure_shape(prefix, [None, None])
+    rows = (prefix.shape[0] if prefix.shape.rank else None, start_ids.shape[0])
+    if None not in rows and rows[0] != rows[1]:
+        raise ValueError(
+            f"`prefix` must hold a row per start id ({rows[1]}), got prefix of shape "
+            f"{prefix.shape}."
+        )
+    return tf.cast(prefix, tf.int32)
 
 
 def _check_dropping(drop_finished, context, jit_compile):
@@ -237,6 +289,7 @@ class SearchStrategy:
         drop_finished=False,
         jit_compile=False,
         num_hypotheses=None,
+        prefix=None,
     ):
         """Runs the search.
 
@@ -268,6 +321,11 @@ class SearchStrategy:
             jit_compile: with `drop_finished`, compile each segment with XLA.
             num_hypotheses: None, or N results per sentence, best first (at most
                 `beam_size` for `BeamSearch`, 1 for `Greedy`, any for `Sampling`).
+            prefix: None, or int `[B, P]`: the ids each result starts with, padded on
+                the right with `pad_id` (a row of padding forces nothing). While a row
+                lasts its token is forced: every other token is ruled out, and the
+                forced one counts in the score with its log-probability. A beam search
+                keeps no other hypothesis of the sentence until the row ends.
 
         Returns:
             `(ids [B, max_length], scores [B])`: ids end with `eos_id` (unless
@@ -284,8 +342,10 @@ class SearchStrategy:
                 f"{type(self).__name__} cannot drop finished sentences (a sentence's result "
                 "would depend on its batch mates), got drop_finished=True."
             )
+        start_ids = tf.cast(start_ids, tf.int32)
+        prefix = _check_prefix(prefix, start_ids)
         pieces = self._pieces(step_fn, eos_id, pad_id, max_length, hypotheses)
-        initial = pieces.initial(tf.cast(start_ids, tf.int32), state)
+        initial = pieces.initial(start_ids, state, prefix)
         context = None if context is None else pieces.repeat(context)
         if drop_finished:
             return run_dropping(pieces, initial, context, cache_lengths, grow_state, jit_compile)

@@ -9,6 +9,12 @@ stops when the *best* finished score does, which cannot change the returned (top
 hypothesis and saves steps (for N hypotheses, once N have finished too).
 `BeamSearch(stop_early=True)` replaces that test by fairseq's and CTranslate2's rule: a
 sentence's search ends as soon as `beam_size` hypotheses have finished.
+
+A candidate whose log-probability is at or below `DEAD` (it took a token the step ruled
+out, or extends a beam that did: the K − 1 empty beams of the first step, the other
+tokens of a forced prefix) is dead: it never finishes, and kept alive (when fewer than K
+live candidates exist) it stays dead and is never returned. While a sentence's prefix is
+forced its forced path is its one live hypothesis; the beam widens after the prefix.
 """
 
 from typing import NamedTuple
@@ -16,7 +22,15 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from tfblocks import _checks
-from tfblocks.decoding.base import NEG_INF, Pieces, SearchStrategy, dim, write
+from tfblocks.decoding.base import (
+    DEAD,
+    NEG_INF,
+    Pieces,
+    SearchStrategy,
+    dim,
+    forced_tokens,
+    write,
+)
 
 
 def length_penalty(length, alpha):
@@ -51,6 +65,18 @@ def top_k(x, k):
     return values, tf.gather(index, where, batch_dims=1)
 
 
+def _force(log_probs, index, prefix, pad_id):
+    """`log_probs` `[B, K, V]` of position `index` with every token but the forced one at
+    `NEG_INF` in the sentences whose `prefix` `[B, P]` reaches `index` (`forced_tokens`):
+    the forced one keeps its log-probability."""
+    if prefix.shape[1] == 0:  # known to be empty: nothing to force
+        return log_probs
+    forcing, token = forced_tokens(prefix, index, pad_id)  # [B], [B]
+    vocab = tf.range(tf.shape(log_probs)[-1])  # [V]
+    other = tf.not_equal(vocab[None, None, :], token[:, None, None])  # [B, 1, V]
+    return tf.where(tf.logical_and(forcing[:, None, None], other), NEG_INF, log_probs)
+
+
 class BeamState(NamedTuple):
     """Loop state of `BeamSearch` (B sentences × K beams)."""
 
@@ -62,6 +88,7 @@ class BeamState(NamedTuple):
     finished_seq: tf.Tensor  # [B, K, L]
     finished_scores: tf.Tensor  # [B, K], length-penalized
     finished_flags: tf.Tensor  # [B, K]
+    prefix: tf.Tensor  # [B, P]: the ids forced first (padded with pad_id)
 
 
 class _Beam(Pieces):
@@ -83,7 +110,7 @@ class _Beam(Pieces):
     def rows_per_sentence(self):
         return self.beam
 
-    def initial(self, start_ids, state):
+    def initial(self, start_ids, state, prefix):
         beam, batch = self.beam, dim(start_ids, 0)
         first = tf.concat([[0.0], tf.fill([beam - 1], NEG_INF)], axis=0)  # only beam 0 is live
         return BeamState(
@@ -95,6 +122,7 @@ class _Beam(Pieces):
             finished_seq=tf.zeros([batch, beam, self.length], tf.int32),
             finished_scores=tf.fill([batch, beam], NEG_INF),
             finished_flags=tf.zeros([batch, beam], tf.bool),
+            prefix=prefix,
         )
 
     def size(self, loop):
@@ -126,7 +154,7 @@ class _Beam(Pieces):
         return tf.logical_and(final, flags[:, n - 1])
 
     def step(self, loop, context):
-        """One step: every beam extended by one token."""
+        """One step: every beam extended by one token (its prefix's, while that lasts)."""
         beam, i = self.beam, loop.index
         batch = dim(loop.alive_seq, 0)
 
@@ -138,17 +166,22 @@ class _Beam(Pieces):
 
         logits, new_state = self.logits(loop, context)  # [B·K, V]
         vocab = tf.shape(logits)[-1]
-        log_probs = regroup(tf.nn.log_softmax(logits)) + loop.alive_log_probs[:, :, None]
+        step_log_probs = _force(regroup(tf.nn.log_softmax(logits)), i, loop.prefix, self.pad_id)
+        log_probs = step_log_probs + loop.alive_log_probs[:, :, None]  # [B, K, V]
         penalty = length_penalty(i + 1, self.alpha)
         flat_scores = tf.reshape(log_probs / penalty, [batch, -1])  # [B, K·V]
         top_scores, top_index = top_k(flat_scores, 2 * beam)  # [B, 2K]
+        top_log_probs = top_scores * penalty  # [B, 2K]
         origin, token = top_index // vocab, top_index % vocab  # [B, 2K]
         top_seq = write(tf.gather(loop.alive_seq, origin, batch_dims=1), i, token)  # [B, 2K, L]
-        # A candidate is real unless it extends a dead beam (score near NEG_INF).
-        is_eos = tf.logical_and(tf.equal(token, self.eos_id), top_scores > NEG_INF / 2)
+        # Only a live candidate finishes, judged by its log-probability: a dead one's
+        # length-penalized score rises above DEAD once the penalty exceeds 2.
+        is_eos = tf.logical_and(tf.equal(token, self.eos_id), top_log_probs > DEAD)
 
-        # The K best extensions that did not end stay alive (there are always K).
+        # The K best extensions that did not end stay alive (there are always K): one
+        # that ended fills a slot only where fewer than K others can, and dead (as t2t's).
         _, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_scores), k=beam)  # [B, K]
+        alive_log_probs = tf.where(is_eos, NEG_INF, top_log_probs)  # [B, 2K]
         parents = tf.gather(origin, keep, batch_dims=1)  # [B, K]
         reordered = tf.nest.map_structure(
             lambda x: flatten(tf.gather(regroup(x), parents, batch_dims=1)), new_state
@@ -166,17 +199,19 @@ class _Beam(Pieces):
             last=flatten(tf.gather(token, keep, batch_dims=1))[:, None],  # [B·K, 1]
             state=reordered,
             alive_seq=tf.gather(top_seq, keep, batch_dims=1),
-            alive_log_probs=tf.gather(top_scores * penalty, keep, batch_dims=1),
+            alive_log_probs=tf.gather(alive_log_probs, keep, batch_dims=1),
             finished_seq=tf.gather(all_seq, best, batch_dims=1),
             finished_scores=finished_scores,
             finished_flags=tf.gather(all_flags, best, batch_dims=1),
+            prefix=loop.prefix,
         )
 
     def result(self, loop):
         """`(ids [B, L], scores [B])` of every sentence of `loop`, or with `hypotheses=N`
         `(ids [B, N, L], scores [B, N])`: the finished hypotheses by length-penalized
         score, then, where fewer than N finished, the best live ones with their raw
-        log-probabilities (see `BeamSearch`)."""
+        log-probabilities (see `BeamSearch`); where fewer than N hypotheses are live
+        or finished, the missing ones are empty (PAD) and score `-inf`."""
         n = self.hypotheses or 1
         finished = tf.reduce_sum(tf.cast(loop.finished_flags, tf.int32), axis=1)[:, None]
         slot = tf.range(n)[None, :]  # [1, N]
@@ -187,6 +222,11 @@ class _Beam(Pieces):
         scores = tf.concat([loop.finished_scores, loop.alive_log_probs], axis=1)  # [B, 2K]
         ids = self.pad_rows(tf.gather(seqs, pick, batch_dims=1), loop.index)  # [B, N, L]
         scores = tf.gather(scores, pick, batch_dims=1)  # [B, N]
+        # A dead beam is picked only where fewer than N live ones exist (the search
+        # ended while a prefix was forced, or a vocabulary is smaller than the beam).
+        missing = scores <= DEAD  # finished scores are live: their penalty is at least 1
+        ids = tf.where(missing[:, :, None], self.pad_id, ids)
+        scores = tf.where(missing, float("-inf"), scores)
         if self.hypotheses is None:
             return ids[:, 0], scores[:, 0]
         return ids, scores
@@ -216,7 +256,10 @@ class BeamSearch(SearchStrategy):
     with `alpha=0` the log-probability itself), or, where none finished, the best live
     one's raw log-probability. With `num_hypotheses=N` (at most K) the N best come
     back: the finished hypotheses by score, then, where fewer than N finished before
-    `max_length`, the best live ones with their raw log-probabilities.
+    `max_length`, the best live ones with their raw log-probabilities. With a `prefix`
+    (see `SearchStrategy.search`) a sentence's only hypothesis is its forced path until
+    the prefix ends; where fewer than N hypotheses exist when the search ends (within a
+    prefix), the missing ones are empty (PAD) with score `-inf`.
 
     When a sentence's search ends: by default (t2t's rule) when its best finished score
     beats what any live beam can still reach (its log-probability over the length

@@ -21,10 +21,10 @@ generated), so a beam's score is the sum of `score`'s values over its hypothesis
 
 A decoder-only language model decodes from a `prefix` (the prompt's ids), and an
 encoder–decoder model may get one too (a target prefix: each translation starts with
-it): while `index < len(prefix row)` the step function forces the row's token
-(`force_prefix`: its logit is 0, every other one `NEG_INF`, so it adds nothing to the
-score), then the search takes over. Beam search counts the prefix's positions in the
-length penalty.
+it): the search forces the row's tokens (`SearchStrategy.search(prefix=...)`), then
+goes on freely. Forced tokens count with their log-probabilities, so a result's score
+is `score`'s of its ids (length-penalized by beam search), and a beam search keeps no
+other hypothesis of a sentence while its prefix lasts.
 """
 
 import numpy as np
@@ -105,10 +105,10 @@ class Decoder:
 
         Args:
             source_ids: int `[B, S]` (encoder–decoder models).
-            prefix: int `[B, P]` ids to force first, 0-padded on the right
-                (decoder-only models: the prompt).
+            prefix: int `[B, P]`, a decoder-only model's prompt (its batch size; the
+                step function does not force it: the search does, given `prefix`).
             repeat: rows per sentence that `step_fn` will see (the beam size); the
-                encoder's cross-attention k/v and the prefix are repeated to match,
+                encoder's cross-attention k/v are repeated to match,
                 while `state` stays at `B` rows (`beam_search` repeats it).
             max_length: the self-attention caches' initial length (default: the
                 first of `cache_lengths`, or `self.max_length` without growth).
@@ -129,10 +129,10 @@ class Decoder:
         """`(state, context)` of `B` rows: the self-attention caches (zeros of
         `max_length` positions, as `step_function`) and the step's fixed inputs
         (`{"cross": per-block cross-attention k/v, "source_mask": [B, S]}`; empty
-        for a decoder-only model; and `"prefix"`: the ids `[B, P]` to force, when given)."""
+        for a decoder-only model, whose batch size `prefix` gives)."""
         model = self.model
         encoder_output = None
-        context = {} if prefix is None else {"prefix": tf.cast(prefix, tf.int32)}
+        context = {}
         if model.has_input:
             if source_ids is None:
                 raise ValueError("An encoder–decoder model needs `source_ids`, got None.")
@@ -157,13 +157,9 @@ class Decoder:
 
     def step(self, ids, index, state, context):
         """One decoding step: `(logits [N, V], state)` for the ids `[N, 1]` of
-        position `index`, PAD and BOS masked (and `context["prefix"]` forced)."""
-        model_context = {key: value for key, value in context.items() if key != "prefix"}
-        logits, new_state = self._model_step(ids, index, state, model_context)
-        logits = allowed_logits(logits)
-        if "prefix" in context:
-            logits = force_prefix(logits, index, context["prefix"])
-        return logits, new_state
+        position `index`, PAD and BOS masked."""
+        logits, new_state = self._model_step(ids, index, state, context)
+        return allowed_logits(logits), new_state
 
     def _model_step(self, ids, index, state, context):
         """The model's part of `step`: `(logits [N, V], new state)`.
@@ -216,8 +212,9 @@ class Decoder:
             source_ids: int `[B, S]`, EOS-terminated and 0-padded (encoder–decoder).
             prefix: int `[B, P]` ids each result starts with, 0-padded on the right:
                 a language model's prompt (required), or an encoder–decoder's target
-                prefix (optional; a row of PAD alone forces nothing). Forced tokens add
-                nothing to the scores; beam search counts them in the length penalty.
+                prefix (optional; a row of PAD alone forces nothing). Forced tokens
+                count in the scores with their log-probabilities (a result's score is
+                `score`'s of its ids, length-penalized by beam search).
             extra_length: None, or t2t's `extra_length` (see `decode_length`).
             num_hypotheses: None, or N results per sentence, best first: a beam
                 search's N best (N at most its `beam_size`) or N samples.
@@ -257,14 +254,14 @@ class Decoder:
             start = _start_ids(source_ids, prefix)
             return chosen.search(
                 step_fn, state, start, length, EOS_ID, PAD_ID, **self._growth(),
-                num_hypotheses=num_hypotheses,
+                num_hypotheses=num_hypotheses, prefix=prefix,
             )  # fmt: skip
 
-        def dropping(state, context, length, start):  # context holds the prefix, if any
+        def dropping(state, context, length, start, prefix):
             return search.search(
                 self.step, state, start, length, EOS_ID, PAD_ID, **self._growth(),
                 context=context, drop_finished=True, jit_compile=self.jit_compile,
-                num_hypotheses=num_hypotheses,
+                num_hypotheses=num_hypotheses, prefix=prefix,
             )  # fmt: skip
 
         key = (search.key(), extra_length, num_hypotheses)
@@ -333,9 +330,9 @@ class Decoder:
 
     def _dropping(self, key, run, searcher, source_ids, prefix, extra_length):
         """A search over `source_ids` (and a target `prefix`, or None) whose finished
-        sentences leave the batch: `searcher(state, context, length, start_ids)` after
-        the encoder and the initial state (compiled apart: the search's own loop is not;
-        the prefix travels in the context, which shrinks with the batch), or, for one
+        sentences leave the batch: `searcher(state, context, length, start_ids, prefix)`
+        after the encoder and the initial state (compiled apart: the search's own loop is
+        not; the prefix is in its loop state, which shrinks with the batch), or, for one
         sentence (nothing can leave early), the one compiled loop `run(source_ids, prefix)`."""
 
         def initial(source_ids, prefix):
@@ -346,7 +343,7 @@ class Decoder:
             prepare = self._function(("initial", extra_length), initial, self.jit_compile)
             state, context = prepare(source_ids, prefix)
             length = self.decode_length(source_ids, extra_length)
-            return searcher(state, context, length, _start_ids(source_ids, None))
+            return searcher(state, context, length, _start_ids(source_ids, None), prefix)
 
         def one_or_many(source_ids, prefix):
             return tf.cond(
@@ -454,14 +451,3 @@ def grow_caches(state, length):
 def _start_ids(source_ids, prefix):
     batch = tf.shape(source_ids if source_ids is not None else prefix)[0]
     return tf.fill([batch], BOS_ID)
-
-
-def force_prefix(logits, index, prefix):
-    """`logits` `[N, V]` of position `index`, with row n forced to `prefix[n, index]`
-    (its logit 0, every other `NEG_INF`: it adds nothing to the score) while `index` is
-    below the row's prefix length (its ids before the 0-padding); other rows unchanged."""
-    lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix, PAD_ID), tf.int32), axis=1)  # [N]
-    padded = tf.pad(prefix, [[0, 0], [0, 1]])  # [N, P + 1]: index P is always valid
-    token = tf.gather(padded, tf.minimum(index, tf.shape(prefix)[1]), axis=1)  # [N]
-    only = tf.where(tf.one_hot(token, tf.shape(logits)[-1]) > 0, 0.0, NEG_INF)
-    return tf.where((index < lengths)[:, None], only, logits)

@@ -5,7 +5,14 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from tfblocks.decoding.base import Pieces, SearchStrategy, dim, pad_after_eos, write
+from tfblocks.decoding.base import (
+    Pieces,
+    SearchStrategy,
+    dim,
+    forced_tokens,
+    pad_after_eos,
+    write,
+)
 
 
 class SequentialState(NamedTuple):
@@ -17,12 +24,13 @@ class SequentialState(NamedTuple):
     ids: tf.Tensor  # [B, L]: generated ids, PAD after EOS
     finished: tf.Tensor  # [B]: EOS seen
     scores: tf.Tensor  # [B]: log-probability sums
+    prefix: tf.Tensor  # [B, P]: the ids forced first (padded with pad_id)
 
 
 class Sequential(Pieces):
     """The pieces of greedy / sampling search over `B` rows, each step's token of a row
-    given by `choose(logits [B, V], index) -> [B]`; the score of a row is the sum of its
-    chosen tokens' log-probabilities.
+    given by `choose(logits [B, V], index) -> [B]` (or its prefix's token while that
+    lasts); the score of a row is the sum of its tokens' log-probabilities.
 
     With `hypotheses=N` each sentence has N rows that search independently (N samples),
     returned sorted by score, best first. Such a search cannot drop finished sentences
@@ -34,7 +42,7 @@ class Sequential(Pieces):
         self.choose = choose
         self.rows_per_sentence = hypotheses or 1
 
-    def initial(self, start_ids, state):
+    def initial(self, start_ids, state, prefix):
         start_ids = self.repeat(start_ids)
         batch = tf.shape(start_ids)[0]
         return SequentialState(
@@ -44,6 +52,7 @@ class Sequential(Pieces):
             ids=tf.zeros([batch, self.length], tf.int32),
             finished=tf.zeros([batch], tf.bool),
             scores=tf.zeros([batch], tf.float32),
+            prefix=self.repeat(prefix),
         )
 
     def repeat(self, nest):
@@ -61,6 +70,9 @@ class Sequential(Pieces):
     def step(self, loop, context):
         logits, new_state = self.logits(loop, context)  # [B, V]
         chosen = self.choose(logits, loop.index)  # [B]
+        if loop.prefix.shape[1] != 0:  # a prefix known to be empty forces nothing
+            forcing, forced = forced_tokens(loop.prefix, loop.index, self.pad_id)  # [B]
+            chosen = tf.where(forcing, forced, chosen)
         step_score = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)  # [B]
         chosen = tf.where(loop.finished, self.pad_id, chosen)
         return SequentialState(
@@ -70,6 +82,7 @@ class Sequential(Pieces):
             ids=write(loop.ids, loop.index, chosen),
             finished=tf.logical_or(loop.finished, tf.equal(chosen, self.eos_id)),
             scores=loop.scores + tf.where(loop.finished, 0.0, step_score),
+            prefix=loop.prefix,
         )
 
     def result(self, loop):

@@ -18,7 +18,8 @@ class Generator(TextModule):
 
     The prompt is tokenized (without EOS) and forced as the first tokens of the
     sequence; the search then continues it until EOS or `max_length` tokens in
-    all (prompt included). The output is the text after the prompt.
+    all (prompt included). The output is the text after the prompt; its score is the
+    search's score of the whole sequence, the prompt's tokens included.
 
     Args:
         model: a trained `build_language_model` model.

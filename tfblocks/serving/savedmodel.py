@@ -35,7 +35,7 @@ graph (`tfblocks.serving.text_module.BLANK`), as `CTranslate2Translator` does. S
 has no such rule: a blank source or target is scored like any other (an empty target is
 its EOS alone), and a target is never truncated. A target prefix is tokenized as a
 target (without EOS) and cut to its first `max_length - 1` subwords; its subwords are
-forced, so they add nothing to the score (`score(source, translation)` counts them).
+forced, and count in the score as `score(source, translation)` counts them.
 Each string input is a batch `[B]`: another rank (a scalar, `[B, 1]`) fails the call
 with an InvalidArgumentError naming the input
 (`tfblocks.serving.text_module.batch_input`).
