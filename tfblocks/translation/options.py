@@ -5,13 +5,14 @@ checked when it is made, and the recipe a run gets when it names none."""
 import dataclasses
 
 from tfblocks import _checks
+from tfblocks.models.hparams import SCHEDULES, format_overrides, parse_overrides
 from tfblocks.text.dataset import SHAPES
 from tfblocks.training.precision import POLICIES
 
 DEFAULT_PRESET = "transformer_tiny"
-# The demo's defaults: a shorter warm-up and a lower constant than t2t's 8000 / 2.0,
-# which are tuned for hundreds of thousands of steps; peak rate ≈ 2.2e-3 at d=128.
-DEMO_OVERRIDES = "learning_rate_warmup_steps=200,learning_rate_constant=0.35,max_length=32"
+# The command's HParams defaults, under the fields `--hparams-override` names: the
+# small-data schedule (`SCHEDULES`) and pairs of at most 32 tokens.
+DEMO_OVERRIDES = format_overrides({**SCHEDULES["small_data"], "max_length": 32})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +62,11 @@ class TrainingOptions:
         hparams: the t2t preset name; None: `transformer_tiny`, or with `init_from` the
             init run's architecture (`build_hparams`; a name must then give that
             architecture, and its training settings apply).
-        hparams_override: comma-separated `key=value` HParams overrides; None:
-            `DEMO_OVERRIDES`, or with `init_from` none (the init run's settings). With
-            `init_from` they may change only the training settings
-            (`tfblocks.models.hparams.TRAINING_FIELDS`).
+        hparams_override: comma-separated `key=value` HParams overrides, each replacing
+            that field of `DEMO_OVERRIDES` or adding to them (`max_length=64` keeps the
+            small-data schedule); None: `DEMO_OVERRIDES`. With `init_from` they apply
+            to the init run's settings instead (None: none), and may change only the
+            training settings (`tfblocks.models.hparams.TRAINING_FIELDS`).
         vocab_size: the SentencePiece vocabulary size (each one's with `separate_vocab`).
         tokenizer_model: `"bpe"` or `"unigram"`.
         tokenizer_sample: the tokenizer trains on a random sample of at most this many
@@ -81,6 +83,8 @@ class TrainingOptions:
 
     >>> TrainingOptions(epochs=2, ema_decay=0.999).ema_decay
     0.999
+    >>> TrainingOptions(epochs=1, hparams_override="max_length=64").recipe()[1]
+    'learning_rate_warmup_steps=200,learning_rate_constant=0.35,max_length=64'
     >>> TrainingOptions(epochs=1, init_from="runs/base").recipe()
     (None, '')
     >>> TrainingOptions(epochs=0)
@@ -146,10 +150,26 @@ class TrainingOptions:
         _checks.check_positive_int("accumulate_steps", self.accumulate_steps)
 
     def recipe(self):
-        """`(preset, override_text)`: the HParams preset name and overrides, their
-        defaults resolved (`DEFAULT_PRESET` and `DEMO_OVERRIDES`; with `init_from`, None
-        and none: the init run's)."""
+        """`(preset, override_text)`: the HParams preset name and the overrides in effect:
+        `hparams` or `DEFAULT_PRESET`, and `DEMO_OVERRIDES` with the fields that
+        `hparams_override` names replaced or added; with `init_from`, both as given
+        (None and none: the init run's). A malformed override is a ValueError."""
         if self.init_from is not None:
             return self.hparams, self.hparams_override or ""
-        overrides = DEMO_OVERRIDES if self.hparams_override is None else self.hparams_override
-        return self.hparams or DEFAULT_PRESET, overrides
+        overrides = {**parse_overrides(DEMO_OVERRIDES), **parse_overrides(self.hparams_override)}
+        return self.hparams or DEFAULT_PRESET, format_overrides(overrides)
+
+    def recipe_line(self):
+        """The line that names `recipe()` for a person: the preset (or the `init_from`
+        run's settings) and the overrides in effect.
+
+        >>> TrainingOptions(epochs=1, init_from="runs/base").recipe_line()
+        'hparams: those of --init-from runs/base; overrides: none'
+        >>> TrainingOptions(epochs=1, hparams_override="max_length=64").recipe_line()[-14:]
+        ',max_length=64'
+        """
+        preset, overrides = self.recipe()
+        if self.init_from is not None:
+            base = f"those of --init-from {self.init_from}"
+            preset = base + (f" with the training settings of {preset}" if preset else "")
+        return f"hparams: {preset}; overrides: {overrides or 'none'}"
