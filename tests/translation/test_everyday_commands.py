@@ -39,22 +39,18 @@ LINES = ["今日のランチはカレーだ。", "健太は学校で本を読む
 
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory):
-    """`(run, model, tokenizer)`: a folder whose `model/` is the preset of a tiny
-    untrained model (`max_length` 8), as a run folder holds it, and that model."""
+    """`(run, greedy)`: a folder whose `model/` is the preset of a tiny untrained model
+    (`max_length` 8), as a run folder holds it, and that model's greedy translations of
+    `LINES` (its own `Translator`)."""
     pairs = load_phrasebook(size=1000)["train"][:200]
     tokenizer = train_tokenizer([side for pair in pairs for side in pair], vocab_size=250)
     hp = tiny_hparams(vocab_size=tokenizer.vocabulary_size, max_length=MAX_LENGTH)
     model = tiny_model(hp, seed=0)
     run = tmp_path_factory.mktemp("run")
     save_preset(model, tokenizer, run / "model", hp)
-    return run, model, tokenizer
-
-
-def _greedy(model, tokenizer, lines):
-    """The translations of `lines` by the model's own greedy `Translator`."""
     translator = Translator(model, tokenizer, tokenizer, MAX_LENGTH, search=Greedy(),
                             jit_compile=False)  # fmt: skip
-    return [text.decode("utf-8") for text in translator(lines).numpy()]
+    return run, [text.decode("utf-8") for text in translator(LINES).numpy()]
 
 
 def test_export_ctranslate2_writes_a_model_that_translates_as_the_run(
@@ -63,14 +59,14 @@ def test_export_ctranslate2_writes_a_model_that_translates_as_the_run(
     pytest.importorskip("ctranslate2")  # the optional extra
     from tfblocks.serving.ctranslate2 import CTranslate2Translator
 
-    run, model, tokenizer = run_folder
+    run, greedy = run_folder
     output = tmp_path / "exports" / "ct2"  # its folder is made
     status, _, err = in_process(export_cli, monkeypatch, capsys, "ctranslate2", "--model", run,
                                 "--output", output)  # fmt: skip
     assert status == 0, err
     assert (output / "model.bin").is_file() and f"wrote {output}" in err
     translate = CTranslate2Translator(output, beam_size=1, max_length=MAX_LENGTH, intra_threads=1)
-    assert translate(LINES) == _greedy(model, tokenizer, LINES)
+    assert translate(LINES) == greedy
 
     # int8 weights: a smaller model.bin that CTranslate2 loads and runs.
     small = tmp_path / "int8"
@@ -116,7 +112,7 @@ def _within(seconds, call):
 
 
 def test_interactive_translation_answers_each_line_before_the_input_ends(run_folder, tmp_path):
-    run, model, tokenizer = run_folder
+    run, greedy = run_folder
     command = [sys.executable, "-m", "tfblocks.translation.translate_command", "--model",
                str(run), "--interactive", "--beam-size", "1"]  # fmt: skip
     with open(tmp_path / "stderr.txt", "wb") as errors:
@@ -140,7 +136,7 @@ def test_interactive_translation_answers_each_line_before_the_input_ends(run_fol
             process.stdout.close()
     stderr = (tmp_path / "stderr.txt").read_text(encoding="utf-8", errors="replace")
     assert status == 0 and rest == b"", stderr[-3000:]
-    assert answers == [text + "\n" for text in _greedy(model, tokenizer, LINES[:2])]
+    assert answers == [text + "\n" for text in greedy[:2]]
     assert "translating each line as it is read" in stderr
 
 
