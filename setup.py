@@ -49,6 +49,7 @@ setup(
             "tfblocks-translate=tfblocks.translation.translate_command:run",
             "tfblocks-evaluate=tfblocks.translation.evaluate_command:run",
             "tfblocks-import=tfblocks.translation.import_command:run",
+            "tfblocks-export=tfblocks.translation.export_command:run",
         ]
     },
     classifiers=[

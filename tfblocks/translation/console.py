@@ -247,3 +247,39 @@ def read_input(path, japanese_spaces, advise=True, language=None):
             file=sys.stderr,
         )
     return lines
+
+
+def read_lines_as_they_come(path, japanese_spaces, language=None):
+    """Yields each line of `path` (standard input for None) as soon as it is read (a
+    pipe or a terminal need not end first), joined as `read_input` joins a whole text
+    (`language` as there; no advice, as the lines are not seen all together)."""
+    from tfblocks.text import remove_japanese_spaces
+    from tfblocks.text.lines import file_language, file_lines
+
+    remove = JAPANESE_SPACES[japanese_spaces]
+    if remove is None and language is not None:
+        remove = language == "ja"
+    if remove is None:  # a model without recorded languages: the *.ja file-name rule
+        remove = path is not None and file_language(path) == "ja"
+    if path is not None:
+        numbered = file_lines(path)
+    elif sys.stdin is None:  # closed (`<&-`): Python has no standard input at all
+        raise ValueError("standard input is closed: give --input FILE, or the text on it")
+    else:
+        numbered = _stdin_lines()
+    for _, line in numbered:
+        yield remove_japanese_spaces(line) if remove else line
+
+
+def _stdin_lines():
+    """Yields `(number, line)` of standard input, each as soon as its line end is read
+    (as `file_lines` reads a file: UTF-8, no line end, no byte-order mark)."""
+    from tfblocks.text.lines import invalid_utf8
+
+    for number, data in enumerate(iter(sys.stdin.buffer.readline, b""), 1):
+        data = data.removesuffix(b"\n").rstrip(b"\r")
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise invalid_utf8("standard input", number, data, error) from None
+        yield number, line.removeprefix("\ufeff") if number == 1 else line

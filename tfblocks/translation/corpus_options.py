@@ -101,6 +101,7 @@ def check_corpus_arguments(args):
                 f"`{present}` needs `{missing}` (both sides of the {split} split), got "
                 f"{present}={getattr(args, present[2:].replace('-', '_'))!r} without {missing}."
             )
+    check_corpus_languages(args)
     files = [flag for flag in FILE_FLAGS if getattr(args, flag) is not None]
     if not files and args.corpus_dir is None and args.tsv is None:
         languages = (args.source_lang, args.target_lang)
@@ -146,6 +147,31 @@ def check_corpus_arguments(args):
             raise ValueError(
                 f"`--source-column` and `--target-column` must differ, both are {source}."
             )
+
+
+def check_corpus_languages(args):
+    """Refuses a `--corpus-dir` that holds no train file of a language of the pair (what
+    a forgotten `--source-lang de` looks like: no `train.ja`), naming `--source-lang` /
+    `--target-lang` and the languages its train files are of. A folder that cannot be
+    listed is left to the reading, which names it."""
+    if args.corpus_dir is None or args.tsv is not None or args.train_source is not None:
+        return
+    from tfblocks.text.lines import file_language
+
+    try:
+        names = os.listdir(args.corpus_dir)
+    except OSError:
+        return
+    found = sorted({file_language(n) for n in names if n.startswith("train.")} - {None})
+    pair = (("--source-lang", args.source_lang), ("--target-lang", args.target_lang))
+    missing = [f"train.{language} ({flag}={language!r})" for flag, language in pair
+               if language not in found]  # fmt: skip
+    if missing:
+        has = f"train files of {', '.join(found)}" if found else "no train.* file"
+        raise ValueError(
+            f"--corpus-dir={args.corpus_dir!r} has no {' or '.join(missing)}: it has {has}; "
+            "name the pair with --source-lang and --target-lang (default ja and en)."
+        )
 
 
 def tsv_columns(args):

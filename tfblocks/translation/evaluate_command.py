@@ -10,8 +10,13 @@ language the model's run recorded as ja (for a model without recorded languages:
 file named *.ja), so the scores are those training reported for the same split
 (`--japanese-spaces` changes this for --src only).
 
-Example:
+With `--output HYP` the translations of `--src` are also written to HYP, one per line in
+the order of `--src` (an existing file is replaced only with `--overwrite`, never
+`--src` or `--ref`), so a score can be looked into or computed again.
+
+Examples:
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en
+  tfblocks-evaluate --model runs/enja --src test.ja --ref test.en --output test.hyp
 """
 
 import json
@@ -28,6 +33,7 @@ from tfblocks.translation.console import (
     read_input,
     run_command,
 )
+from tfblocks.translation.translate_command import _one_line, check_paths
 
 
 def parse_args(argv=None):
@@ -35,16 +41,28 @@ def parse_args(argv=None):
     add_model_argument(parser)
     parser.add_argument("--src", required=True, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, help="reference translations, one per line")
+    parser.add_argument(
+        "--output",
+        metavar="HYP",
+        help="also write the translations of --src to HYP, one per line, in its order",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --output file"
+    )
     add_decoding_arguments(parser)
     add_japanese_spaces_argument(parser, "--src (--ref: auto)")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
     check_decoding_arguments(parser, args)
+    if args.output == "-":  # standard output holds the JSON scores
+        parser.error("--output - would mix the translations with the scores: name a file")
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.output is not None:  # refused before anything is read or loaded
+        check_paths(args.src, args.output, args.overwrite, [("--ref", args.ref)], "--src")
     from tfblocks.translation import engines, evaluation
     from tfblocks.translation.in_batches import translate_in_batches
 
@@ -67,6 +85,10 @@ def main(argv=None):
     )  # fmt: skip
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)
     hypotheses = translate_in_batches(translate, sources, args.batch_size)
+    if args.output is not None:
+        from tfblocks._files import write_text
+
+        write_text(args.output, "".join(_one_line(text) + "\n" for text in hypotheses))
     scores = evaluation.score(hypotheses, references)
     print(json.dumps(scores, ensure_ascii=False))
     return scores

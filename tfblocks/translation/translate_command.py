@@ -13,6 +13,11 @@ as whitespace separates them). With `--score TARGETS` it translates nothing: it 
 log-probability of each line of TARGETS given the input's line, one number per line.
 With `--target-prefix FILE` the translation of each line starts with the words of the
 same line of FILE (interactive translation, terminology); an empty line forces nothing.
+`--score` and `--target-prefix` read a file or a pipe (`--score <(cut -f2 pairs.tsv)`).
+
+With `--interactive`, and whenever standard input is a terminal, each line is translated
+as soon as it is read and its translation written at once (a line in, a line out),
+instead of after the end of the input.
 
 Pre-tokenized Japanese is joined as `tfblocks-train` joins a corpus: when the model's run
 folder records Japanese (ja) as its source language, the spaces between the tokens of the
@@ -28,6 +33,7 @@ Examples:
   tfblocks-translate --model runs/enja --input test.ja --target-prefix starts.en
   tfblocks-translate --model runs/enja --model runs/enja-seed2 --input test.ja
   tfblocks-translate --model runs/enja --alignments --input test.ja --output test.aligned
+  tfblocks-translate --model runs/enja --interactive --beam-size 1
 """
 
 import os
@@ -44,6 +50,7 @@ from tfblocks.translation.console import (
     command_parser,
     model_languages,
     read_input,
+    read_lines_as_they_come,
     run_command,
 )
 
@@ -90,6 +97,13 @@ def parse_args(argv=None):
         help="start the translation of each input line with the words of the same line of "
         "FILE (forced), then decode freely; an empty line forces nothing",
     )
+    parser.add_argument(
+        "--interactive",
+        action="store_true",
+        help="translate each line as soon as it is read and write its translation at once "
+        "(a line in, a line out; the default when standard input is a terminal); not with "
+        "--output FILE, --score or --target-prefix",
+    )
     add_japanese_spaces_argument(parser, "the input (a file or standard input)")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
@@ -100,7 +114,7 @@ def parse_args(argv=None):
 
 def check_output_arguments(parser, args):
     """Refuses (`parser.error`) an `--n-best` that cannot work, `--alignments` with an
-    ensemble and options `--score` would ignore."""
+    ensemble, options `--score` would ignore and what `--interactive` cannot do."""
     if args.n_best is not None and args.n_best <= 0:
         parser.error(f"--n-best must be a positive integer, got --n-best={args.n_best}")
     if args.n_best is not None and args.beam_size is not None and args.n_best > args.beam_size:
@@ -129,14 +143,27 @@ def check_output_arguments(parser, args):
         ]
         if given:
             parser.error(f"--score scores given translations: {', '.join(given)} does not apply")
+    if args.interactive and args.output not in (None, "-"):
+        parser.error(
+            "--interactive writes each translation to standard output as soon as it is done: "
+            f"drop --output={args.output!r}"
+        )
+    for flag, value in (("--score", args.score), ("--target-prefix", args.target_prefix)):
+        if args.interactive and value is not None:
+            parser.error(
+                f"--interactive translates each line as it comes: {flag} (a file of as many "
+                "lines as the input) does not apply"
+            )
 
 
-def check_paths(input_path, output, overwrite, reads=()):
+def check_paths(input_path, output, overwrite, reads=(), input_flag="--input"):
     """Refuses, before any work, an `--input` that cannot be read and an `--output` that
     cannot be written or would replace what the user has.
 
     `reads` are the other files the command reads, `(flag, path)` pairs (`--score`,
-    `--target-prefix`; a None path is not given): each must be a regular file.
+    `--target-prefix`; a None path is not given): each must be a regular file, a pipe
+    (`<(...)`, a FIFO) or a character device (`/dev/stdin` on a terminal). `input_flag`
+    names `input_path` in the messages (`--src` for tfblocks-evaluate).
 
     Refused: an existing `--output` without `--overwrite`; any file the command reads
     (the `--input` file or the file standard input reads from, and those of `reads`),
@@ -145,13 +172,13 @@ def check_paths(input_path, output, overwrite, reads=()):
     separator; a path whose folder does not exist. `-` is standard output.
     """
     if input_path is not None and not os.path.exists(input_path):
-        raise ValueError(f"--input={input_path!r} does not exist")
+        raise ValueError(f"{input_flag}={input_path!r} does not exist")
     if input_path is not None and os.path.isdir(input_path):
-        raise ValueError(f"--input={input_path!r} is a folder; give a file")
+        raise ValueError(f"{input_flag}={input_path!r} is a folder; give a file")
     reads = [(flag, path) for flag, path in reads if path is not None]
     for flag, path in reads:
-        if not os.path.isfile(path):
-            raise ValueError(f"{flag}={path!r} is not a file")
+        if not _readable(path):
+            raise ValueError(f"{flag}={path!r} is not a file or a pipe")
     if output is None or output == "-":
         return
     if not output or output.endswith(("/", os.sep)):
@@ -177,6 +204,16 @@ def check_paths(input_path, output, overwrite, reads=()):
             )
     if not overwrite:
         raise ValueError(f"--output={output!r} exists; pass --overwrite to replace it")
+
+
+def _readable(path):
+    """Whether `path` is something to read lines from: a regular file, a pipe or a
+    character device (links followed; a missing path, a folder or a socket: False)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def _stdin_file():
@@ -218,8 +255,18 @@ def main(argv=None):
     from tfblocks.translation.in_batches import translate_in_batches
 
     languages = model_languages(args.model) or (None, None)
-    lines = read_input(args.input, args.japanese_spaces, language=languages[0])
     notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
+    if _interactive(args):
+        run, what = engines.load_translate(
+            args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
+            n_best=args.n_best, stop_early=args.stop_early, alignments=args.alignments,
+        )  # fmt: skip
+        print(f"translating each line as it is read with {what}", file=sys.stderr)
+        lines = read_lines_as_they_come(args.input, args.japanese_spaces, languages[0])
+        for index, line in enumerate(lines):
+            _write_out(_output_lines(args, index, run([line])[0]))
+        return
+    lines = read_input(args.input, args.japanese_spaces, language=languages[0])
     if args.score is not None:
         targets = _read_aligned(args, "--score", args.score, len(lines), languages[1])
         _check_score_lengths(args.score, targets)  # before the model loads
@@ -244,25 +291,54 @@ def main(argv=None):
         print(f"\r{done}/{total} lines", end="" if done < total else "\n", file=sys.stderr)
 
     out = translate_in_batches(run, items, args.batch_size, progress, length=length)
-    if args.score is not None:
-        text = "".join(f"{score:.6f}\n" for score in out)
-    elif args.n_best is not None:
-        text = "".join(_n_best_lines(i, hypotheses) for i, hypotheses in enumerate(out))
-    elif args.alignments:
-        text = "".join(f"{_one_line(line)} ||| {links}\n" for line, links in out)
-    else:
-        text = "".join(_one_line(line) + "\n" for line in out)
+    text = "".join(_output_lines(args, index, result) for index, result in enumerate(out))
     if args.output not in (None, "-"):
         from tfblocks._files import write_text
 
         write_text(args.output, text)
-    elif hasattr(sys.stdout, "buffer"):  # UTF-8, as the input is read, whatever the locale
+    else:
+        _write_out(text)
+
+
+def _output_lines(args, index, result):
+    """What is written for the input line `index` (0-based) given its `result`: a score
+    (`--score`), Moses' n-best lines (`--n-best`), `translation ||| alignment`
+    (`--alignments`) or the translation, each line ended by a newline."""
+    if args.score is not None:
+        return f"{result:.6f}\n"
+    if args.n_best is not None:
+        return _n_best_lines(index, result)
+    if args.alignments:
+        translation, links = result
+        return f"{_one_line(translation)} ||| {links}\n"
+    return _one_line(result) + "\n"
+
+
+def _write_out(text):
+    """Writes `text` to standard output at once (flushed), as UTF-8 whatever the locale."""
+    if hasattr(sys.stdout, "buffer"):
         sys.stdout.flush()
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.buffer.flush()
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def _interactive(args):
+    """Whether each line is translated as soon as it is read: with `--interactive`, and
+    when standard input is a terminal, the output standard output and no file of as many
+    lines as the input is given (`--score`, `--target-prefix`)."""
+    if args.interactive:
+        return True
+    if args.input is not None or args.output not in (None, "-"):
+        return False
+    if args.score is not None or args.target_prefix is not None:
+        return False
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, OSError, ValueError):  # replaced or closed: not a terminal
+        return False
 
 
 def _read_aligned(args, flag, path, count, language=None):
