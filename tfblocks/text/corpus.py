@@ -443,7 +443,7 @@ def tsv_header_columns(path, source, target):
 
     >>> import pathlib, tempfile
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "pairs.tsv"
-    >>> _ = path.write_text("id\tDE\ten\n1\tHallo.\tHello.\n", encoding="utf-8")
+    >>> _ = path.write_text("id\\tDE\\ten\\n1\\tHallo.\\tHello.\\n", encoding="utf-8")
     >>> tsv_header_columns(path, "de", "en"), tsv_header_columns(path, "fr", "en")
     ((1, 2), None)
     """

@@ -534,7 +534,7 @@ class TrainingJob:
             # best epoch (nothing of its weights is kept); a rerun repeats it from the
             # saved state of the last completed epoch.
             self.cut = True
-            folder.commit(self.model, progress, keep=keep)
+            folder.commit(self.model, progress, keep=keep, weights={})  # the time only
             return "time limit"
         weights = self.sync_weights()  # the serving model's now: dev BLEU and the .npz files
         logs = dict(logs)

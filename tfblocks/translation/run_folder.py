@@ -118,8 +118,11 @@ class RunFolder:
         try:
             os.makedirs(self.join("state"), exist_ok=True)
             os.makedirs(self.join("checkpoints"), exist_ok=True)
-            for folder in (self.path, self.join("state"), self.join("checkpoints")):
-                clean_stale_files(folder)  # a killed run's half-written weights
+            folders = [self.path, self.join("state"), self.join("checkpoints")]
+            if os.path.isdir(self.join(HELDOUT_DIR)):
+                folders.append(self.join(HELDOUT_DIR))
+            for folder in folders:
+                clean_stale_files(folder)  # a killed run's half-written files
             if not os.path.exists(self.join(RUN_FILE)):
                 write_json(self.join(RUN_FILE), {"format": 1, "settings": None})
             self._recover()
