@@ -13,7 +13,7 @@ import argparse
 import os
 
 from tfblocks import _checks
-from tfblocks.text.corpus import SPLITS, check_language, tsv_header_columns
+from tfblocks.text.corpus import MANYTHINGS_COLUMNS, SPLITS, check_language
 
 # Without `--stream` / `--no-stream`, line-aligned train files holding more than this many
 # bytes are streamed: held in memory they would cost about 4.5 times as much, and a small
@@ -135,12 +135,18 @@ def check_corpus_arguments(args):
             _checks.check_non_negative_int(flag_name(flag), value)
     if args.tsv is not None:
         columns = tsv_columns(args)
+        languages = (args.source_lang, args.target_lang)
+        hint = ""
+        if all(language in MANYTHINGS_COLUMNS for language in languages):
+            hint = " (a manythings file: --source-column {} --target-column {})".format(
+                *(MANYTHINGS_COLUMNS[language] for language in languages)
+            )
         for flag, column in zip(("--source-column", "--target-column"), columns, strict=True):
             if column is None:
                 raise ValueError(
                     f"`{flag}` is needed: --tsv={args.tsv!r} has no first line naming "
-                    f"{args.source_lang!r} and {args.target_lang!r} (a header); give "
-                    "--source-column N --target-column M (0-based)."
+                    f"{languages[0]!r} and {languages[1]!r} (a header); give "
+                    f"--source-column N --target-column M (0-based){hint}."
                 )
         source, target = columns
         if source == target:
@@ -153,6 +159,8 @@ def tsv_columns(args):
     """`(source, target)` columns of `--tsv`: the given ones, else those its header line
     names (`tsv_header_columns`), else None. A file that cannot be read has no header
     here; reading the corpus names what is wrong with it."""
+    from tfblocks.text.corpus import tsv_header_columns
+
     given = (args.source_column, args.target_column)
     if None not in given:
         return given
