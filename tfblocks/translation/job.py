@@ -595,6 +595,7 @@ class TrainingJob:
         if not self.dev_pairs:
             report["final_weights"] = averaged
             return report
+        self.log(f"dev BLEU of the {averaged}: translating {len(self.dev_pairs)} dev sentences")
         report["dev_bleu_averaged"] = self._dev_scores()["dev_bleu"]
         if report["dev_bleu_averaged"] >= (progress["best_bleu"] or 0.0):
             report["final_weights"] = averaged
