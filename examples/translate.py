@@ -11,7 +11,8 @@ Examples:
   python examples/translate.py
   python examples/translate.py --corpus-dir ../shared/data/small_parallel_enja \
       --hparams transformer_small --epochs 20 --output runs/enja
-  python examples/translate.py --tsv jpn.txt --strategy mirrored --dtype-policy mixed_bfloat16
+  python examples/translate.py --tsv jpn.txt --source-column 1 --target-column 0 \
+      --strategy mirrored --dtype-policy mixed_bfloat16
 """
 
 import os

@@ -25,9 +25,11 @@ def test_headers_time_left_stop_line_and_curves_across_a_continued_run(tmp_path,
     assert _headers(capsys.readouterr().out) == [(1, 3), (2, 3), (3, 3)]
     left = [line for line in lines if line.startswith("training time")]
     assert len(left) == 3, lines
-    pattern = r"training time \d+\.\d of 60\.0 min, \d+\.\d min left: about (\d+) of the (\d) "
-    counts = [re.match(pattern + "remaining epochs fit", line).groups() for line in left]
-    assert counts == [("2", "2"), ("1", "1"), ("0", "0")]  # an hour holds every epoch
+    pattern = r"training time \d+\.\d of 60\.0 min, \d+\.\d min left"
+    estimate = r"(?:: about (\d+) of the (\d) remaining epochs fit \(\d+ s an epoch\))?"
+    counts = [re.fullmatch(pattern + estimate, line).groups() for line in left]
+    # An hour holds every epoch; after the last one no estimate (no "0 of the 0").
+    assert counts == [("2", "2"), ("1", "1"), (None, None)]
     assert lines[-1] == "training stopped: all 3 epochs done"
     curves = tmp_path / "run" / "curves.png"
     assert report["curves"] == str(curves) and curves.read_bytes()[:8] == PNG

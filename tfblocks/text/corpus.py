@@ -373,7 +373,13 @@ def read_parallel(src_path, tgt_path, *, remove_source_spaces=None, remove_targe
 
 
 def read_tsv(
-    path, src_column, tgt_column, *, remove_source_spaces=False, remove_target_spaces=False
+    path,
+    src_column,
+    tgt_column,
+    *,
+    remove_source_spaces=False,
+    remove_target_spaces=False,
+    header=False,
 ):
     """Reads tab-separated pairs, e.g. Tatoeba / manythings `English<TAB>Japanese<TAB>credit`.
 
@@ -383,6 +389,7 @@ def read_tsv(
         tgt_column: 0-based column of the target sentence (0 for English in manythings files).
         remove_source_spaces: join pre-tokenized Japanese on the source side.
         remove_target_spaces: the same for the target side.
+        header: the first line names the columns (`tsv_header_columns`): not a pair.
 
     Returns:
         A `Corpus`; blank lines and pairs with an empty side are skipped and counted.
@@ -406,10 +413,13 @@ def read_tsv(
         raise ValueError(f"`src_column` and `tgt_column` must differ, both are {src_column}.")
     _check_flag("remove_source_spaces", remove_source_spaces)
     _check_flag("remove_target_spaces", remove_target_spaces)
+    _check_flag("header", header)
     needed = max(src_column, tgt_column) + 1
 
     def rows():
         for number, line in file_lines(path):
+            if header and number == 1:
+                continue
             if not line.strip():
                 yield "", ""
                 continue
@@ -422,6 +432,33 @@ def read_tsv(
             yield columns[src_column], columns[tgt_column]
 
     return _collect(rows(), (path,), remove_source_spaces, remove_target_spaces)
+
+
+def tsv_header_columns(path, source, target):
+    """`(source_column, target_column)` that the first line of the TSV file `path` names
+    when it is a header: its tab-separated cells include the language codes `source` and
+    `target` (case and spaces at the ends ignored); None otherwise (an empty file too).
+
+    Example:
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "pairs.tsv"
+    >>> _ = path.write_text("id\\tDE\\ten\\n1\\tHallo.\\tHello.\\n", encoding="utf-8")
+    >>> tsv_header_columns(path, "de", "en"), tsv_header_columns(path, "fr", "en")
+    ((1, 2), None)
+    """
+    lines = file_lines(path)
+    try:
+        first = next(lines, None)
+    finally:
+        lines.close()
+    if first is None:
+        return None
+    cells = [cell.strip().lower() for cell in first[1].split("\t")]
+    wanted = (source.lower(), target.lower())
+    if not all(language in cells for language in wanted):
+        return None
+    return tuple(cells.index(language) for language in wanted)
 
 
 def _split_pairs(pairs, seed, held_out=0.02):
@@ -473,13 +510,16 @@ def load_splits(
             of the target). All files are found before any is read.
         tsv: a tab-separated file of pairs (by default manythings'
             `English<TAB>Japanese<TAB>attribution`); 2 % of it is held out for dev and test.
+            A first line that names `source` and `target` among its cells is a header
+            (`tsv_header_columns`): not a pair, and it gives the default columns.
         source: source language, the suffix of its files.
         target: target language.
         seed: seed of the phrasebook / of the TSV split.
         files: `{split: (source_files, target_files)}` (lists of paths, read in order)
             for splits given as files; the other splits come from `corpus_dir`.
         tsv_columns: `(source_column, target_column)` of `tsv`, 0-based; default the
-            manythings columns of `source` and `target` (en 0, ja 1).
+            columns its header names, else the manythings columns of `source` and
+            `target` (en 0, ja 1).
         stream_train: the train split is a `StreamedPairs` of its files (read when
             iterated) instead of a list; only for line-aligned files.
 
@@ -508,14 +548,20 @@ def load_splits(
             "train split's `files`, not a TSV or the phrasebook."
         )
     if tsv:
+        header = tsv_header_columns(tsv, source, target)
+        if tsv_columns is None:
+            tsv_columns = header
         if tsv_columns is None:
             if source not in MANYTHINGS_COLUMNS or target not in MANYTHINGS_COLUMNS:
                 raise ValueError(
-                    f"the TSV columns of {source!r} and {target!r} are unknown (manythings "
-                    f"files have {MANYTHINGS_COLUMNS}); give `tsv_columns`."
+                    f"the TSV columns of {source!r} and {target!r} are unknown (no header "
+                    f"line names them; manythings files have {MANYTHINGS_COLUMNS}); give "
+                    "`tsv_columns`."
                 )
             tsv_columns = (MANYTHINGS_COLUMNS[source], MANYTHINGS_COLUMNS[target])
-        corpus = read_tsv(tsv, src_column=tsv_columns[0], tgt_column=tsv_columns[1])
+        corpus = read_tsv(
+            tsv, src_column=tsv_columns[0], tgt_column=tsv_columns[1], header=header is not None
+        )
         return _split_pairs(corpus, seed)
     if not corpus_dir and not files:
         return load_phrasebook(seed=seed)

@@ -3,8 +3,9 @@
 `--source-lang` / `--target-lang` name the pair; `--corpus-dir` holds
 `{train,dev,test}.{SOURCE,TARGET}` (plain, `.gz` or shards); `--train-source` ...
 `--test-target` give a split's files (lists, globs); `--tsv` with `--source-column` /
-`--target-column` holds the whole corpus. `check_corpus_arguments` refuses what cannot
-work before anything is read; `read_corpus` finds every file, then reads them
+`--target-column` (or a header line naming the languages) holds the whole corpus.
+`check_corpus_arguments` refuses what cannot work before the corpus is read (of a TSV,
+only its first line); `read_corpus` finds every file, then reads them
 (`tfblocks.text.load_splits`).
 """
 
@@ -45,8 +46,10 @@ def add_corpus_arguments(parser):
             )  # fmt: skip
     data.add_argument(
         "--tsv",
-        help="tab-separated pairs, 2 %% held out for dev and test (default columns: "
-        "manythings' English<TAB>Japanese<TAB>...); rows are read as they are",
+        help="tab-separated pairs, 2 %% held out for dev and test (written into the run "
+        "folder's heldout/); the columns are --source-column/--target-column, or those a "
+        "header line names (its cells include the two language codes, e.g. de<TAB>en); "
+        "rows are read as they are",
     )
     data.add_argument(
         "--stream",
@@ -60,11 +63,11 @@ def add_corpus_arguments(parser):
     )
     data.add_argument(
         "--source-column", type=int, default=None, metavar="N",
-        help="--tsv column (0-based) of the source sentences (default: manythings')",
+        help="--tsv column (0-based) of the source sentences (default: its header's)",
     )  # fmt: skip
     data.add_argument(
         "--target-column", type=int, default=None, metavar="M",
-        help="--tsv column (0-based) of the target sentences (default: manythings')",
+        help="--tsv column (0-based) of the target sentences (default: its header's)",
     )  # fmt: skip
 
 
@@ -132,17 +135,21 @@ def check_corpus_arguments(args):
                 raise ValueError(f"`{name}` is a --tsv column, got {name}={value} without --tsv.")
             _checks.check_non_negative_int(flag_name(flag), value)
     if args.tsv is not None:
-        columns = (args.source_column, args.target_column)
+        columns = tsv_columns(args)
         languages = (args.source_lang, args.target_lang)
-        for flag, column, language in zip(
-            ("--source-column", "--target-column"), columns, languages, strict=True
-        ):
-            if column is None and language not in MANYTHINGS_COLUMNS:
+        hint = ""
+        if all(language in MANYTHINGS_COLUMNS for language in languages):
+            hint = " (a manythings file: --source-column {} --target-column {})".format(
+                *(MANYTHINGS_COLUMNS[language] for language in languages)
+            )
+        for flag, column in zip(("--source-column", "--target-column"), columns, strict=True):
+            if column is None:
                 raise ValueError(
-                    f"`{flag}` is needed: a manythings file has no {language!r} column "
-                    f"(it has {', '.join(MANYTHINGS_COLUMNS)}), got --tsv={args.tsv!r}."
+                    f"`{flag}` is needed: --tsv={args.tsv!r} has no first line naming "
+                    f"{languages[0]!r} and {languages[1]!r} (a header); give "
+                    f"--source-column N --target-column M (0-based){hint}."
                 )
-        source, target = tsv_columns(args)
+        source, target = columns
         if source == target:
             raise ValueError(
                 f"`--source-column` and `--target-column` must differ, both are {source}."
@@ -175,13 +182,21 @@ def check_corpus_languages(args):
 
 
 def tsv_columns(args):
-    """`(source, target)` columns of `--tsv`: the given ones, else manythings'."""
+    """`(source, target)` columns of `--tsv`: the given ones, else those its header line
+    names (`tsv_header_columns`), else None. A file that cannot be read has no header
+    here; reading the corpus names what is wrong with it."""
+    from tfblocks.text.corpus import tsv_header_columns
+
+    given = (args.source_column, args.target_column)
+    if None not in given:
+        return given
+    try:
+        header = tsv_header_columns(args.tsv, args.source_lang, args.target_lang)
+    except (OSError, ValueError):
+        header = None
     return tuple(
-        MANYTHINGS_COLUMNS[language] if column is None else column
-        for column, language in (
-            (args.source_column, args.source_lang),
-            (args.target_column, args.target_lang),
-        )
+        column if column is not None else (header[side] if header else None)
+        for side, column in enumerate(given)
     )
 
 

@@ -44,13 +44,14 @@ def score(hypotheses, references):
     }
 
 
-def evaluate(translator, pairs, batch_size=256):
+def evaluate(translator, pairs, batch_size=256, progress=None):
     """Translates `pairs`' sources; returns `(metrics, hypotheses)`.
 
     Metrics as `score`: `bleu`, `chrf`, `exact_match` (share of translations equal
     to the reference after stripping spaces at the ends) and `sentences`. The
     sources are translated `batch_size` at a time in order of length
-    (`translate_in_batches`); hypotheses come back in `pairs`' order.
+    (`translate_in_batches`, which calls `progress(done, total)` after each batch);
+    hypotheses come back in `pairs`' order.
     """
     sources = [s for s, _ in pairs]
     references = [t for _, t in pairs]
@@ -58,5 +59,5 @@ def evaluate(translator, pairs, batch_size=256):
     def translate(batch):
         return [h.decode("utf-8") for h in translator(batch).numpy()]
 
-    hypotheses = translate_in_batches(translate, sources, batch_size)
+    hypotheses = translate_in_batches(translate, sources, batch_size, progress)
     return score(hypotheses, references), hypotheses

@@ -25,7 +25,12 @@ here is what it does with it:
 - A loss that is not finite (NaN or infinite) stops the run with a `FloatingPointError`
   naming the epoch and step; nothing of that epoch is saved.
 - Rerunning the same command continues after the last finished epoch: after a crash,
-  a `--max-train-minutes` stop, or a finished run given a larger `--epochs`.
+  a `--max-train-minutes` stop, or a finished run given a larger `--epochs`. A rerun
+  that ends with the final weights, test split and search that `metrics.json` records
+  (`final_digest`) skips the test translation and the export, which are already there.
+- A time limit counts only completed epochs: the epoch it cuts is training time, not an
+  epoch (not in the history, never the best epoch; the rerun repeats it), and no epoch
+  starts once the time is used up.
 - Validation: loss, token accuracy and the unsmoothed cross-entropy on the dev split
   (Keras), plus dev BLEU and chrF (sacrebleu) of greedy translations of up to
   `dev_sentences` dev sentences with the cached decoder, in the progress output and
@@ -41,12 +46,16 @@ here is what it does with it:
   continued run continues both. `lora_rank` fine-tunes low-rank adapters only
   (`tfblocks.training.lora`); the run's weights are then the merged kernels, in the
   layout of the model without adapters.
+- The dev and test rows are written into the folder (`heldout/`), so `tfblocks-evaluate`
+  can repeat the test evaluation (a TSV's held-out rows exist nowhere else). The phases
+  after training say what they do; the test translation shows the sentences done.
 
 sacrebleu (the `examples` extra) is imported only when BLEU is computed.
 """
 
 import dataclasses
 import hashlib
+import json
 import os
 import tempfile
 import time
@@ -58,7 +67,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfblocks import text
-from tfblocks._files import check_directory, replace_file, write_json
+from tfblocks._files import check_directory, replace_file, write_json, write_text
 from tfblocks.decoding import Greedy
 from tfblocks.models import hparams, load_preset, load_target_tokenizer, save_preset
 from tfblocks.models.builders import build_transformer
@@ -82,8 +91,21 @@ from tfblocks.training.weights import (
 )
 from tfblocks.translation.curves import CURVES_FILE, plot_curves
 from tfblocks.translation.options import DEFAULT_PRESET
-from tfblocks.translation.progress import Timer, non_finite, stop_line, summary, time_left
-from tfblocks.translation.run_folder import TARGET_TOKENIZER_FILE, TOKENIZER_FILE, RunFolder
+from tfblocks.translation.progress import (
+    Counter,
+    Timer,
+    non_finite,
+    say,
+    stop_line,
+    summary,
+    time_left,
+)
+from tfblocks.translation.run_folder import (
+    HELDOUT_DIR,
+    TARGET_TOKENIZER_FILE,
+    TOKENIZER_FILE,
+    RunFolder,
+)
 
 # Strategies under which each worker reads its own shard of the training pairs and each
 # replica takes whole batches from it (`distribute_dataset`); under the others (the
@@ -93,6 +115,25 @@ SHARDED_INPUT = (
     tf.distribute.MultiWorkerMirroredStrategy,
     tf.distribute.TPUStrategy,
 )
+# The test split is translated in batches of tfblocks-evaluate's default `--batch-size`:
+# evaluating the held-out files repeats the same batches, and progress shows after each.
+TEST_BATCH = 64
+# What `metrics.json` holds of the test evaluation and the export (kept by a rerun that
+# skips them).
+_SCORES = ("bleu", "chrf", "exact_match", "sentences", "bleu_signature")
+_EXPORTED = ("samples", "reload_matches")
+_AFTER_TRAINING = ("evaluate", "export", "reload")
+
+
+def outputs_digest(model, hp, search, test):
+    """A short SHA-256 of what the test scores and the exports are made of: `model`'s
+    weights (values, in order), the HParams, the search and the `test` pairs."""
+    digest = hashlib.sha256(repr((hp, search)).encode("utf-8"))
+    for variable in model.weights:
+        digest.update(np.ascontiguousarray(np.asarray(variable)).tobytes())
+    for source, target in test:
+        digest.update(source.encode("utf-8") + b"\t" + target.encode("utf-8") + b"\n")
+    return digest.hexdigest()[:16]
 
 
 def corpus_fingerprint(pairs):
@@ -143,7 +184,7 @@ class TrainingJob:
     (1, False)
     """
 
-    def __init__(self, options, splits, *, log=print, callbacks=(), timer=None):
+    def __init__(self, options, splits, *, log=say, callbacks=(), timer=None):
         self.options = options
         self.splits = splits
         self.log = log
@@ -169,18 +210,34 @@ class TrainingJob:
             # not write is refused now, not after the training.
             check_directory(folder.join("model"), KIND, arg="model")
             check_directory(folder.join("export", "1"), arg="export")
+            heldout = self.write_heldout(folder)
             init_weights = None
             if init is not None:
                 init_weights = folder.save_weights(init.model, "init.npz")
             with self.timer("train"):
                 model, report = self.train(folder, tokenizer, hp, init_weights, target_tokenizer)
             search = self.options.search
-            translator = Translator(
-                model, tokenizer, target_tokenizer, hp.max_length, search=search
-            )
-            metrics = self.evaluate(translator)
-            path, samples, matches = self.export(folder, model, translator)
-            exported = {"samples": samples, "reload_matches": matches}
+            digest = outputs_digest(model, hp, search, self.splits["test"])
+            recorded = self.recorded_outputs(folder, digest)
+            if recorded is None:
+                translator = Translator(
+                    model, tokenizer, target_tokenizer, hp.max_length, search=search
+                )
+                metrics = self.evaluate(translator)
+                path, samples, matches = self.export(folder, model, translator)
+                exported = {"samples": samples, "reload_matches": matches}
+            else:
+                self.log(
+                    "test translation and export skipped: metrics.json, model/ and export/1 "
+                    "are those of these final weights, test split and search"
+                )
+                metrics = {key: recorded[key] for key in _SCORES}
+                path = folder.join("export", "1")
+                exported = {key: recorded[key] for key in _EXPORTED}
+                for phase in _AFTER_TRAINING:  # the seconds they took when they ran
+                    if isinstance(recorded.get("seconds"), dict) and phase in recorded["seconds"]:
+                        self.timer.seconds.setdefault(phase, recorded["seconds"][phase])
+            exported.update(final_digest=digest, heldout=heldout)
             return self._record(folder, model, report, metrics, path, exported)
 
     def load_init(self):
@@ -221,6 +278,41 @@ class TrainingJob:
         if not sample:
             raise ValueError(f"the train split of {options.corpus} has no sentence pairs.")
         return sample
+
+    def write_heldout(self, folder):
+        """Writes the dev and test rows into `folder`'s `heldout/`, one sentence a line,
+        named by split and language (`test.de`, `test.en`, ...), so that `tfblocks-evaluate`
+        can repeat the test evaluation (a TSV's held-out rows are written nowhere else);
+        returns `{split: (source file, target file)}`."""
+        languages = (self.options.source_lang, self.options.target_lang)
+        os.makedirs(folder.join(HELDOUT_DIR), exist_ok=True)
+        written = {}
+        for split in ("dev", "test"):
+            paths = tuple(folder.join(HELDOUT_DIR, f"{split}.{lang}") for lang in languages)
+            for side, path in enumerate(paths):
+                write_text(path, "".join(pair[side] + "\n" for pair in self.splits[split]))
+            written[split] = paths
+        return written
+
+    def recorded_outputs(self, folder, digest):
+        """`metrics.json`'s record when it holds the test scores and export of `digest`
+        (`outputs_digest`: the same final weights, HParams, search and test split) and
+        `model/` and `export/1` are there (`run` checked that they are as tfblocks wrote
+        them); None otherwise: they are made again."""
+        paths = [folder.join(n) for n in ("metrics.json", "model/config.json",
+                                          "export/1/saved_model.pb")]  # fmt: skip
+        if not all(os.path.isfile(p) for p in paths):
+            return None
+        try:
+            with open(paths[0], encoding="utf-8") as f:
+                recorded = json.load(f)
+        except (OSError, ValueError):  # not what tfblocks wrote: made again, then replaced
+            return None
+        if not isinstance(recorded, dict) or recorded.get("final_digest") != digest:
+            return None
+        if any(key not in recorded for key in (*_SCORES, *_EXPORTED)):
+            return None
+        return recorded
 
     def settings(self):
         """What the run folder records and its reruns must match (`RunFolder.check_settings`)."""
@@ -353,10 +445,11 @@ class TrainingJob:
         )
         self.writer = tf.summary.create_file_writer(folder.join("logs", "validation"))
         self.spent = 0.0  # this invocation's training time
+        self.cut = False  # whether the time limit cut an epoch short
         self.first = self.progress["epochs"]
         stream = options.steps_per_epoch is not None
         stopped = self._fit_stream() if stream else self._fit_epochs()
-        self.log(stop_line(stopped, self.progress, options))
+        self.log(stop_line(stopped, self.progress, options, cut=self.cut))
         self.sync_weights()
         report = self.final_weights()
         report.update(
@@ -436,17 +529,14 @@ class TrainingJob:
         self.spent += elapsed
         progress["train_seconds"] += elapsed
         keep = max(options.keep_checkpoints, options.average_last)
-        weights = self.sync_weights()  # the serving model's now: dev BLEU and the .npz files
         if limit is not None and limit.stopped_early:
-            # The cut epoch counts as time, not as an epoch: a rerun repeats it from the
-            # saved state. Its weights still compete for the best dev BLEU.
-            best = False
-            if self.dev_pairs:
-                bleu = self._dev_scores()["dev_bleu"]
-                self.log(f"dev BLEU of the cut epoch {epoch + 1}: {bleu}")
-                best = _record_bleu(progress, bleu, epoch + 1)
-            folder.commit(self.model, progress, best=best, keep=keep, weights=weights)
+            # The cut epoch counts as time, not as an epoch: not in the history, never the
+            # best epoch (nothing of its weights is kept); a rerun repeats it from the
+            # saved state of the last completed epoch.
+            self.cut = True
+            folder.commit(self.model, progress, keep=keep, weights={})  # the time only
             return "time limit"
+        weights = self.sync_weights()  # the serving model's now: dev BLEU and the .npz files
         logs = dict(logs)
         if self.dev_pairs:
             logs.update(self._dev_scores())
@@ -466,7 +556,7 @@ class TrainingJob:
         )  # fmt: skip
         if options.time_limit:
             to_go = options.epochs - epoch - 1
-            self.log(time_left(self.spent, options.time_limit, epoch + 1 - self.first, to_go))
+            self.log(time_left(self.spent, options.time_limit, elapsed, to_go))
         improved = progress["improved_epoch"] or progress["best_epoch"]
         if (
             options.early_stopping
@@ -505,6 +595,7 @@ class TrainingJob:
         if not self.dev_pairs:
             report["final_weights"] = averaged
             return report
+        self.log(f"dev BLEU of the {averaged}: translating {len(self.dev_pairs)} dev sentences")
         report["dev_bleu_averaged"] = self._dev_scores()["dev_bleu"]
         if report["dev_bleu_averaged"] >= (progress["best_bleu"] or 0.0):
             report["final_weights"] = averaged
@@ -550,6 +641,8 @@ class TrainingJob:
         """One `fit` and one dataset for each epoch left; returns why training stopped."""
         options = self.options
         for epoch in range(self.first, options.epochs):
+            if options.time_limit and self.spent >= options.time_limit:
+                return "time limit"  # used up: an epoch started now would only be cut
             listed, guard, limit = self._fit_callbacks()
             data = self.train_input(options.seed * 100_003 + epoch)
             start = time.perf_counter()
@@ -596,13 +689,15 @@ class TrainingJob:
     # After training ------------------------------------------------------------------------
 
     def evaluate(self, translator):
-        """BLEU, chrF and exact match of `translator` on the test split; shows the first
-        three translations."""
+        """BLEU, chrF and exact match of `translator` on the test split, with the
+        sentences done as it goes; shows the first three translations."""
         from tfblocks.translation import evaluation  # sacrebleu: only where BLEU is computed
 
         test = self.splits["test"]
+        self.log(f"translating the test split: {len(test)} sentences, {TEST_BATCH} at a time")
+        counter = Counter("test translation", "sentences", self.log)
         with self.timer("evaluate"):
-            metrics, hypotheses = evaluation.evaluate(translator, test)
+            metrics, hypotheses = evaluation.evaluate(translator, test, TEST_BATCH, counter)
         self.log("test translations (first 3):")
         for (source, reference), hypothesis in list(zip(test, hypotheses, strict=True))[:3]:
             self.log(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")
@@ -616,10 +711,15 @@ class TrainingJob:
         samples = [source for source, _ in self.splits["test"][:2]]
         if self.options.source_lang == "ja":  # the seed notes' running example
             samples.insert(0, RUNNING_EXAMPLE[0])
+        self.log(f"exporting the model to {folder.join('model')} and the SavedModel to "
+                 f"{folder.join('export', '1')}")  # fmt: skip
+        start = time.perf_counter()
         with self.timer("export"):
             save_preset(model, self.tokenizer, folder.join("model"), self.hp,
                         self.target_tokenizer)  # fmt: skip
             path = translator.export(folder.join("export", "1"))
+        self.log(f"  exported in {time.perf_counter() - start:.0f} s; reloading the "
+                 "SavedModel to compare its translations")  # fmt: skip
         with self.timer("reload"):
             reloaded = tf.saved_model.load(path).signatures["serving_default"]
             again = reloaded(text=tf.constant(samples))["translation"].numpy()
@@ -657,7 +757,8 @@ class TrainingJob:
                 metrics[key] = report[key]
         metrics_path = write_metrics(folder.path, metrics)
         exact_match = options.corpus == "the phrasebook"
-        self.log(summary(metrics, report, folder, export_path, metrics_path, exact_match))
+        self.log(summary(metrics, report, folder, export_path, metrics_path, exact_match,
+                         heldout=metrics.get("heldout")))  # fmt: skip
         return metrics
 
 

@@ -1,6 +1,7 @@
 """What a person sees while a translator trains: the time left under a time limit, why
-training stopped, the error of a loss that stopped being finite, and the closing summary
-of `tfblocks-train` (the epoch lines are Keras' and `tfblocks.training.callbacks`')."""
+training stopped, the error of a loss that stopped being finite, the progress of the
+phases after training, and the closing summary of `tfblocks-train` (the epoch lines are
+Keras' and `tfblocks.training.callbacks`')."""
 
 import time
 
@@ -40,6 +41,38 @@ class Timer:
         return _Phase()
 
 
+def say(line):
+    """Prints `line` at once (the job's default `log`): standard output piped to a file or
+    `tee` is block-buffered, and a phase that prints nothing for a minute looks hung."""
+    print(line, flush=True)
+
+
+class Counter:
+    """`counter(done, total)` logs how many of a phase's `total` items are done: at the
+    first call, then at most every `every` seconds, and at the last (`done == total`).
+
+    Example:
+
+    >>> lines = []
+    >>> counter = Counter("test translation", "sentences", lines.append, every=3600)
+    >>> for done in (64, 128, 150):
+    ...     counter(done, 150)
+    >>> [line.split(" (")[0] for line in lines]
+    ['  test translation: 64/150 sentences', '  test translation: 150/150 sentences']
+    """
+
+    def __init__(self, phase, unit, log, every=10.0):
+        self.phase, self.unit, self.log, self.every = phase, unit, log, every
+        self.start = time.perf_counter()
+        self.shown = None  # when the last line was logged
+
+    def __call__(self, done, total):
+        now = time.perf_counter()
+        if self.shown is None or now - self.shown >= self.every or done >= total:
+            self.shown = now
+            self.log(f"  {self.phase}: {done}/{total} {self.unit} ({now - self.start:.0f} s)")
+
+
 def non_finite(failure, recorded):
     """The error that stops a run whose loss stopped being a finite number."""
     epoch, step, loss = failure
@@ -50,24 +83,39 @@ def non_finite(failure, recorded):
     )
 
 
-def time_left(spent, limit, epochs_done, epochs_to_go):
-    """The line printed after each epoch under a time limit (times of this invocation)."""
+def time_left(spent, limit, epoch_seconds, epochs_to_go):
+    """The line printed after each epoch under a time limit (times of this invocation):
+    the training time used and left and, while epochs remain, how many of them fit at
+    `epoch_seconds` each, the measured time of the epoch just finished (not the mean of
+    this invocation's: its first epoch also built and compiled the step).
+
+    Example:
+
+    >>> time_left(600, 3600, 290, 20).split(": ")[1]
+    'about 10 of the 20 remaining epochs fit (290 s an epoch)'
+    >>> time_left(3000, 3600, 290, 0)
+    'training time 50.0 of 60.0 min, 10.0 min left'
+    """
     left = max(limit - spent, 0.0)
-    fit = min(epochs_to_go, int(left // (spent / epochs_done))) if epochs_done else 0
+    line = f"training time {spent / 60:.1f} of {limit / 60:.1f} min, {left / 60:.1f} min left"
+    if not epochs_to_go:  # the last epoch is done: nothing to estimate
+        return line
+    fit = min(epochs_to_go, int(left // epoch_seconds)) if epoch_seconds > 0 else epochs_to_go
     return (
-        f"training time {spent / 60:.1f} of {limit / 60:.1f} min, {left / 60:.1f} min left: "
-        f"about {fit} of the {epochs_to_go} remaining epochs fit"
+        f"{line}: about {fit} of the {epochs_to_go} remaining epochs fit "
+        f"({epoch_seconds:.0f} s an epoch)"
     )
 
 
-def stop_line(stopped, progress, options):
-    """One line: why training stopped."""
+def stop_line(stopped, progress, options, cut=True):
+    """One line: why training stopped (`cut`: the time limit cut an epoch short, which
+    the rerun repeats; False: it ran out between two epochs)."""
     done = progress["epochs"]
     if stopped == "time limit":
+        where = f"in epoch {done + 1}" if cut else f"after epoch {done}"
         return (
-            f"training stopped: time limit of {options.time_limit / 60:.1f} min reached in "
-            f"epoch {done + 1} ({done} of {options.epochs} epochs done); rerun the command "
-            "to continue"
+            f"training stopped: time limit of {options.time_limit / 60:.1f} min reached "
+            f"{where} ({done} of {options.epochs} epochs done); rerun the command to continue"
         )
     if stopped == "early stopping":
         return (
@@ -77,11 +125,12 @@ def stop_line(stopped, progress, options):
     return f"training stopped: all {options.epochs} epochs done"
 
 
-def summary(metrics, report, folder, export_path, metrics_path, exact_match=True):
+def summary(metrics, report, folder, export_path, metrics_path, exact_match=True, heldout=None):
     """The closing summary of `tfblocks-train`: scores, epochs, time and where things are.
 
     `exact_match` shows the exact-match rate (meaningful on the phrasebook's short,
-    templated sentences, near 0 on real corpora).
+    templated sentences, near 0 on real corpora). `heldout`: `{split: (source file,
+    target file)}` of the dev and test rows written into the run folder (None: no line).
     """
     scores = f"test BLEU {metrics['bleu']}  chrF {metrics['chrf']}"
     if exact_match:
@@ -99,4 +148,6 @@ def summary(metrics, report, folder, export_path, metrics_path, exact_match=True
         f"  curves:  {report['curves'] or 'not written (no matplotlib)'}",
         f"  metrics: {metrics_path}",
     ]
+    for split, paths in (heldout or {}).items():
+        lines.append(f"  {split}:{' ' * (8 - len(split))}{paths[0]}  {paths[1]}")
     return "\n".join(lines)

@@ -23,7 +23,12 @@ touched):
                                  with LoRA, merged into the kernels)
     DIR/model/                   the final model in the KerasHub preset layout
                                  (`tfblocks.load_preset`): config, weights, tokenizer, HParams
-    DIR/metrics.json             test BLEU / chrF / exact match, totals, history
+    DIR/metrics.json             test BLEU / chrF / exact match, totals, history, and the
+                                 digest of the final weights, test split and search that
+                                 they and the exports come from (a rerun that ends with
+                                 the same skips the test translation and the export)
+    DIR/heldout/{dev,test}.{SOURCE,TARGET}   the dev and test rows, one sentence a line
+                                 (what tfblocks-evaluate needs to repeat the test score)
     DIR/curves.png               train and dev loss, dev BLEU and chrF per epoch (rewritten
                                  at the end of every run of the folder)
     DIR/logs/                    TensorBoard (train, validation, dev BLEU and chrF)
@@ -66,6 +71,7 @@ except ImportError:  # Windows: no advisory locks of this kind
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
 TARGET_TOKENIZER_FILE = "target_tokenizer.model"
+HELDOUT_DIR = "heldout"  # the dev and test rows as line-aligned files
 CTRANSLATE2_DIR = "ctranslate2"  # a CTranslate2 export (tfblocks-import --ctranslate2)
 LOCK_FILE = "run.lock"
 PROGRESS_FILE = os.path.join("state", "progress.json")
@@ -112,8 +118,11 @@ class RunFolder:
         try:
             os.makedirs(self.join("state"), exist_ok=True)
             os.makedirs(self.join("checkpoints"), exist_ok=True)
-            for folder in (self.path, self.join("state"), self.join("checkpoints")):
-                clean_stale_files(folder)  # a killed run's half-written weights
+            folders = [self.path, self.join("state"), self.join("checkpoints")]
+            if os.path.isdir(self.join(HELDOUT_DIR)):
+                folders.append(self.join(HELDOUT_DIR))
+            for folder in folders:
+                clean_stale_files(folder)  # a killed run's half-written files
             if not os.path.exists(self.join(RUN_FILE)):
                 write_json(self.join(RUN_FILE), {"format": 1, "settings": None})
             self._recover()
