@@ -5,7 +5,7 @@ checked when it is made, and the recipe a run gets when it names none."""
 import dataclasses
 
 from tfblocks import _checks
-from tfblocks.text.dataset import SHAPES
+from tfblocks.text.shapes import SHAPES
 from tfblocks.training.precision import POLICIES
 
 DEFAULT_PRESET = "transformer_tiny"
