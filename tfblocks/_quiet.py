@@ -1,4 +1,4 @@
-"""Quiet TensorFlow by default: no C++ info, warning or CUDA error lines, no Python warnings.
+"""Quiet TensorFlow by default: no C++ log lines below FATAL, no warnings of its Python loggers.
 
 A program that imports tfblocks should print what a person wants to read, not
 TensorFlow's log lines such as `oneDNN custom operations are on`, `Could not find cuda
