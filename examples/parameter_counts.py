@@ -19,7 +19,6 @@ import argparse
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TFBLOCKS_QUIET", "1")  # no TensorFlow C++ log lines (--verbose)
 
 import tfblocks  # isort: skip  (first, so that TensorFlow loads quietly)
 import keras

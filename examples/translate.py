@@ -18,7 +18,6 @@ Examples:
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TFBLOCKS_QUIET", "1")  # no TensorFlow C++ log lines (--verbose)
 
 from tfblocks.translation.train_command import run  # isort: skip  (first, so that TensorFlow loads quietly)
 

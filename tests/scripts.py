@@ -31,21 +31,18 @@ def run_script(script, *args, timeout=300, expect_success=True):
 CPP_LOG = re.compile(r"^[IWEF]\d{4} |cuInit|oneDNN custom operations|absl::InitializeLog", re.M)
 
 
-def run_quietly(args, **env):
+def run_quietly(args, returncode=0, **env):
     """`python args...` from the repository root, as a user runs it: TF_CPP_MIN_LOG_LEVEL
-    and TFBLOCKS_QUIET unset (`env` adds variables).
-
-    (An example imported in-process by an earlier test sets TFBLOCKS_QUIET=1 in this
-    process's environment; the child must not inherit it.)
+    unset (tests/conftest.py sets it for the tests; `env` adds variables). Its exit
+    status must be `returncode`.
     """
-    unset = ("TF_CPP_MIN_LOG_LEVEL", "TFBLOCKS_QUIET")
-    environ = {k: v for k, v in os.environ.items() if k not in unset}
+    environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     environ.update(env)
     result = subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=environ, capture_output=True, text=True,
         timeout=300, check=False,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.returncode == returncode, result.stderr[-4000:]
     return result
 
 

@@ -2,43 +2,67 @@
 
 # First, before anything loads TensorFlow or runs an operation: TensorFlow's pooling
 # (BFC) CPU allocator where it would use malloc and the user did not choose
-# (tfblocks/_allocator.py), and programs that ask for it (the examples, the tfblocks-*
-# commands) get TensorFlow without its C++ log lines (tfblocks/_quiet.py).
+# (tfblocks/_allocator.py), and TensorFlow without its log lines unless the user chose
+# a level (tfblocks/_quiet.py). Then the public names, imported now, or on first use
+# while a `tfblocks-*` command parses its arguments (tfblocks/_lazy.py).
 from tfblocks import _allocator  # noqa: F401  # isort: skip
 from tfblocks import _quiet  # noqa: F401  # isort: skip
-from tfblocks import decoding, layers, models, serving, text, training
+from tfblocks import _lazy
 from tfblocks._version import __version__
-from tfblocks.decoding import BeamSearch, Decoder, Ensemble, Greedy, Sampling
-from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from tfblocks.layers import (
-    DenseReluDense,
-    HashDropout,
-    LocalMultiHeadAttention,
-    MultiHeadAttention,
-    RelativeMultiHeadAttention,
-    SinusoidalEmbedding,
-    TransformerBlock,
-    timing_signal,
-)
-from tfblocks.models import (
-    HParams,
-    Transformer,
-    build_language_model,
-    build_transformer,
-    hparams,
-    load_preset,
-    save_preset,
-)
-from tfblocks.serving import CTranslate2Translator, Generator, Translator, export_ctranslate2
-from tfblocks.training import (
-    FusedAdam,
-    MaskedAccuracy,
-    NoamSchedule,
-    Perplexity,
-    RsqrtDecay,
-    SmoothedCrossEntropy,
-    compile_transformer,
-    get_strategy,
+
+__getattr__, __dir__ = _lazy.public_names(
+    __name__,
+    {
+        "tfblocks.decoding": [
+            "decoding",
+            "BeamSearch",
+            "Decoder",
+            "Ensemble",
+            "Greedy",
+            "Sampling",
+        ],
+        "tfblocks.layers": [
+            "layers",
+            "DenseReluDense",
+            "HashDropout",
+            "LocalMultiHeadAttention",
+            "MultiHeadAttention",
+            "RelativeMultiHeadAttention",
+            "SinusoidalEmbedding",
+            "TransformerBlock",
+            "timing_signal",
+        ],
+        "tfblocks.models": [
+            "models",
+            "HParams",
+            "Transformer",
+            "build_language_model",
+            "build_transformer",
+            "hparams",
+            "load_preset",
+            "save_preset",
+        ],
+        "tfblocks.serving": [
+            "serving",
+            "CTranslate2Translator",
+            "Generator",
+            "Translator",
+            "export_ctranslate2",
+        ],
+        "tfblocks.text": ["text"],
+        "tfblocks.training": [
+            "training",
+            "FusedAdam",
+            "MaskedAccuracy",
+            "NoamSchedule",
+            "Perplexity",
+            "RsqrtDecay",
+            "SmoothedCrossEntropy",
+            "compile_transformer",
+            "get_strategy",
+        ],
+        "tfblocks.ids": ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID"],
+    },
 )
 
 __all__ = [

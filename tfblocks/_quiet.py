@@ -1,39 +1,44 @@
-"""Quiet TensorFlow for tfblocks' programs: no C++ info, warning or CUDA error lines.
+"""Quiet TensorFlow by default: no C++ log lines below FATAL, no warnings of its Python loggers.
 
-A program that uses tfblocks (the example scripts, the `tfblocks-*` commands) should
-print what a person wants to read, not TensorFlow's C++ log lines such as
-`oneDNN custom operations are on` or, on a machine without a GPU,
+A program that imports tfblocks should print what a person wants to read, not
+TensorFlow's log lines such as `oneDNN custom operations are on`, `Could not find cuda
+drivers on your machine` or, on the first operation of a machine without a GPU,
 `failed call to cuInit: INTERNAL: CUDA error`, which reads like a failure.
 
-Two things are needed, both before TensorFlow is imported:
+`quiet_tensorflow()` runs when tfblocks is imported (`tfblocks/__init__.py`, before
+anything of tfblocks can load TensorFlow) and imports nothing heavy itself; it prepares
+TensorFlow's first import, whoever asks for it later (tfblocks, Keras, the program):
 
-* `TF_CPP_MIN_LOG_LEVEL=3` (kept if the user set it): TensorFlow reads it once, at
-  its first log line, and then drops C++ lines below ERROR (3) — the cuInit line is an
-  ERROR line. It does not hide anything from Python: exceptions, Keras' progress and
-  Python warnings are unchanged, and GPUs stay visible.
-* TensorFlow's shared libraries log a few lines while they load, before they read
-  that variable (`All log messages before absl::InitializeLog() ...`, the oneDNN and
-  `cudart_stub` lines). `quiet_tensorflow` imports TensorFlow with the process's
-  standard error (file descriptor 2) redirected to a temporary file, then writes
-  back every line except C++ log lines below the chosen level.
+* `TF_CPP_MIN_LOG_LEVEL=3`, kept if the user set it: TensorFlow reads it once, at its
+  first log line, and then drops C++ lines below that level (3: below FATAL; the cuInit
+  line is an ERROR line). Exceptions, Keras' progress and Python's `warnings` are
+  unchanged, and GPUs stay visible.
+* TensorFlow's shared libraries log a few lines while they load, before they read that
+  variable (`All log messages before absl::InitializeLog() ...`, the oneDNN and
+  `cudart_stub` lines). A `sys.meta_path` finder (`_QuietImport`) runs the import of
+  the `tensorflow` package with the process's standard error (file descriptor 2)
+  redirected to a temporary file, then writes back every line except C++ log lines
+  below that level.
+* After that import, the `tensorflow` and `absl` Python loggers (deprecation and
+  retracing notices, SavedModel warnings) are set to ERROR where they have no level yet.
 
-This module is imported by `tfblocks/__init__.py` before anything else that can load
-TensorFlow (only `tfblocks/_allocator.py`, which sets environment variables and never
-imports TensorFlow, runs before it) and acts only when the program asks for it: the
-environment variable `TFBLOCKS_QUIET=1` (the examples set it before importing
-tfblocks), or a program named `tfblocks-*` (the console scripts) unless
-`TFBLOCKS_QUIET=0`. `--verbose` on the command line, or `TF_CPP_MIN_LOG_LEVEL` set to
-0, keeps every line. Importing tfblocks as a library changes no logging.
+A program that sets `TF_CPP_MIN_LOG_LEVEL` itself, before importing tfblocks, chooses
+for itself: its level is kept (the lines TensorFlow logs while loading are filtered at
+that level too; `0` shows every line) and the Python loggers are left alone. A program
+run with `--verbose` on its command line (the `tfblocks-*` commands and the examples
+take it), and one that imported TensorFlow before tfblocks, keep TensorFlow's logging.
 
-It must not import TensorFlow at module level.
+It must not import TensorFlow.
 """
 
-import importlib
+import contextlib
+import importlib.util
+import logging
 import os
 import re
 import sys
-import tempfile
 
+LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 # absl/TSL C++ log lines: `I0000 00:00:1796037712.885045    5047 port.cc:153] ...`
 # and the older `2024-01-01 12:00:00.000000: I tensorflow/core/...` form.
 _LOG_LINE = re.compile(
@@ -44,16 +49,10 @@ _ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is call
 _LEVELS = {"I": 0, "W": 1, "E": 2}
 
 
-def wants_quiet(argv=None, environ=None):
-    """Whether this program asked for quiet TensorFlow (see the module docstring)."""
+def wants_quiet(argv=None):
+    """Whether this program gets quiet TensorFlow: unless `--verbose` is on its command line."""
     argv = sys.argv if argv is None else argv
-    environ = os.environ if environ is None else environ
-    if "--verbose" in argv[1:]:
-        return False
-    requested = environ.get("TFBLOCKS_QUIET", "").strip()
-    if requested:
-        return requested not in ("0", "false", "False", "no")
-    return bool(argv) and os.path.basename(argv[0]).startswith("tfblocks-")
+    return "--verbose" not in argv[1:]
 
 
 def is_noise(line, min_level):
@@ -66,30 +65,94 @@ def is_noise(line, min_level):
     return _LEVELS[match.group("sev") or match.group("old_sev")] < min_level
 
 
+def min_log_level(environ=None):
+    """TF_CPP_MIN_LOG_LEVEL as a number (0, what TensorFlow reads, when it is not one)."""
+    environ = os.environ if environ is None else environ
+    try:
+        return int(environ.get(LEVEL, "0"))
+    except ValueError:
+        return 0
+
+
 def quiet_tensorflow():
-    """Imports TensorFlow with its C++ log lines below TF_CPP_MIN_LOG_LEVEL (default 3) hidden.
+    """Quiets TensorFlow's logs from its first import on (see the module docstring).
 
     Returns:
         False (and does nothing) if TensorFlow was already imported, else True.
     """
     if "tensorflow" in sys.modules:
         return False
-    try:
-        min_level = int(os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3"))
-    except ValueError:
-        min_level = 0
-    sys.stderr.flush()
-    try:
-        saved = os.dup(2) if min_level > 0 else None
-    except OSError:  # no standard error to redirect
-        saved = None
+    if not any(isinstance(finder, _QuietImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _QuietImport(quiet_python=LEVEL not in os.environ))
+    os.environ.setdefault(LEVEL, "3")
+    return True
+
+
+class _QuietImport:
+    """A `sys.meta_path` finder: the `tensorflow` package is found as usual, and its
+    loader wrapped in `_QuietLoader`."""
+
+    def __init__(self, quiet_python):
+        self.quiet_python = quiet_python
+        self._finding = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow" or self._finding:
+            return None
+        self._finding = True  # importlib.util.find_spec asks this finder again
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._finding = False
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader, self.quiet_python)
+        return spec
+
+
+class _QuietLoader:
+    """Runs the real loader with standard error filtered, then restores it on the module."""
+
+    def __init__(self, loader, quiet_python):
+        self.loader = loader
+        self.quiet_python = quiet_python
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self.loader
+        with filtered_stderr(min_log_level()):
+            self.loader.exec_module(module)
+        if not self.quiet_python:
+            return
+        loggers = [logging.getLogger("tensorflow")]
+        if "absl.logging" in sys.modules:  # absl's logger is made by absl, of its own class
+            loggers.append(logging.getLogger("absl"))
+        for logger in loggers:
+            if logger.level == logging.NOTSET:
+                logger.setLevel(logging.ERROR)
+
+
+@contextlib.contextmanager
+def filtered_stderr(min_level):
+    """Within it, file descriptor 2 goes to a temporary file; on leaving, every line of
+    it but C++ log lines below `min_level` (`is_noise`) is written to standard error."""
+    saved = None
+    if min_level > 0 and sys.stderr is not None:  # None: a program without standard error
+        sys.stderr.flush()
+        try:
+            saved = os.dup(2)
+        except OSError:  # no file descriptor 2 to redirect
+            saved = None
     if saved is None:
-        importlib.import_module("tensorflow")
-        return True
+        yield
+        return
+    import tempfile
+
     with tempfile.TemporaryFile() as capture:
         os.dup2(capture.fileno(), 2)
         try:
-            importlib.import_module("tensorflow")
+            yield
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
@@ -99,7 +162,6 @@ def quiet_tensorflow():
             kept = [line for line in text.splitlines(True) if not is_noise(line, min_level)]
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
-    return True
 
 
 if wants_quiet():

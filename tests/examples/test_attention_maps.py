@@ -50,7 +50,6 @@ def test_attention_maps_small_settings(tmp_path):
 
 
 def test_a_folder_it_did_not_write_is_refused_before_training(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("TFBLOCKS_QUIET", "1")  # what importing the example sets
     example = load_example()
     monkeypatch.setattr(example, "train_model", lambda args: pytest.fail("trained first"))
     (tmp_path / "cross_attention.png").write_bytes(b"a user's own figure")

@@ -51,7 +51,6 @@ class TrainingReachedError(Exception):
 
 
 def test_the_output_folder_is_checked_before_training(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("TFBLOCKS_QUIET", "1")  # what importing the example sets
     spec = importlib.util.spec_from_file_location(
         "pre_vs_post_ln", ROOT / "examples" / "pre_vs_post_ln.py"
     )

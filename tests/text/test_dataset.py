@@ -31,6 +31,11 @@ def test_long_pairs_are_filtered_and_counted(pairs, tokenizer, caplog):
     assert max(map(len, sources + targets)) <= 10
 
 
+def test_every_shape_name_has_its_batching():
+    # The names live in tfblocks/text/shapes.py (no TensorFlow, for tfblocks-train --help).
+    assert tuple(text_dataset._SHAPES) == text_dataset.SHAPES
+
+
 @pytest.mark.parametrize("shapes", text_dataset.SHAPES)
 def test_autotuning_is_off_and_the_batch_count_known(pairs, tokenizer, shapes):
     # Autotuning's thread made each `fit` end with a wait of up to a minute (dataset.py).

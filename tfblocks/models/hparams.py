@@ -37,6 +37,7 @@ layer counts are explicit (`num_encoder_layers`/`num_decoder_layers` instead of
 import dataclasses
 
 from tfblocks import _checks
+from tfblocks._schedules import SCHEDULES, format_overrides  # noqa: F401 (public here)
 from tfblocks.layers.embedding import TIMESCALE_RULES
 from tfblocks.layers.feed_forward import ACTIVATIONS
 from tfblocks.models.transformer import DECODER_STARTS, LAYER_NORM_EPSILON
@@ -269,15 +270,6 @@ PRESETS = {
     },
 }
 
-# Named learning-rate settings for `hparams(schedule=...)`, applied over the preset's.
-# "small_data": a 200-step warm-up and constant 0.35 instead of t2t's 8000 / 2.0, which
-# are tuned for hundreds of thousands of steps: a run of a few thousand steps on a small
-# corpus would spend them warming up (the peak rate is about 2.2e-3 at d=128). It is
-# `tfblocks-train`'s default (`tfblocks.translation.options.DEMO_OVERRIDES`).
-SCHEDULES = {
-    "small_data": {"learning_rate_warmup_steps": 200, "learning_rate_constant": 0.35},
-}
-
 
 def hparams(name, *, schedule=None, **overrides):
     """Returns the preset `name` with `schedule`'s settings and `overrides` applied, as a
@@ -365,17 +357,3 @@ def parse_overrides(text):
                     f"`{key}` must be a {kind.__name__}, got {key}={value!r}."
                 ) from error
     return overrides
-
-
-def format_overrides(overrides):
-    """The `"key=value,key=value"` text of `overrides` (HParams fields and values), which
-    `parse_overrides` reads back.
-
-    Example:
-
-    >>> format_overrides({"max_length": 64, "learning_rate_constant": 0.35})
-    'max_length=64,learning_rate_constant=0.35'
-    >>> parse_overrides(format_overrides({"norm_first": False, "max_length": 64}))
-    {'norm_first': False, 'max_length': 64}
-    """
-    return ",".join(f"{key}={value}" for key, value in overrides.items())

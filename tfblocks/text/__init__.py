@@ -3,20 +3,29 @@
 The special ids the tokenizers reserve are in `tfblocks.ids`.
 """
 
-from tfblocks.text.batching import bucket_boundaries
-from tfblocks.text.corpus import (
-    Corpus,
-    StreamedPairs,
-    load_splits,
-    read_parallel,
-    read_sentences,
-    read_tsv,
-    remove_japanese_spaces,
+from tfblocks import _lazy
+
+# Imported now, or on first use in a `tfblocks-*` command (tfblocks/_lazy.py), whose
+# parser reads `tfblocks.text.corpus` and `tfblocks.text.shapes`, without TensorFlow.
+__getattr__, __dir__ = _lazy.public_names(
+    __name__,
+    {
+        "tfblocks.text.batching": ["bucket_boundaries"],
+        "tfblocks.text.corpus": [
+            "Corpus",
+            "StreamedPairs",
+            "load_splits",
+            "read_parallel",
+            "read_sentences",
+            "read_tsv",
+            "remove_japanese_spaces",
+        ],
+        "tfblocks.text.dataset": ["distribute_dataset", "length_summary", "make_dataset"],
+        "tfblocks.text.phrasebook": ["PhrasePair", "generate_phrasebook", "load_phrasebook"],
+        "tfblocks.text.tokenizers": ["SubwordTokenizer", "train_tokenizer", "train_tokenizers"],
+        "tfblocks.text.vocabulary": ["reordered_tokenizer"],
+    },
 )
-from tfblocks.text.dataset import distribute_dataset, length_summary, make_dataset
-from tfblocks.text.phrasebook import PhrasePair, generate_phrasebook, load_phrasebook
-from tfblocks.text.tokenizers import SubwordTokenizer, train_tokenizer, train_tokenizers
-from tfblocks.text.vocabulary import reordered_tokenizer
 
 __all__ = [
     "Corpus",

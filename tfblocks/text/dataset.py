@@ -23,6 +23,7 @@ from tfblocks import _checks
 from tfblocks.text import batching, packing
 from tfblocks.text.batching import STREAM_SHUFFLE_BUFFER
 from tfblocks.text.corpus import StreamedPairs
+from tfblocks.text.shapes import SHAPES
 
 _LOG = logging.getLogger(__name__)
 
@@ -92,8 +93,7 @@ _SHAPES = {
     "buckets": _Shape(batching.batch_buckets),
     "max_length": _Shape(batching.batch_max_length),
     "packed": _Shape(packing.batch_packed, shuffles_pairs=False),
-}
-SHAPES = tuple(_SHAPES)
+}  # keyed by SHAPES, in its order (tests/text/test_dataset.py checks)
 
 # Pairs of a streamed corpus handed to `tf.data` per Python call.
 STREAM_CHUNK = 1024

@@ -9,8 +9,6 @@ XLA, or on an older CPU, float32 stays the default. GPUs and TPUs keep float32 u
 asked (`mixed_float16` / `mixed_bfloat16`): this project has no figures for them.
 """
 
-import tensorflow as tf
-
 from tfblocks import _checks
 from tfblocks._cpu import cpu_flags
 
@@ -49,6 +47,8 @@ def resolve_dtype_policy(policy="auto", jit_compile=False):
     _checks.check_bool("jit_compile", jit_compile)
     if policy != "auto":
         return policy
+    import tensorflow as tf  # not at the top: tfblocks-train lists POLICIES without it
+
     accelerators = tf.config.list_physical_devices("GPU") + tf.config.list_physical_devices("TPU")
     if not jit_compile and not accelerators and cpu_has_bf16():
         return "mixed_bfloat16"

@@ -5,8 +5,8 @@ checked when it is made, and the recipe a run gets when it names none."""
 import dataclasses
 
 from tfblocks import _checks
-from tfblocks.models.hparams import SCHEDULES, format_overrides, parse_overrides
-from tfblocks.text.dataset import SHAPES
+from tfblocks._schedules import SCHEDULES, format_overrides
+from tfblocks.text.shapes import SHAPES
 from tfblocks.training.precision import POLICIES
 
 DEFAULT_PRESET = "transformer_tiny"
@@ -156,6 +156,8 @@ class TrainingOptions:
         (None and none: the init run's). A malformed override is a ValueError."""
         if self.init_from is not None:
             return self.hparams, self.hparams_override or ""
+        from tfblocks.models.hparams import parse_overrides  # TensorFlow: not for --help
+
         overrides = {**parse_overrides(DEMO_OVERRIDES), **parse_overrides(self.hparams_override)}
         return self.hparams or DEFAULT_PRESET, format_overrides(overrides)
 

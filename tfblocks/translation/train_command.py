@@ -35,7 +35,7 @@ import os
 from tfblocks import _checks
 from tfblocks._allocator import physical_memory_mb
 from tfblocks.text.corpus import SPLITS
-from tfblocks.text.dataset import SHAPES
+from tfblocks.text.shapes import SHAPES
 from tfblocks.training.precision import POLICIES
 from tfblocks.translation.console import (
     add_verbose_argument,
