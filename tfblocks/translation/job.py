@@ -336,6 +336,7 @@ class TrainingJob:
             "separate_vocab": options.separate_vocab,
             "stream": self.stream,
             "steps_per_epoch": options.steps_per_epoch,
+            "bleu_tokenize": options.bleu_tokenize,
         }
 
     def tokenizers(self, folder, init, sample=None):
@@ -665,7 +666,11 @@ class TrainingJob:
     def _dev_scores(self):
         from tfblocks.translation import evaluation  # sacrebleu: only where BLEU is computed
 
-        metrics, _ = evaluation.evaluate(self.translator, self.dev_pairs)
+        options = self.options
+        metrics, _ = evaluation.evaluate(
+            self.translator, self.dev_pairs,
+            target_lang=options.target_lang, tokenize=options.bleu_tokenize,
+        )  # fmt: skip
         return {"dev_bleu": metrics["bleu"], "dev_chrf": metrics["chrf"]}
 
     def _write_curves(self, report):
@@ -697,7 +702,10 @@ class TrainingJob:
         self.log(f"translating the test split: {len(test)} sentences, {TEST_BATCH} at a time")
         counter = Counter("test translation", "sentences", self.log)
         with self.timer("evaluate"):
-            metrics, hypotheses = evaluation.evaluate(translator, test, TEST_BATCH, counter)
+            metrics, hypotheses = evaluation.evaluate(
+                translator, test, TEST_BATCH, counter,
+                self.options.target_lang, self.options.bleu_tokenize,
+            )  # fmt: skip
         self.log("test translations (first 3):")
         for (source, reference), hypothesis in list(zip(test, hypotheses, strict=True))[:3]:
             self.log(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")
