@@ -18,9 +18,17 @@ from tfblocks.translation import engines, evaluation, job, train_command
 from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation.options import TrainingOptions
 
-# A hypothesis and its reference in Japanese, written without spaces as Japanese is.
-REFERENCES = ["今日の昼ご飯はカレーです。", "健太は学校で本を読んでいる。", "私は東京に住んでいます。"]
-HYPOTHESES = ["今日の昼食はカレーです。", "健太は図書館で本を読んでいる。", "私は東京に住んでいます。"]
+# Translations and their references in Japanese, written without spaces as Japanese is.
+REFERENCES = [
+    "今日の昼ご飯はカレーです。",
+    "健太は学校で本を読んでいる。",
+    "私は東京に住んでいます。",
+]
+HYPOTHESES = [
+    "今日の昼食はカレーです。",
+    "健太は図書館で本を読んでいる。",
+    "私は東京に住んでいます。",
+]
 
 
 def _sacrebleu_command(ref, hyp, tokenize):
