@@ -32,8 +32,9 @@ here is what it does with it:
   epoch (not in the history, never the best epoch; the rerun repeats it), and no epoch
   starts once the time is used up.
 - Validation: loss, token accuracy and the unsmoothed cross-entropy on the dev split
-  (Keras), plus dev BLEU and chrF (sacrebleu) of greedy translations of up to
-  `dev_sentences` dev sentences with the cached decoder, in the progress output and
+  (Keras), plus dev BLEU and chrF (sacrebleu; BLEU tokenized for the target language or
+  as `bleu_tokenize` says, `evaluation.choose_bleu_tokenize`) of greedy translations of up
+  to `dev_sentences` dev sentences with the cached decoder, in the progress output and
   TensorBoard. `early_stopping` stops after that many epochs without a higher dev BLEU;
   the best epoch's weights are kept and become the final model. When dev BLEU ties, the
   later epoch is the best (its weights had more training); early stopping still counts
