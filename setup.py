@@ -38,7 +38,9 @@ setup(
             "ruff>=0.6",
             "pdoc>=15",
             "ctranslate2>=4.5,<5",
+            "jax[cpu]>=0.4.36",  # tests/backends: the layers under KERAS_BACKEND=jax
         ],
+        "jax": ["jax[cpu]>=0.4.36"],  # the layers and models under KERAS_BACKEND=jax
         "ctranslate2": ["ctranslate2>=4.5,<5"],  # export_ctranslate2, CTranslate2Translator
         "examples": ["matplotlib>=3.8", "sacrebleu>=2.4", "tensorboard>=2.21,<2.22"],
         "docs": ["pdoc>=15"],  # `make docs`: the API reference in docs/api/
