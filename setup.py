@@ -42,7 +42,9 @@ setup(
             "pdoc>=15",
             "ctranslate2>=4.5,<5",
             *JAPANESE_BLEU,
+            "jax[cpu]>=0.4.36",  # tests/backends: the layers under KERAS_BACKEND=jax
         ],
+        "jax": ["jax[cpu]>=0.4.36"],  # the layers and models under KERAS_BACKEND=jax
         "ctranslate2": ["ctranslate2>=4.5,<5"],  # export_ctranslate2, CTranslate2Translator
         "examples": [
             "matplotlib>=3.8",

@@ -37,12 +37,13 @@ SCRIPTS = {
     "serve": ("benchmarks/serve.py", "--quick", "--threads", 1),
     "seq_scaling": ("benchmarks/seq_scaling.py", "--quick"),
     "corpus_scale": ("benchmarks/corpus_scale.py", "--quick"),
+    "backends": ("benchmarks/backends.py", "--quick"),
 }  # fmt: skip
 
 
-# Each in a Python of its own: scaling, seq_scaling and corpus_scale start processes of
+# Each in a Python of its own: scaling, seq_scaling, corpus_scale and backends start processes of
 # their own, serve sets the thread counts before TensorFlow starts.
-ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve")
+ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve", "backends")
 
 
 # A test waits for the scripts queued before its own, shared ones for the whole group:
@@ -169,3 +170,11 @@ def test_corpus_scale_quick_reaches_the_first_step(outputs):
     out = _out(outputs, "corpus_scale")
     assert re.search(r"^\s+2000\s+\d+\s+\d+\.\d\s+\d+$", out, re.M), out  # not "> timeout"
     assert re.search(r"^load average \d+\.\d\d", out, re.M), out
+
+
+def test_backends_quick_prints_both_backends_and_their_ratio(outputs):
+    out = _out(outputs, "backends")
+    assert re.search(r"^round 1: tensorflow \d+\.\d ms, jax \d+\.\d ms$", out, re.M), out
+    for backend in ("tensorflow", "jax"):
+        assert re.search(rf"^\| {backend} \| \d+\.\d \| \d+ \|$", out, re.M), out
+    assert re.search(r"^TensorFlow time / JAX time: \d+\.\d{3} ", out, re.M), out

@@ -208,6 +208,7 @@ class Translator(TextModule):
         alignments=False,
         name=None,
     ):
+        _checks.require_tensorflow("Translator")
         super().__init__(name=name)
         if not getattr(model, "has_input", False):
             raise ValueError(

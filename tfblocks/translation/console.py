@@ -106,9 +106,10 @@ def run_command(name, main, errors=()):
     'tfblocks-train: error: `--epochs` must be positive, got --epochs=0\\n'
     """
     try:
+        _tensorflow_backend(name)
         return main()
     except Exception as error:
-        expected = (ValueError, OSError, _op_error(), *errors)
+        expected = (ValueError, OSError, _op_error(), _checks.BackendError, *errors)
         if "--verbose" in sys.argv or not isinstance(error, expected):
             raise
         print(f"{name}: error: {error_line(error)}", file=sys.stderr)
@@ -116,6 +117,17 @@ def run_command(name, main, errors=()):
 
 
 # Parsers ---------------------------------------------------------------------------------
+
+
+def _tensorflow_backend(name):
+    """The commands are TensorFlow programs: a shell's KERAS_BACKEND=jax (set for the
+    user's own JAX work) does not reach them while Keras is not loaded yet (a console
+    script loads it after parsing its arguments); where it is, another backend is an
+    error."""
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = "tensorflow"
+    else:
+        _checks.require_tensorflow(name)
 
 
 def command_parser(prog, doc):

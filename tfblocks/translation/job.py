@@ -67,7 +67,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfblocks import text
+from tfblocks import _checks, text
 from tfblocks._files import check_directory, replace_file, write_json, write_text
 from tfblocks.decoding import Greedy
 from tfblocks.models import hparams, load_preset, load_target_tokenizer, save_preset
@@ -186,6 +186,7 @@ class TrainingJob:
     """
 
     def __init__(self, options, splits, *, log=say, callbacks=(), timer=None):
+        _checks.require_tensorflow("TrainingJob")
         self.options = options
         self.splits = splits
         self.log = log
