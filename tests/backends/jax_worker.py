@@ -15,6 +15,7 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import tensorflow as tf  # tf.data feeds JAX too
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -92,16 +93,20 @@ def bfloat16():
 
 
 def fit_and_save(folder):
-    """Two epochs of the tiny model with dropout on a copy task; saves the model."""
+    """Two epochs of the tiny model with dropout on a copy task (NumPy input), one more
+    from a `tf.data` pipeline; saves the model."""
     hp = hparams("transformer_tiny", vocab_size=VOCAB, hidden_size=32, filter_size=64)
     model = build_transformer(hp)
     compile_transformer(model, hp, learning_rate=3e-3)
     rng = np.random.default_rng(2)
     ids = rng.integers(3, VOCAB, size=(256, 6)).astype("int32")
     history = model.fit({"inputs": ids, "targets": ids}, ids, epochs=2, batch_size=32, verbose=0)
+    dataset = tf.data.Dataset.from_tensor_slices(({"inputs": ids, "targets": ids}, ids)).batch(32)
+    from_dataset = model.fit(dataset, epochs=1, verbose=0).history["loss"]
     model.save(folder / "jax_model.keras")
     return {
         "loss": [float(v) for v in history.history["loss"]],
+        "tf_data_loss": float(from_dataset[0]),
         "dropout": hp.layer_prepostprocess_dropout,
     }
 

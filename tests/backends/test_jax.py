@@ -78,6 +78,7 @@ def test_fit_with_dropout_under_jax_lowers_the_loss(jax_run):
     assert fit["dropout"] > 0
     first, second = fit["loss"]
     assert np.isfinite([first, second]).all() and second < first
+    assert np.isfinite(fit["tf_data_loss"]) and fit["tf_data_loss"] < second  # tf.data input
 
 
 def test_model_saved_under_tensorflow_loads_under_jax(jax_run):
