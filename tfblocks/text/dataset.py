@@ -23,6 +23,7 @@ from tfblocks import _checks
 from tfblocks.text import batching, packing
 from tfblocks.text.batching import STREAM_SHUFFLE_BUFFER
 from tfblocks.text.corpus import StreamedPairs
+from tfblocks.text.multilingual import MixedPairs
 from tfblocks.text.shapes import SHAPES
 
 _LOG = logging.getLogger(__name__)
@@ -157,6 +158,9 @@ def make_dataset(
             they are read (no list, a shuffle buffer of `STREAM_SHUFFLE_BUFFER` pairs,
             pairs longer than `max_length` dropped in the graph, no summary logged), and
             the dataset's number of batches is unknown: an epoch ends with the files.
+            A `tfblocks.text.multilingual.MixedPairs`: several directions' tagged pairs
+            drawn by temperature sampling inside `tf.data`, as a stream (`seed` seeds the
+            draws; the number of batches is unknown).
         source_tokenizer: `SubwordTokenizer` (or anything with an in-graph `tokenize`) for the
             sources.
         target_tokenizer: the same for the targets (the same object for a shared vocabulary).
@@ -205,7 +209,7 @@ def make_dataset(
         batch_tokens, max_length, shuffle, seed, shapes, bucket_lengths, repeat
     )
     dataset, lengths = _read(
-        pairs, source_tokenizer, target_tokenizer, max_length, input_context, repeat
+        pairs, source_tokenizer, target_tokenizer, max_length, input_context, repeat, seed
     )
     if shuffle and _SHAPES[shapes].shuffles_pairs:
         buffer = STREAM_SHUFFLE_BUFFER if lengths is None else len(lengths[0])
@@ -251,9 +255,18 @@ def _check_arguments(batch_tokens, max_length, shuffle, seed, shapes, bucket_len
     return batch_tokens, max_length, bucket_lengths
 
 
-def _read(pairs, source_tokenizer, target_tokenizer, max_length, input_context, repeat):
+def _read(pairs, source_tokenizer, target_tokenizer, max_length, input_context, repeat, seed):
     """The pairs as a dataset of `(source, target)` strings, this input pipeline's shard, and
-    the `(source, target)` id lengths `[N]` of every pipeline's kept pairs (None streamed)."""
+    the `(source, target)` id lengths `[N]` of every pipeline's kept pairs (None streamed or
+    mixed)."""
+    if isinstance(pairs, MixedPairs):  # drawn as it goes: lengths filtered in the graph
+        _LOG.info("make_dataset: %s", pairs.summary())
+        dataset = pairs.dataset(seed)
+        if input_context is not None:
+            dataset = dataset.shard(
+                input_context.num_input_pipelines, input_context.input_pipeline_id
+            )
+        return dataset, None
     if isinstance(pairs, StreamedPairs):  # read as it goes: lengths filtered in the graph
         own_files = None
         if repeat and input_context is not None:
@@ -424,7 +437,7 @@ def distribute_dataset(strategy, pairs, source_tokenizer, target_tokenizer, *,
             f"`start_step` starts an endless stream and needs repeat=True, got "
             f"start_step={start_step}, repeat={repeat!r}."
         )
-    if not isinstance(pairs, StreamedPairs):  # streamed: each worker streams its shard
+    if not isinstance(pairs, StreamedPairs | MixedPairs):  # each worker reads its shard
         pairs = _check_pairs(pairs)
 
     def shard(input_context):
