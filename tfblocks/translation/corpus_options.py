@@ -256,3 +256,59 @@ def read_corpus(args):
         seed=args.seed, files=files, tsv_columns=tsv_columns(args) if args.tsv else None,
         stream_train=args.stream,
     )  # fmt: skip
+
+
+def check_pairs_arguments(args):
+    """Refuses what `--pairs` (several directions, each in its folder of `--corpus-dir`)
+    cannot be combined with, naming the flags; returns the directions."""
+    from tfblocks.text.multilingual import parse_pairs
+
+    if args.pairs is None:
+        if args.pair_temperature is not None:
+            raise ValueError(
+                "`--pair-temperature` mixes the directions of --pairs, got "
+                f"--pair-temperature={args.pair_temperature} without --pairs."
+            )
+        return None
+    directions = parse_pairs(args.pairs, "--pairs")
+    if args.pair_temperature is not None:
+        _checks.check_positive_float("--pair-temperature", args.pair_temperature)
+    if args.corpus_dir is None:
+        raise ValueError(
+            f"`--pairs` reads each direction from its folder of --corpus-dir (de-en/"
+            f"train.de, ...), got --pairs={args.pairs!r} without --corpus-dir."
+        )
+    given = [flag_name(f) for f in FILE_FLAGS if getattr(args, f) is not None]
+    given += [name for name, value in (("--tsv", args.tsv), ("--stream", args.stream),
+                                       ("--separate-vocab", args.separate_vocab),
+                                       ("--init-from", args.init_from)) if value]  # fmt: skip
+    if given:
+        raise ValueError(
+            f"`--pairs` trains one model on the folders of --corpus-dir with one shared "
+            f"vocabulary, not with {given[0]}, got --pairs={args.pairs!r} with {given[0]}."
+        )
+    return directions
+
+
+def read_pairs(args, directions):
+    """The splits of `--pairs`: `{"train": MixedPairs, "dev": [...], "test": [...]}`, dev
+    and test the directions' tagged pairs in turn; `--limit-train` and `--limit-test`
+    apply to each direction. An empty split is refused, naming its direction."""
+    import dataclasses
+
+    from tfblocks.text.multilingual import MixedPairs, load_language_pairs
+
+    limits = {"train": args.limit_train, "dev": None, "test": args.limit_test}
+    pairs = []
+    for pair in load_language_pairs(args.corpus_dir, directions, seed=args.seed):
+        splits = {split: pair.splits[split][: limits[split]] for split in SPLITS}
+        for split in SPLITS:
+            if not splits[split]:
+                raise ValueError(
+                    f"the {split} split of {pair.name} in --corpus-dir={args.corpus_dir!r} "
+                    "has no sentence pairs."
+                )
+        pairs.append(dataclasses.replace(pair, splits=splits))
+    mixed = MixedPairs(tuple(pairs), args.pair_temperature or 1.0)
+    flat = {split: [row for pair in pairs for row in pair.tagged(split)] for split in SPLITS[1:]}
+    return {"train": mixed, **flat}

@@ -77,6 +77,7 @@ from tfblocks.models.preset import KIND
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import distribute_dataset, make_dataset
 from tfblocks.text.corpus import StreamedPairs, sample_pairs
+from tfblocks.text.multilingual import MixedPairs, train_multilingual_tokenizer
 from tfblocks.text.phrasebook import RUNNING_EXAMPLE
 from tfblocks.training import compile_transformer, get_strategy
 from tfblocks.training.callbacks import EpochProgress, FiniteLoss, TimeLimit
@@ -139,8 +140,9 @@ def outputs_digest(model, hp, search, test):
 
 def corpus_fingerprint(pairs):
     """A short SHA-256 of the pairs, to tell whether a run folder saw the same corpus (a
-    `StreamedPairs`: its own, from its files' sizes, first and last MiB)."""
-    if isinstance(pairs, StreamedPairs):
+    `StreamedPairs`: its own, from its files' sizes, first and last MiB; a `MixedPairs`:
+    its own, of its directions, temperature and pairs)."""
+    if isinstance(pairs, StreamedPairs | MixedPairs):
         return pairs.fingerprint()
     digest = hashlib.sha256()
     for source, target in pairs:
@@ -193,6 +195,14 @@ class TrainingJob:
         self.callbacks = tuple(callbacks)
         self.timer = Timer() if timer is None else timer
         self.stream = isinstance(splits["train"], StreamedPairs)
+        # Several directions (`MixedPairs`): dev and test are their tagged pairs, in turn.
+        self.mixed = splits["train"] if isinstance(splits["train"], MixedPairs) else None
+        if self.mixed is not None and (options.separate_vocab or options.init_from):
+            raise ValueError(
+                "several directions (a `MixedPairs`) train one shared vocabulary from scratch, "
+                f"got separate_vocab={options.separate_vocab!r}, "
+                f"init_from={options.init_from!r}."
+            )
 
     # The whole job -------------------------------------------------------------------------
 
@@ -233,7 +243,7 @@ class TrainingJob:
                     "test translation and export skipped: metrics.json, model/ and export/1 "
                     "are those of these final weights, test split and search"
                 )
-                metrics = {key: recorded[key] for key in _SCORES}
+                metrics = {key: recorded[key] for key in self._scores()}
                 path = folder.join("export", "1")
                 exported = {key: recorded[key] for key in _EXPORTED}
                 for phase in _AFTER_TRAINING:  # the seconds they took when they ran
@@ -286,15 +296,16 @@ class TrainingJob:
         named by split and language (`test.de`, `test.en`, ...), so that `tfblocks-evaluate`
         can repeat the test evaluation (a TSV's held-out rows are written nowhere else);
         returns `{split: (source file, target file)}`."""
+        if self.mixed is not None:  # each direction's, untagged, in `heldout/de-en/`
+            return {
+                f"{pair.name} {split}": paths
+                for pair in self.mixed.pairs
+                for split, paths in _write_heldout(
+                    folder.join(HELDOUT_DIR, pair.name), (pair.source, pair.target), pair.splits
+                ).items()
+            }
         languages = (self.options.source_lang, self.options.target_lang)
-        os.makedirs(folder.join(HELDOUT_DIR), exist_ok=True)
-        written = {}
-        for split in ("dev", "test"):
-            paths = tuple(folder.join(HELDOUT_DIR, f"{split}.{lang}") for lang in languages)
-            for side, path in enumerate(paths):
-                write_text(path, "".join(pair[side] + "\n" for pair in self.splits[split]))
-            written[split] = paths
-        return written
+        return _write_heldout(folder.join(HELDOUT_DIR), languages, self.splits)
 
     def recorded_outputs(self, folder, digest):
         """`metrics.json`'s record when it holds the test scores and export of `digest`
@@ -312,15 +323,17 @@ class TrainingJob:
             return None
         if not isinstance(recorded, dict) or recorded.get("final_digest") != digest:
             return None
-        if any(key not in recorded for key in (*_SCORES, *_EXPORTED)):
+        if any(key not in recorded for key in (*self._scores(), *_EXPORTED)):
             return None
         return recorded
 
     def settings(self):
-        """What the run folder records and its reruns must match (`RunFolder.check_settings`)."""
+        """What the run folder records and its reruns must match (`RunFolder.check_settings`):
+        with several directions, `pairs` and `pair_temperature` instead of the languages
+        (tfblocks-translate reads the targets there, `run_folder.run_pairs`)."""
         options = self.options
         preset, overrides = options.recipe()
-        return {
+        settings = {
             "corpus": corpus_fingerprint(self.splits["train"]),
             "source_lang": options.source_lang,
             "target_lang": options.target_lang,
@@ -340,6 +353,10 @@ class TrainingJob:
             "steps_per_epoch": options.steps_per_epoch,
             "bleu_tokenize": options.bleu_tokenize,
         }
+        if self.mixed is not None:
+            settings.update(source_lang=None, target_lang=None, pairs=self.mixed.names,
+                            pair_temperature=self.mixed.temperature)  # fmt: skip
+        return settings
 
     def tokenizers(self, folder, init, sample=None):
         """The tokenizers step: `(source, target)` tokenizers (the same one when shared):
@@ -357,6 +374,11 @@ class TrainingJob:
             tokenizers = [init.tokenizer, init.target_tokenizer]
         elif saved is not None and all(os.path.exists(p) for p in paths):
             tokenizers = [text.SubwordTokenizer.load(p) for p in paths]
+        elif self.mixed is not None:  # balanced over languages, the tags as symbols
+            tokenizers = [train_multilingual_tokenizer(
+                self.mixed, options.vocab_size, options.tokenizer_model,
+                sample=options.tokenizer_sample, seed=options.seed,
+            )] * 2  # fmt: skip
         else:
             tokenizers = text.train_tokenizers(
                 self.splits["train"] if sample is None else sample,
@@ -380,6 +402,8 @@ class TrainingJob:
                 f"{target_tokenizer.vocabulary_size} ({options.target_lang})"
             )
         self.log(f"pairs {sizes}; {vocabulary} ({options.tokenizer_model})")
+        if self.mixed is not None:
+            self.log(f"directions mixed by temperature sampling: {self.mixed.summary()}")
         return tokenizer, target_tokenizer
 
     def build_hparams(self, tokenizer, target_tokenizer, init=None):
@@ -442,7 +466,7 @@ class TrainingJob:
             batch_tokens=options.batch_tokens, max_length=hp.max_length, shuffle=False,
             shapes=options.shapes,
         )  # fmt: skip
-        self.dev_pairs = self.splits["dev"][: options.dev_sentences]
+        self.dev_pairs = self._dev_pairs()
         self.translator = Translator(
             self.serving, tokenizer, self.target_tokenizer, hp.max_length, search=Greedy()
         )
@@ -548,7 +572,7 @@ class TrainingJob:
                 tf.summary.scalar("epoch_chrf", logs["dev_chrf"], step=epoch)
             self.writer.flush()
             self.log(f"epoch {epoch + 1}: dev BLEU {logs['dev_bleu']} chrF {logs['dev_chrf']} "
-                     f"({len(self.dev_pairs)} sentences, greedy)")  # fmt: skip
+                     f"({self._dev_count()}, greedy){self._per_pair(logs, 'dev_')}")  # fmt: skip
         progress["epochs"] = epoch + 1
         progress["history"].append({"epoch": epoch + 1, **logs})
         best = bool(self.dev_pairs) and _record_bleu(progress, logs["dev_bleu"], epoch + 1)
@@ -598,7 +622,7 @@ class TrainingJob:
         if not self.dev_pairs:
             report["final_weights"] = averaged
             return report
-        self.log(f"dev BLEU of the {averaged}: translating {len(self.dev_pairs)} dev sentences")
+        self.log(f"dev BLEU of the {averaged}: translating {self._dev_count()}")
         report["dev_bleu_averaged"] = self._dev_scores()["dev_bleu"]
         if report["dev_bleu_averaged"] >= (progress["best_bleu"] or 0.0):
             report["final_weights"] = averaged
@@ -652,7 +676,7 @@ class TrainingJob:
             with warnings.catch_warnings():
                 # A streamed corpus has no known number of batches: its epoch ends when
                 # the files do, which Keras reports as "Your input ran out of data".
-                if self.stream:
+                if self.stream or self.mixed is not None:
                     warnings.filterwarnings("ignore", "Your input ran out of data", UserWarning)
                 history = self.model.fit(
                     data, validation_data=self.dev, initial_epoch=epoch, epochs=epoch + 1,
@@ -665,15 +689,38 @@ class TrainingJob:
                 return stop
         return "epochs"
 
+    def _dev_pairs(self):
+        """The dev pairs that dev BLEU translates: the first `dev_sentences` (of each
+        direction, tagged, with several: `{name: pairs}`)."""
+        count = self.options.dev_sentences
+        if self.mixed is None:
+            return self.splits["dev"][:count]
+        return {pair.name: pair.tagged("dev")[:count] for pair in self.mixed.pairs} if count else {}
+
     def _dev_scores(self):
+        """`dev_bleu` and `dev_chrf`; with several directions, each one's
+        (`dev_bleu_de-en`, ...) and their means, which choose the best epoch."""
         from tfblocks.translation import evaluation  # sacrebleu: only where BLEU is computed
 
         options = self.options
-        metrics, _ = evaluation.evaluate(
-            self.translator, self.dev_pairs,
-            target_lang=options.target_lang, tokenize=options.bleu_tokenize,
-        )  # fmt: skip
-        return {"dev_bleu": metrics["bleu"], "dev_chrf": metrics["chrf"]}
+        if self.mixed is None:
+            metrics, _ = evaluation.evaluate(
+                self.translator, self.dev_pairs,
+                target_lang=options.target_lang, tokenize=options.bleu_tokenize,
+            )  # fmt: skip
+            return {"dev_bleu": metrics["bleu"], "dev_chrf": metrics["chrf"]}
+        scores = {}
+        for pair in self.mixed.pairs:
+            metrics, _ = evaluation.evaluate(
+                self.translator, self.dev_pairs[pair.name],
+                target_lang=pair.target, tokenize=options.bleu_tokenize,
+            )  # fmt: skip
+            scores[f"dev_bleu_{pair.name}"] = metrics["bleu"]
+            scores[f"dev_chrf_{pair.name}"] = metrics["chrf"]
+        for name in ("dev_bleu", "dev_chrf"):
+            values = [scores[f"{name}_{pair}"] for pair in self.mixed.names]
+            scores[name] = round(sum(values) / len(values), 2)
+        return scores
 
     def _write_curves(self, report):
         """Writes the run's `curves.png`; returns its path, or None without matplotlib."""
@@ -702,6 +749,8 @@ class TrainingJob:
 
         test = self.splits["test"]
         self.log(f"translating the test split: {len(test)} sentences, {TEST_BATCH} at a time")
+        if self.mixed is not None:
+            return self._evaluate_pairs(translator, evaluation)
         counter = Counter("test translation", "sentences", self.log)
         with self.timer("evaluate"):
             metrics, hypotheses = evaluation.evaluate(
@@ -713,13 +762,55 @@ class TrainingJob:
             self.log(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")
         return metrics
 
+    def _evaluate_pairs(self, translator, evaluation):
+        """`evaluate` for several directions: each one's test scores under `pairs`, and
+        the means of their BLEU, chrF and exact match over all `sentences`."""
+        scores = {}
+        for pair in self.mixed.pairs:
+            counter = Counter(f"test translation {pair.name}", "sentences", self.log)
+            with self.timer("evaluate"):
+                scores[pair.name], hypotheses = evaluation.evaluate(
+                    translator, pair.tagged("test"), TEST_BATCH, counter,
+                    pair.target, self.options.bleu_tokenize,
+                )  # fmt: skip
+            self.log(f"  {pair.name}: BLEU {scores[pair.name]['bleu']} chrF "
+                     f"{scores[pair.name]['chrf']}; first: {pair.splits['test'][0][0]} -> "
+                     f"{hypotheses[0]}")  # fmt: skip
+        metrics = {key: round(sum(s[key] for s in scores.values()) / len(scores), digits)
+                   for key, digits in (("bleu", 2), ("chrf", 2), ("exact_match", 4))}  # fmt: skip
+        metrics.update(
+            sentences=sum(s["sentences"] for s in scores.values()),
+            bleu_signature="; ".join(dict.fromkeys(s["bleu_signature"] for s in scores.values())),
+            pairs=scores,
+        )
+        return metrics
+
+    def _dev_count(self):
+        """The dev sentences that dev BLEU translates, in words."""
+        if self.mixed is None:
+            return f"{len(self.dev_pairs)} dev sentences"
+        count = sum(map(len, self.dev_pairs.values()))
+        return f"{count} dev sentences of {len(self.dev_pairs)} directions"
+
+    def _per_pair(self, logs, prefix):
+        """Each direction's BLEU of `logs` (keys `PREFIXbleu_de-en`), in words; "" for one pair."""
+        if self.mixed is None:
+            return ""
+        return "; " + ", ".join(
+            f"{name} {logs[f'{prefix}bleu_{name}']}" for name in self.mixed.names
+        )
+
+    def _scores(self):
+        """What `metrics.json` holds of the test evaluation (a rerun keeps them)."""
+        return _SCORES if self.mixed is None else (*_SCORES, "pairs")
+
     def export(self, folder, model, translator):
         """Writes the model (`model/`, a KerasHub preset) and the SavedModel (`export/1`),
         reloads the SavedModel and translates a few test sentences (with the running
         example for a Japanese source) both ways; returns the SavedModel's path, the
         reloaded model's `{sentence: translation}` and whether both translated alike."""
         samples = [source for source, _ in self.splits["test"][:2]]
-        if self.options.source_lang == "ja":  # the seed notes' running example
+        if self.mixed is None and self.options.source_lang == "ja":  # the running example
             samples.insert(0, RUNNING_EXAMPLE[0])
         self.log(f"exporting the model to {folder.join('model')} and the SavedModel to "
                  f"{folder.join('export', '1')}")  # fmt: skip
@@ -790,6 +881,19 @@ class _EndEpoch(keras.callbacks.Callback):
         self.stopped = self.end(epoch, logs, time.perf_counter() - self.start)
         if self.stopped is not None:
             self.model.stop_training = True
+
+
+def _write_heldout(directory, languages, splits):
+    """Writes the dev and test rows of `splits` into `directory`, one sentence a line,
+    named by split and language; returns `{split: (source file, target file)}`."""
+    os.makedirs(directory, exist_ok=True)
+    written = {}
+    for split in ("dev", "test"):
+        paths = tuple(os.path.join(directory, f"{split}.{lang}") for lang in languages)
+        for side, path in enumerate(paths):
+            write_text(path, "".join(pair[side] + "\n" for pair in splits[split]))
+        written[split] = paths
+    return written
 
 
 def _check_steps_per_epoch(folder, progress, steps_per_epoch):

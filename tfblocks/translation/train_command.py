@@ -27,6 +27,7 @@ Examples:
       --test-source wmt/test.de --test-target wmt/test.en --output runs/deen
   tfblocks-train --tsv pairs.tsv --source-lang fr --target-lang en \\
       --source-column 1 --target-column 0 --output runs/fren
+  tfblocks-train --pairs de-en,fr-en,en-de --corpus-dir corpora --output runs/multi
 """
 
 import dataclasses
@@ -47,10 +48,12 @@ from tfblocks.translation.corpus_options import (
     FILE_FLAGS,
     add_corpus_arguments,
     check_corpus_arguments,
+    check_pairs_arguments,
     choose_stream,
     corpus_origin,
     flag_name,
     read_corpus,
+    read_pairs,
 )
 from tfblocks.translation.evaluation import BLEU_TOKENIZE_DEFAULTS, BLEU_TOKENIZERS
 from tfblocks.translation.options import DEMO_OVERRIDES
@@ -60,6 +63,18 @@ def parse_args(argv=None):
     parser = command_parser("tfblocks-train", __doc__)
     add_verbose_argument(parser)
     add_corpus_arguments(parser)
+    parser.add_argument(
+        "--pairs", default=None, metavar="DIRECTIONS",
+        help="several directions in one model, e.g. de-en,fr-en,en-de: each read from "
+        "--corpus-dir/SOURCE-TARGET/ (or the other way round from TARGET-SOURCE/), a tag <2xx> "
+        "in front of each source names the target language, one shared vocabulary balanced "
+        "over the languages; --source-lang/--target-lang are not used",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pair-temperature", type=float, default=None, metavar="T",
+        help="with --pairs: draw direction i with probability proportional to its pairs n_i "
+        "to the power 1/T (default 1: in proportion; larger flattens toward equal shares)",
+    )  # fmt: skip
     parser.add_argument(
         "--hparams", default=None,
         help="t2t preset name (default transformer_tiny; with --init-from, the init run's "
@@ -247,7 +262,8 @@ def check_arguments(args):
             raise ValueError(
                 f"`{flag_name(flag)}` must name a path, got {flag_name(flag)}={value!r}."
             )
-    check_corpus_arguments(args)
+    if check_pairs_arguments(args) is None:  # several directions: their folders are checked
+        check_corpus_arguments(args)
     if args.init_from is not None:
         from tfblocks.translation.run_folder import run_languages
 
@@ -326,6 +342,10 @@ def main(argv=None):
         check_output(output)
     timer = Timer()
     with timer("data"):
+        if args.pairs is not None:
+            splits = read_pairs(args, check_pairs_arguments(args))
+            print(options.recipe_line(), flush=True)
+            return job.TrainingJob(options, splits, timer=timer).run(output)
         args.stream = choose_stream(args)  # `--stream` unset: by the train files' size
         splits = read_corpus(args)
         if args.stream:
@@ -365,7 +385,7 @@ def training_options(args):
         lora_ffn=args.lora_ffn,
         source_lang=args.source_lang,
         target_lang=args.target_lang,
-        corpus=corpus_origin(args, "train"),
+        corpus=corpus_origin(args, "train") if args.pairs is None else f"--pairs={args.pairs!r}",
         hparams=args.hparams,
         hparams_override=args.hparams_override,
         vocab_size=args.vocab_size,
