@@ -83,6 +83,7 @@ from tfblocks.serving.text_module import (
     check_vocabulary,
     text_spec,
 )
+from tfblocks.text.multilingual import tag_sources, target_tag
 
 # The string inputs of the signatures besides `TEXT`.
 # The most subwords (EOS included) a target may hold in `score`: a target is scored whole,
@@ -92,6 +93,7 @@ MAX_SCORE_LENGTH = 1024
 _SOURCE = text_spec("source")
 _TARGET = text_spec("target")
 _TARGET_PREFIX = text_spec("target_prefix")
+_TARGET_LANG = text_spec("target_lang")
 
 
 def _check_same_batch(first, second, names):
@@ -164,6 +166,11 @@ class Translator(TextModule):
             the penultimate layer (`tfblocks.decoding.alignment`).
         alignments: the SavedModel also has an `align` signature (`align` works
             either way; the signature costs a few seconds of export).
+        target_lang: a model of several directions (`tfblocks.text.multilingual`):
+            the language every source is translated into (its tag `<2xx>` is put in
+            front of each); None: the sources are taken as they are (tagged or not).
+        multilingual: the SavedModel also has a `target` signature whose
+            `target_lang` input (a code per text) names each text's target language.
         name: the module's name.
 
     Besides translating (`translator(texts)`), it returns the n best translations
@@ -206,6 +213,8 @@ class Translator(TextModule):
         num_hypotheses=1,
         alignment_layer=None,
         alignments=False,
+        target_lang=None,
+        multilingual=False,
         name=None,
     ):
         _checks.require_tensorflow("Translator")
@@ -233,6 +242,8 @@ class Translator(TextModule):
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
         self.alignments = _checks.check_bool("alignments", alignments)
+        self.target_lang = None if target_lang is None else target_tag(target_lang)[2:-1]
+        self.multilingual = _checks.check_bool("multilingual", multilingual)
         layers = getattr(model, "num_decoder_layers", None)  # None: an Ensemble
         if layers is None and (alignments or alignment_layer is not None):
             raise ValueError(
@@ -247,12 +258,17 @@ class Translator(TextModule):
             for tokenizer in (source_tokenizer, target_tokenizer)
         ]  # [V] bool each
 
-    def encode_source(self, text):
+    def encode_source(self, text, target_lang=None):
         """Source ids `[B, S]` (0-padded, EOS-terminated), S from `source_buckets`.
 
         S is the first bucket that holds the batch's longest source (or that length
-        itself when `source_buckets` is None); at most `max_length`.
+        itself when `source_buckets` is None); at most `max_length`. `target_lang`
+        (`[B]` codes; None: the translator's `target_lang`, if any) puts the tags of
+        the target languages in front of the texts.
         """
+        target_lang = self.target_lang if target_lang is None else target_lang
+        if target_lang is not None:
+            text = tag_sources(text, target_lang)
         ids = self.source_tokenizer.tokenize(text)  # ragged [B, (n)], ends with EOS
         ids = ids[:, :-1][:, : self.max_length - 1]  # [B, (≤ max_length − 1)]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], EOS_ID))
@@ -281,11 +297,20 @@ class Translator(TextModule):
             signatures["n_best"] = self._optional("n_best", self._n_best, [TEXT])
         if self.alignments:
             signatures["align"] = self._optional("align", self._align, [_SOURCE, _TARGET])
+        if self.multilingual:
+            signatures["target"] = self.serve_target
         return signatures
 
-    def __call__(self, texts, target_prefix=None):
+    def __call__(self, texts, target_prefix=None, target_lang=None):
         """Translations of `texts` (a list of str or a 1-D string tensor), a string
-        tensor; with `target_prefix` (as many str), each starts with its prefix."""
+        tensor; with `target_prefix` (as many str), each starts with its prefix; with
+        `target_lang` (a code), into that language (the model's tag `<2xx>`)."""
+        if target_lang is not None:
+            if target_prefix is not None:
+                raise ValueError("Give `target_prefix` or `target_lang`, not both.")
+            texts = check_text_batch(texts)
+            language = target_tag(target_lang)[2:-1]
+            return self.serve_target(texts, tf.fill(tf.shape(texts), language))["translation"]
         if target_prefix is None:
             return super().__call__(texts)
         texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
@@ -384,10 +409,22 @@ class Translator(TextModule):
     @tf.function(input_signature=[TEXT], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
+        return self._translate(text)
+
+    @tf.function(input_signature=[TEXT, _TARGET_LANG], autograph=False)
+    def serve_target(self, text, target_lang):
+        """The `target` signature (`multilingual`): `{"translation", "score"}` of each
+        text into its `target_lang` (a code such as `fr`; zero-shot directions too)."""
+        target_lang = batch_input(target_lang, "target_lang")
+        _check_same_batch(batch_input(text, "text"), target_lang, ("text", "target_lang"))
+        return self._translate(text, target_lang)
+
+    def _translate(self, text, target_lang=None):
+        """`{"translation", "score"}` of the batch `text`, into `target_lang` (`[B]`)."""
         text = batch_input(text, "text")
         blank = blank_lines(text)
         # A blank line is decoded as "" (cheap, and it never lengthens its batch's padding).
-        source = self.encode_source(tf.where(blank, "", text))
+        source = self.encode_source(tf.where(blank, "", text), target_lang)
         # With jit_compile the decoder runs its own nested XLA-compiled function;
         # without, the search is traced inline into this signature's graph.
         ids, scores = self._decoder.decode(self.search, source, extra_length=self.extra_length)

@@ -21,6 +21,7 @@ Examples:
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en --output test.hyp
   tfblocks-evaluate --model runs/en-ja --src test.en --ref test.ja --bleu-tokenize char
+  tfblocks-evaluate --model runs/multi --target-lang en --src test.de --ref test.en
 """
 
 import json
@@ -43,6 +44,7 @@ from tfblocks.translation.evaluation import (
     choose_bleu_tokenize,
     score,
 )
+from tfblocks.translation.targets import add_target_lang_argument, tag_lines, target_language
 from tfblocks.translation.translate_command import _one_line, check_paths
 
 
@@ -65,6 +67,7 @@ def parse_args(argv=None):
         f"recorded it: {BLEU_TOKENIZE_DEFAULTS})",
     )  # fmt: skip
     add_decoding_arguments(parser)
+    add_target_lang_argument(parser)
     add_japanese_spaces_argument(parser, "--src (--ref: auto)")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
@@ -81,10 +84,12 @@ def main(argv=None):
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
 
-    source, target = model_languages(args.model) or (None, None)
+    notice = lambda message: print(f"tfblocks-evaluate: {message}", file=sys.stderr)  # noqa: E731
+    tag = target_language(args.model, args.target_lang, notice)  # several directions' tag
+    source, target = model_languages(args.model) or (None, tag)
     # Refused (a missing MeCab) before anything is translated.
     tokenize = choose_bleu_tokenize(target, args.bleu_tokenize, "--bleu-tokenize")
-    sources = read_input(args.src, args.japanese_spaces, language=source)
+    sources = tag_lines(read_input(args.src, args.japanese_spaces, language=source), tag)
     # Joined as training joined its targets; --japanese-spaces is not for --ref.
     references = read_input(args.ref, "auto", advise=False, language=target)
     if len(sources) != len(references):
@@ -98,7 +103,7 @@ def main(argv=None):
         )
     translate, what = engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine,
-        notice=lambda message: print(f"tfblocks-evaluate: {message}", file=sys.stderr),
+        notice=notice,
     )  # fmt: skip
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)
     hypotheses = translate_in_batches(translate, sources, args.batch_size)

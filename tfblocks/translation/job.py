@@ -233,8 +233,9 @@ class TrainingJob:
             recorded = self.recorded_outputs(folder, digest)
             if recorded is None:
                 translator = Translator(
-                    model, tokenizer, target_tokenizer, hp.max_length, search=search
-                )
+                    model, tokenizer, target_tokenizer, hp.max_length, search=search,
+                    multilingual=self.mixed is not None,
+                )  # fmt: skip
                 metrics = self.evaluate(translator)
                 path, samples, matches = self.export(folder, model, translator)
                 exported = {"samples": samples, "reload_matches": matches}

@@ -6,7 +6,8 @@ touched):
     DIR/run.json                 what the folder was made with: corpus fingerprint, source
                                  and target languages (`run_languages`; tfblocks-translate
                                  and -evaluate follow them), tokenizer (vocab size, model
-                                 type), HParams, seed
+                                 type), HParams, seed; of several directions, their
+                                 `pairs` (`run_pairs`: what --target-lang chooses from)
     DIR/tokenizer.model          the shared SentencePiece model (the source side's with
                                  --separate-vocab)
     DIR/target_tokenizer.model   with --separate-vocab: the target side's
@@ -28,6 +29,7 @@ touched):
                                  they and the exports come from (a rerun that ends with
                                  the same skips the test translation and the export)
     DIR/heldout/{dev,test}.{SOURCE,TARGET}   the dev and test rows, one sentence a line
+                                 (several directions: heldout/SOURCE-TARGET/, untagged)
                                  (what tfblocks-evaluate needs to repeat the test score)
     DIR/curves.png               train and dev loss, dev BLEU and chrF per epoch (rewritten
                                  at the end of every run of the folder)
@@ -350,7 +352,28 @@ def check_output(path):
 def run_languages(path):
     """`(source, target)`: the languages recorded by the run whose folder is `path`, or
     whose `model/` or `export/N` is `path`; None when unknown (no run folder there, or
-    one that recorded no languages). Reads only `run.json`."""
+    one that recorded no languages, as a run of several directions). Reads only
+    `run.json`."""
+    for settings in _run_settings(path):
+        languages = (settings.get("source_lang"), settings.get("target_lang"))
+        if all(isinstance(language, str) for language in languages):
+            return languages
+    return None
+
+
+def run_pairs(path):
+    """The directions (`["de-en", ...]`) recorded by the run of several directions whose
+    folder (or `model/`, `export/N`) is `path`; None for any other. Reads only `run.json`."""
+    for settings in _run_settings(path):
+        pairs = settings.get("pairs")
+        if isinstance(pairs, list) and pairs and all(isinstance(p, str) for p in pairs):
+            return pairs
+    return None
+
+
+def _run_settings(path):
+    """Yields the `run.json` settings of the run folder `path`, or of the folder whose
+    `model/` or `export/N` it is, that can be read."""
     path = os.path.abspath(os.fspath(path))
     folders = [path]
     parent = os.path.dirname(path)
@@ -364,12 +387,8 @@ def run_languages(path):
                 settings = json.load(f).get("settings") or {}
         except (OSError, ValueError, AttributeError):
             continue
-        if not isinstance(settings, dict):  # not what tfblocks wrote: languages unknown
-            continue
-        languages = (settings.get("source_lang"), settings.get("target_lang"))
-        if all(isinstance(language, str) for language in languages):
-            return languages
-    return None
+        if isinstance(settings, dict):  # else not what tfblocks wrote: nothing known
+            yield settings
 
 
 def _lock(lock_path, path):

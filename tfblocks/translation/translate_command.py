@@ -34,6 +34,7 @@ Examples:
   tfblocks-translate --model runs/enja --model runs/enja-seed2 --input test.ja
   tfblocks-translate --model runs/enja --alignments --input test.ja --output test.aligned
   tfblocks-translate --model runs/enja --interactive --beam-size 1
+  tfblocks-translate --model runs/multi --target-lang fr --input test.de
 """
 
 import os
@@ -53,6 +54,7 @@ from tfblocks.translation.console import (
     read_lines_as_they_come,
     run_command,
 )
+from tfblocks.translation.targets import add_target_lang_argument, tag_lines, target_language
 
 
 def parse_args(argv=None):
@@ -104,6 +106,7 @@ def parse_args(argv=None):
         "(a line in, a line out; the default when standard input is a terminal); not with "
         "--output FILE, --score or --target-prefix",
     )
+    add_target_lang_argument(parser)
     add_japanese_spaces_argument(parser, "the input (a file or standard input)")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
@@ -256,6 +259,7 @@ def main(argv=None):
 
     languages = model_languages(args.model) or (None, None)
     notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
+    target = target_language(args.model, args.target_lang, notice)  # several directions' tag
     if _interactive(args):
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
@@ -264,9 +268,9 @@ def main(argv=None):
         print(f"translating each line as it is read with {what}", file=sys.stderr)
         lines = read_lines_as_they_come(args.input, args.japanese_spaces, languages[0])
         for index, line in enumerate(lines):
-            _write_out(_output_lines(args, index, run([line])[0]))
+            _write_out(_output_lines(args, index, run(tag_lines([line], target))[0]))
         return
-    lines = read_input(args.input, args.japanese_spaces, language=languages[0])
+    lines = tag_lines(read_input(args.input, args.japanese_spaces, language=languages[0]), target)
     if args.score is not None:
         targets = _read_aligned(args, "--score", args.score, len(lines), languages[1])
         _check_score_lengths(args.score, targets)  # before the model loads

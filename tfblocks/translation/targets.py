@@ -1,0 +1,78 @@
+"""`--target-lang` of `tfblocks-translate` and `tfblocks-evaluate`: the language a model of
+several directions (`tfblocks-train --pairs`) translates into.
+
+Such a model reads a tag `<2xx>` in front of each source (`tfblocks.text.multilingual`);
+`target_language` checks the flag against the directions the run recorded (`run_pairs`)
+and `tag_lines` puts the tag in front of each line. Any language of the run may be asked
+for: a direction that was never trained (e.g. fr→de after de-en, fr-en, en-de) is
+zero-shot, translated all the same and reported as such.
+"""
+
+from tfblocks.translation.run_folder import run_languages, run_pairs
+
+
+def add_target_lang_argument(parser):
+    """Adds `--target-lang` to a command's `parser`."""
+    parser.add_argument(
+        "--target-lang", default=None, metavar="LANG",
+        help="the language to translate into, for a model of several directions "
+        "(tfblocks-train --pairs; required there): one of its run's languages, a direction "
+        "never trained reported as zero-shot",
+    )  # fmt: skip
+
+
+def target_language(models, target_lang, notice):
+    """The language to tag the sources with, or None (a run of one direction).
+
+    Args:
+        models: the `--model` path (or the list of them; the first's run decides).
+        target_lang: the flag's value, or None.
+        notice: called with a line to report (the directions trained into it, or
+            zero-shot).
+
+    Raises:
+        ValueError: `--target-lang` is missing for a run of several directions, names a
+            language that is none of the run's (the run's languages are listed), or
+            another target than a one-direction run's.
+    """
+    model = models if isinstance(models, str) else next(iter(models))
+    pairs = run_pairs(model)
+    if pairs is None:
+        languages = run_languages(model)
+        if target_lang is not None and languages is not None and target_lang != languages[1]:
+            raise ValueError(
+                f"`--target-lang` chooses among the targets of a run of several directions; "
+                f"--model={model!r} is a {languages[0]}->{languages[1]} run, got "
+                f"--target-lang={target_lang!r}."
+            )
+        return None
+    directions = [tuple(pair.split("-")) for pair in pairs]
+    languages = sorted({language for pair in directions for language in pair})
+    if target_lang is None or target_lang not in languages:
+        got = "without --target-lang" if target_lang is None else f"--target-lang={target_lang!r}"
+        raise ValueError(
+            f"`--target-lang` must name one of the languages of --model={model!r} "
+            f"({', '.join(languages)}; trained directions {', '.join(pairs)}), got {got}."
+        )
+    trained = [pair for pair, (_, target) in zip(pairs, directions, strict=True)
+               if target == target_lang]  # fmt: skip
+    if trained:
+        notice(f"translating into {target_lang}: trained from {', '.join(trained)}; "
+               "a source of another language is zero-shot")  # fmt: skip
+    else:
+        notice(f"translating into {target_lang}: zero-shot (no trained direction into it)")
+    return target_lang
+
+
+def tag_lines(lines, target_lang):
+    """`lines` with the tag of `target_lang` in front of each non-blank one (None: as
+    they are); a blank line stays blank.
+
+    >>> tag_lines(["Guten Morgen.", ""], "en")
+    ['<2en> Guten Morgen.', '']
+    """
+    if target_lang is None:
+        return lines
+    from tfblocks.text.multilingual import tag_source
+
+    return [tag_source(line, target_lang) if line.strip() else line for line in lines]
