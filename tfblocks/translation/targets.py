@@ -8,8 +8,6 @@ for: a direction that was never trained (e.g. fr→de after de-en, fr-en, en-de)
 zero-shot, translated all the same and reported as such.
 """
 
-from tfblocks.translation.run_folder import run_languages, run_pairs
-
 
 def add_target_lang_argument(parser):
     """Adds `--target-lang` to a command's `parser`."""
@@ -35,6 +33,8 @@ def target_language(models, target_lang, notice):
             language that is none of the run's (the run's languages are listed), or
             another target than a one-direction run's.
     """
+    from tfblocks.translation.run_folder import run_languages, run_pairs  # not for --help
+
     model = models if isinstance(models, str) else next(iter(models))
     pairs = run_pairs(model)
     if pairs is None:
