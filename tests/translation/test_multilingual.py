@@ -105,12 +105,15 @@ def test_the_tag_routes_the_output_to_the_asked_language(run, monkeypatch, capsy
     assert status == 0, err
     assert [language_of(line) for line in out.splitlines()] == ["xb"] * 20
     assert "trained from xa-xb, xc-xb" in err
-    # The SavedModel's `target` signature takes each text's language as an input: the
-    # same sources into xa (a copy) and into xb.
+    # The SavedModel's `target` signature takes each text's language as an input: one
+    # batch of xa sentences into xb and xb sentences into xa.
     signature = tf.saved_model.load(str(output / "export" / "1")).signatures["target"]
-    lines = sources.splitlines()[:4]
-    out = signature(text=tf.constant(lines * 2), target_lang=tf.constant(["xa"] * 4 + ["xb"] * 4))
-    assert [language_of(t.decode()) for t in out["translation"].numpy()] == ["xa"] * 4 + ["xb"] * 4
+    xb = (output / "heldout" / "xb-xa" / "test.xb").read_text().splitlines()[:4]
+    out = signature(
+        text=tf.constant(sources.splitlines()[:4] + xb),
+        target_lang=tf.constant(["xb"] * 4 + ["xa"] * 4),
+    )
+    assert [language_of(t.decode()) for t in out["translation"].numpy()] == ["xb"] * 4 + ["xa"] * 4
     # xc was never a target: zero-shot, said so; a language of none of the directions is refused.
     notices = []
     assert targets.target_language([str(output)], "xc", notices.append) == "xc"

@@ -1,4 +1,5 @@
-"""`curves.png` of a run folder: training and dev loss, dev BLEU and chrF per epoch.
+"""`curves.png` of a run folder: training and dev loss, dev BLEU and chrF per epoch (and
+each direction's dev BLEU for a run of several).
 
 Drawn with matplotlib's object API (no pyplot, so no global backend or figure state),
 from the run's per-epoch history; rewritten whole (a temporary file renamed into place)
@@ -16,7 +17,8 @@ def plot_curves(path, history, best_epoch=None, averaged_epochs=None, title=None
     Args:
         path: the PNG to write (replaced whole).
         history: the run's per-epoch records, dicts with `epoch` and any of `loss`,
-            `val_loss`, `dev_bleu`, `dev_chrf`.
+            `val_loss`, `dev_bleu`, `dev_chrf` and `dev_bleu_PAIR` (a direction's,
+            `dev_bleu_de-en`: drawn thin, `dev_bleu` then being their mean).
         best_epoch: the epoch of the best dev BLEU, marked on both panels (None: none).
         averaged_epochs: the epochs whose weights were averaged, shaded (None: none).
         title: the figure's title.
@@ -36,14 +38,19 @@ def plot_curves(path, history, best_epoch=None, averaged_epochs=None, title=None
     figure = Figure(figsize=(10, 4), layout="constrained")
     loss_axes, score_axes = figure.subplots(1, 2)
     epochs = [record["epoch"] for record in history]
+    pairs = list(dict.fromkeys(k for r in history for k in r if k.startswith("dev_bleu_")))
+    mean = " (mean)" if pairs else ""
     for axes, series in (
         (loss_axes, (("loss", "train loss"), ("val_loss", "dev loss"))),
-        (score_axes, (("dev_bleu", "dev BLEU"), ("dev_chrf", "dev chrF"))),
-    ):
+        (score_axes, (("dev_bleu", f"dev BLEU{mean}"), ("dev_chrf", f"dev chrF{mean}"),
+                      *((key, f"dev BLEU {key[9:]}") for key in pairs))),
+    ):  # fmt: skip
         for key, label in series:
             points = [(r["epoch"], r[key]) for r in history if r.get(key) is not None]
+            thin = {"linewidth": 0.8, "linestyle": ":"} if key in pairs else {}
             if points:
-                axes.plot(*zip(*points, strict=True), marker="o", markersize=3, label=label)
+                axes.plot(*zip(*points, strict=True), marker="o", markersize=3, label=label,
+                          **thin)  # fmt: skip
         if best_epoch is not None:
             best = f"best (epoch {best_epoch})"
             axes.axvline(best_epoch, color="gray", linestyle="--", label=best)

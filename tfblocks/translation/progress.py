@@ -129,8 +129,9 @@ def summary(metrics, report, folder, export_path, metrics_path, exact_match=True
     """The closing summary of `tfblocks-train`: scores, epochs, time and where things are.
 
     `exact_match` shows the exact-match rate (meaningful on the phrasebook's short,
-    templated sentences, near 0 on real corpora). `heldout`: `{split: (source file,
-    target file)}` of the dev and test rows written into the run folder (None: no line).
+    templated sentences, near 0 on real corpora); with several directions, the means and
+    each one's (`pairs`). `heldout`: `{split: (source file, target file)}` of the dev and
+    test rows written into the run folder (None: no line).
     """
     scores = f"test BLEU {metrics['bleu']}  chrF {metrics['chrf']}"
     if exact_match:
@@ -139,6 +140,11 @@ def summary(metrics, report, folder, export_path, metrics_path, exact_match=True
     lines = [
         "summary",
         f"  {scores}  ({metrics['sentences']} sentences; {metrics['bleu_signature']})",
+        *(
+            f"    {name}: test BLEU {pair['bleu']}  chrF {pair['chrf']}  ({pair['sentences']} "
+            "sentences)"
+            for name, pair in (metrics.get("pairs") or {}).items()
+        ),
         f"  {report['epochs']} epochs, {report['train_seconds']} s of training in all "
         f"({STOPPED[report['stopped']]}); best dev-BLEU epoch: "
         f"{'none (no dev BLEU)' if best is None else best}",
@@ -149,5 +155,5 @@ def summary(metrics, report, folder, export_path, metrics_path, exact_match=True
         f"  metrics: {metrics_path}",
     ]
     for split, paths in (heldout or {}).items():
-        lines.append(f"  {split}:{' ' * (8 - len(split))}{paths[0]}  {paths[1]}")
+        lines.append(f"  {split}:{' ' * max(1, 8 - len(split))}{paths[0]}  {paths[1]}")
     return "\n".join(lines)
