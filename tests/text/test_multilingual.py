@@ -1,6 +1,7 @@
 """Tests of the multilingual corpus: pair folders, tags, temperature sampling's shares."""
 
 import collections
+import dataclasses
 
 import pytest
 
@@ -67,3 +68,21 @@ def test_pair_errors_name_the_value(corpus_dir):
         multilingual.load_language_pairs(corpus_dir, "ja-en")
     with pytest.raises(ValueError, match="temperature=0"):
         multilingual.pair_shares([1, 2], 0)
+
+
+@pytest.mark.parametrize("shapes", ["dynamic", "packed"])
+def test_make_dataset_batches_the_mixed_pairs(corpus_dir, shapes):
+    from tfblocks.text import make_dataset
+
+    pairs = multilingual.load_language_pairs(corpus_dir, "de-en,en-fr")
+    mixed = multilingual.MixedPairs(tuple(
+        dataclasses.replace(p, splits={**p.splits, "train": p.splits["train"][:40]}) for p in pairs
+    ))  # fmt: skip
+    tokenizer = multilingual.train_multilingual_tokenizer(mixed, vocab_size=60, sample=200)
+    dataset = make_dataset(mixed, tokenizer, tokenizer, batch_tokens=256, max_length=16,
+                           shapes=shapes, seed=1)  # fmt: skip
+    inputs = [row for features, _ in dataset for row in features["inputs"].numpy()]
+    tag = {tokenizer.tokenize([multilingual.target_tag(t)]).numpy()[0][-2] for t in ("en", "fr")}
+    # Every (packed: the first) pair of a row starts with a tag after the leading "▁"
+    # (all-PAD rows complete a fixed-shape batch).
+    assert inputs and all(row[1] in tag for row in inputs if row.any())

@@ -5,6 +5,7 @@
 import json
 import pathlib
 import random
+import re
 
 import pytest
 import tensorflow as tf
@@ -132,3 +133,18 @@ def test_evaluate_scores_a_direction_and_refuses_an_unknown_target(run, monkeypa
     assert status != 0 and "without --target-lang" in err and "xa, xb, xc" in err
     status, _, err = in_process(evaluate_cli, monkeypatch, capsys, *args, "--target-lang", "de")
     assert status != 0 and "--target-lang='de'" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--pairs", "de-en"), "--pairs='de-en' without --corpus-dir"),
+        (("--pairs", "de-en,de-en", "--corpus-dir", "c"), "--pairs='de-en,de-en'"),
+        (("--pairs", "de-en", "--corpus-dir", "c", "--separate-vocab"), "not with --separate"),
+        (("--pairs", "de-en", "--corpus-dir", "c", "--pair-temperature", "0"), "temperature=0"),
+        (("--pair-temperature", "5"), "--pair-temperature=5.0 without --pairs"),
+    ],
+)
+def test_pairs_options_are_refused_naming_the_flag(args, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        train_command.check_arguments(train_command.parse_args(list(args)))
