@@ -179,6 +179,8 @@ def test_backends_quick_prints_both_backends_and_their_ratio(outputs):
     for backend in ("tensorflow", "jax"):
         assert re.search(rf"^\| {backend} \| \d+\.\d \| \d+ \|$", out, re.M), out
     assert re.search(r"^TensorFlow time / JAX time: \d+\.\d{3} ", out, re.M), out
+
+
 def test_cli_startup_quick_times_every_console_script(outputs):
     # One row per console script of setup.py and case, each run as expected (the script
     # exits 1 otherwise); --quick runs no `import tfblocks`, so there is no ratio.
