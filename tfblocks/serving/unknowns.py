@@ -62,7 +62,9 @@ def source_words(text, starts, ends):
     data = text.encode("utf-8")
     chars = lambda offset: len(data[:offset].decode("utf-8", "ignore"))  # noqa: E731
     words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
-    surfaces = [data[s:e].decode("utf-8", "replace").strip() for s, e in zip(starts, ends)]
+    surfaces = [
+        data[s:e].decode("utf-8", "replace").strip() for s, e in zip(starts, ends, strict=True)
+    ]
     out = []
     for index, start in enumerate(starts):
         begin = chars(start)
