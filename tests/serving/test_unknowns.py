@@ -38,8 +38,11 @@ def parts(tmp_path_factory):
     model.logits_bias.bias.assign(bias)
     run = tmp_path_factory.mktemp("unk")
     save_preset(model, tokenizer, run / "model", hp)
-    translator = Translator(model, tokenizer, tokenizer, MAX_LENGTH, search=Greedy(),
-                            jit_compile=False)  # fmt: skip
+    # The simplest search to trace (one loop, no XLA): the replacement does not depend on it.
+    translator = Translator(
+        model, tokenizer, tokenizer, MAX_LENGTH, search=Greedy(), jit_compile=False,
+        cache_lengths=None, drop_finished=False,
+    )  # fmt: skip
     return tokenizer, translator, run
 
 
