@@ -61,6 +61,7 @@ def test_the_same_seed_gives_the_same_samples(run, tmp_path, monkeypatch, capsys
         (["--sampling-topp", "1.5"], "got --sampling-topp=1.5"),
         (["--sampling-topk", "-1"], "got --sampling-topk=-1"),
         (["--sampling-temperature", "0"], "got --sampling-temperature=0.0"),
+        (["--sampling-topk", "5", "--seed", "-1"], "got --seed=-1"),
     ],
 )
 def test_sampling_options_are_refused_with_what_does_not_apply(monkeypatch, capsys, args, message):

@@ -189,12 +189,17 @@ def check_decoding_arguments(parser, args):
         )
 
 
-# The options that sample instead of searching a beam, and `Sampling`'s argument of each.
-SAMPLING_OPTIONS = {
-    "--sampling-topk": "top_k",
-    "--sampling-topp": "top_p",
-    "--sampling-temperature": "temperature",
-}
+# The options that sample instead of searching a beam: flag, `Sampling`'s argument, type,
+# metavar and help.
+SAMPLING_OPTIONS = (
+    ("--sampling-topk", "top_k", int, "K",
+     "sample among the K most likely subwords (0 = all, the default)"),
+    ("--sampling-topp", "top_p", float, "P",
+     "sample among the fewest most likely subwords whose probability reaches P, in (0, 1] "
+     "(nucleus sampling; default 1 = all)"),
+    ("--sampling-temperature", "temperature", float, "T",
+     "sample from softmax(logits / T), T > 0 (below 1 sharper, above 1 flatter; default 1)"),
+)  # fmt: skip
 
 
 def add_sampling_arguments(parser):
@@ -205,20 +210,8 @@ def add_sampling_arguments(parser):
         "sampling", "any of --sampling-topk/-topp/-temperature samples each subword from "
         "the model's distribution instead of searching a beam (no --beam-size needed)",
     )  # fmt: skip
-    group.add_argument(
-        "--sampling-topk", type=int, metavar="K",
-        help="sample among the K most likely subwords (0 = all, the default)",
-    )  # fmt: skip
-    group.add_argument(
-        "--sampling-topp", type=float, metavar="P",
-        help="sample among the fewest most likely subwords whose probability reaches P, "
-        "in (0, 1] (nucleus sampling; default 1 = all)",
-    )  # fmt: skip
-    group.add_argument(
-        "--sampling-temperature", type=float, metavar="T",
-        help="sample from softmax(logits / T), T > 0 (below 1 sharper, above 1 flatter; "
-        "default 1)",
-    )  # fmt: skip
+    for flag, _, kind, metavar, help_ in SAMPLING_OPTIONS:
+        group.add_argument(flag, type=kind, metavar=metavar, help=help_)
     group.add_argument(
         "--seed", type=int, metavar="S",
         help="seed of the samples (default 0): the same seed, input and --batch-size give "
@@ -228,16 +221,20 @@ def add_sampling_arguments(parser):
 
 def sampling(args):
     """Whether the command line asks for sampling (any of `SAMPLING_OPTIONS`)."""
-    return any(getattr(args, _dest(flag)) is not None for flag in SAMPLING_OPTIONS)
+    return bool(_sampling_values(args))
 
 
-def _dest(flag):
-    return flag.removeprefix("--").replace("-", "_")
+def _sampling_values(args):
+    """`{flag: (Sampling's argument, value)}` of the `SAMPLING_OPTIONS` given in `args`."""
+    values = {
+        flag: (arg, getattr(args, flag[2:].replace("-", "_"))) for flag, arg, *_ in SAMPLING_OPTIONS
+    }
+    return {flag: pair for flag, pair in values.items() if pair[1] is not None}
 
 
 def check_sampling_arguments(parser, args):
     """Refuses (`parser.error`), one line each, a sampling value `Sampling` would refuse,
-    `--seed` without sampling, and with sampling the options of beam search
+    a `--seed` outside int32 or without sampling, and with sampling the options of beam search
     (`--beam-size` above 1, `--stop-early`), of scoring (`--score`) and of CTranslate2."""
     if args.sampling_topk is not None and args.sampling_topk < 0:
         parser.error(f"--sampling-topk must be 0 or more, got --sampling-topk={args.sampling_topk}")
@@ -246,8 +243,11 @@ def check_sampling_arguments(parser, args):
     temperature = args.sampling_temperature
     if temperature is not None and not (_checks.is_finite_real(temperature) and temperature > 0):
         parser.error(
-            f"--sampling-temperature must be above 0, got --sampling-temperature={temperature}"
+            f"--sampling-temperature must be a finite number above 0, got "
+            f"--sampling-temperature={temperature}"
         )
+    if args.seed is not None and not 0 <= args.seed < 2**31:  # `Sampling` casts it to int32
+        parser.error(f"--seed must be 0 to {2**31 - 1}, got --seed={args.seed}")
     if not sampling(args):
         if args.seed is not None:
             parser.error(
@@ -255,7 +255,7 @@ def check_sampling_arguments(parser, args):
                 f"--sampling-temperature too, got --seed={args.seed} alone"
             )
         return
-    given = next(flag for flag in SAMPLING_OPTIONS if getattr(args, _dest(flag)) is not None)
+    given = next(iter(_sampling_values(args)))
     refused = (
         ("--beam-size", args.beam_size if (args.beam_size or 1) > 1 else None),
         ("--stop-early", getattr(args, "stop_early", False) or None),
@@ -275,8 +275,7 @@ def sampling_search(args):
         return None
     from tfblocks.decoding import Sampling  # imports TensorFlow: not at the top
 
-    options = {arg: getattr(args, _dest(flag)) for flag, arg in SAMPLING_OPTIONS.items()}
-    options = {arg: value for arg, value in options.items() if value is not None}
+    options = dict(_sampling_values(args).values())
     return Sampling(seed=args.seed or 0, **options)
 
 

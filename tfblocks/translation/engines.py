@@ -178,8 +178,9 @@ def _check_preset_only(path, kind, search, replace_unknowns):
     if kind != "preset" and wanted:
         model = "a CTranslate2 model" if kind == "ctranslate2" else "a SavedModel"
         raise ValueError(
-            f"--model={path!r} is {model}: {' and '.join(wanted)} need a run folder or "
-            "preset (give the run folder, with --engine tensorflow)."
+            f"--model={path!r} is {model}: {' and '.join(wanted)} "
+            f"{'need' if len(wanted) > 1 else 'needs'} a run folder or preset (give the run "
+            "folder, with --engine tensorflow)."
         )
 
 
