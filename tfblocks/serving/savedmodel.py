@@ -72,6 +72,7 @@ import tensorflow as tf
 from tfblocks import _checks
 from tfblocks.decoding import BeamSearch, alignment
 from tfblocks.ids import EOS_ID, PAD_ID
+from tfblocks.serving import unknowns
 from tfblocks.serving.hypothesis import Hypothesis
 from tfblocks.serving.text_module import (
     TEXT,
@@ -178,7 +179,9 @@ class Translator(TextModule):
     their words (`align(sources, targets)`). Both
     `translator(texts, target_prefix=...)` and `n_best` take a target prefix per text:
     each translation starts with its prefix's subwords (forced), then decodes freely; an
-    empty prefix forces nothing.
+    empty prefix forces nothing. With `replace_unknowns=True` both replace each unknown
+    subword (`<unk>`) of a translation by the source word it is aligned to
+    (`tfblocks.serving.unknowns`; not for an Ensemble).
 
     Example (training elided; any `build_transformer` model works):
 
@@ -301,28 +304,38 @@ class Translator(TextModule):
             signatures["target"] = self.serve_target
         return signatures
 
-    def __call__(self, texts, target_prefix=None, target_lang=None):
+    def __call__(self, texts, target_prefix=None, replace_unknowns=False, target_lang=None):
         """Translations of `texts` (a list of str or a 1-D string tensor), a string
         tensor; with `target_prefix` (as many str), each starts with its prefix; with
+        `replace_unknowns`, the first of `n_best(..., replace_unknowns=True)`'s; with
         `target_lang` (a code), into that language (the model's tag `<2xx>`)."""
         if target_lang is not None:
-            if target_prefix is not None:
-                raise ValueError("Give `target_prefix` or `target_lang`, not both.")
+            if target_prefix is not None or replace_unknowns:
+                raise ValueError(
+                    "`target_lang` translates plainly: not with `target_prefix` or "
+                    f"`replace_unknowns`, got target_lang={target_lang!r}."
+                )
             texts = check_text_batch(texts)
             language = target_tag(target_lang)[2:-1]
             return self.serve_target(texts, tf.fill(tf.shape(texts), language))["translation"]
+        if replace_unknowns:
+            best = [row[0].text for row in self.n_best(texts, target_prefix, True)]
+            return tf.constant(best, tf.string)
         if target_prefix is None:
             return super().__call__(texts)
         texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
         return self.serve_prefix(texts, target_prefix)["translation"]
 
-    def n_best(self, texts, target_prefix=None):
+    def n_best(self, texts, target_prefix=None, replace_unknowns=False):
         """The `num_hypotheses` best translations of each of `texts`, best first.
 
         Args:
             texts: a list of str (or a 1-D string tensor).
             target_prefix: None, or as many str: the words each translation of the
                 text starts with ("" forces nothing).
+            replace_unknowns: replace each unknown subword of a translation by the
+                source word it is aligned to (`tfblocks.serving.unknowns`); the scores
+                stay those of the translation with `<unk>`.
 
         Returns:
             A list with, for each text, a list of `num_hypotheses` `Hypothesis(text,
@@ -335,15 +348,37 @@ class Translator(TextModule):
             texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
         if texts.shape[0] == 0:
             return []
-        if target_prefix is None:
+        if replace_unknowns:
+            out = self._replacing(texts, target_prefix)
+        elif target_prefix is None:
             out = self.serve_n_best(texts)
         else:
             out = self.serve_prefix(texts, target_prefix)
-        rows = zip(out["translations"].numpy(), out["scores"].numpy(), strict=True)
-        return [
-            [Hypothesis(t.decode("utf-8"), float(v)) for t, v in zip(*row, strict=True)]
-            for row in rows
-        ]
+        translations = [[t.decode("utf-8") for t in row] for row in out["translations"].numpy()]
+        if replace_unknowns:
+            sources = [t.decode("utf-8") for t in texts.numpy()]
+            translations = unknowns.replace(
+                sources, translations, out["ids"], out["aligned"], self.source_tokenizer,
+                self.target_tokenizer,
+            )  # fmt: skip
+        rows = zip(translations, out["scores"].numpy(), strict=True)
+        return [[Hypothesis(t, float(v)) for t, v in zip(*row, strict=True)] for row in rows]
+
+    def _replacing(self, texts, target_prefix):
+        """`_n_best(..., replacing=True)` of `texts` (and their `target_prefix`)."""
+        if self.alignment_layer is None:
+            raise ValueError("An Ensemble has no one cross-attention to align with: replace "
+                             "unknowns with a Translator of one of its models.")  # fmt: skip
+        if target_prefix is None:
+            fn = lambda text: self._n_best(text, replacing=True)  # noqa: E731
+            return self._optional("n_best_replacing", fn, [TEXT])(texts)
+
+        def with_prefix(text, prefix):
+            return self._n_best(text, self.encode_prefix(prefix), replacing=True)
+
+        return self._optional("prefix_replacing", with_prefix, [TEXT, _TARGET_PREFIX])(
+            texts, target_prefix
+        )
 
     def score(self, sources, targets, per_token=False):
         """The log-probability of each target given its source, under the model.
@@ -448,9 +483,10 @@ class Translator(TextModule):
         out = self._n_best(text, self.encode_prefix(target_prefix))
         return {"translation": out["translations"][:, 0], "score": out["scores"][:, 0], **out}
 
-    def _n_best(self, text, prefix=None):
+    def _n_best(self, text, prefix=None, replacing=False):
         """`{"translations", "scores"}` `[B, num_hypotheses]` of `text`, each translation
-        starting with its row of `prefix` ids (None: no prefix)."""
+        starting with its row of `prefix` ids (None: no prefix); `replacing` adds their
+        `"ids"` `[B, K, L]` and each id's `"aligned"` source subword `[B, K, L]`."""
         k = self.num_hypotheses
         text = batch_input(text, "text")  # the `n_best` signature's input
         blank = blank_lines(text)
@@ -460,10 +496,15 @@ class Translator(TextModule):
         )  # [B, K, L], [B, K]
         texts = self.target_tokenizer.detokenize(tf.reshape(ids, [-1, tf.shape(ids)[2]]))
         texts = tf.reshape(texts, [-1, k])  # [B, K]
-        return {
+        out = {
             "translations": tf.where(blank[:, None], "", texts),
             "scores": tf.where(blank[:, None], 0.0, scores),
         }
+        if replacing:
+            layer = self.alignment_layer
+            out["aligned"] = unknowns.aligned_sources(self.model, layer, source, ids)
+            out["ids"] = ids
+        return out
 
     @tf.function(input_signature=[_SOURCE, _TARGET], autograph=False)
     def serve_score(self, source, target):

@@ -17,6 +17,9 @@ With `--output HYP` the translations of `--src` are also written to HYP, one per
 the order of `--src` (an existing file is replaced only with `--overwrite`, never
 `--src` or `--ref`), so a score can be looked into or computed again.
 
+`--replace-unknowns` and the sampling options (`--sampling-topk`, `--sampling-topp`,
+`--sampling-temperature`, `--seed`) decode as they do in `tfblocks-translate`.
+
 Examples:
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en --output test.hyp
@@ -31,12 +34,17 @@ from tfblocks.translation.console import (
     add_decoding_arguments,
     add_japanese_spaces_argument,
     add_model_argument,
+    add_replace_unknowns_argument,
+    add_sampling_arguments,
     add_verbose_argument,
     check_decoding_arguments,
+    check_replace_unknowns_argument,
+    check_sampling_arguments,
     command_parser,
     model_languages,
     read_input,
     run_command,
+    search_options,
 )
 from tfblocks.translation.evaluation import (
     BLEU_TOKENIZE_DEFAULTS,
@@ -70,8 +78,12 @@ def parse_args(argv=None):
     add_target_lang_argument(parser)
     add_japanese_spaces_argument(parser, "--src (--ref: auto)")
     add_verbose_argument(parser)
+    add_replace_unknowns_argument(parser)
+    add_sampling_arguments(parser)
     args = parser.parse_args(argv)
     check_decoding_arguments(parser, args)
+    check_sampling_arguments(parser, args)
+    check_replace_unknowns_argument(parser, args)
     if args.output == "-":  # standard output holds the JSON scores
         parser.error("--output - would mix the translations with the scores: name a file")
     return args
@@ -103,7 +115,7 @@ def main(argv=None):
         )
     translate, what = engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine,
-        notice=notice,
+        notice=notice, **search_options(args),
     )  # fmt: skip
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)
     hypotheses = translate_in_batches(translate, sources, args.batch_size)
