@@ -47,6 +47,14 @@ here is what it does with it:
   continued run continues both. `lora_rank` fine-tunes low-rank adapters only
   (`tfblocks.training.lora`); the run's weights are then the merged kernels, in the
   layout of the model without adapters.
+- Several directions in one model (`tfblocks-train --pairs`): the train split is a
+  `tfblocks.text.multilingual.MixedPairs` (the directions' tagged pairs drawn by
+  temperature sampling, an epoch as many draws as their pairs), the dev and test splits
+  their tagged pairs in turn. The tokenizer is trained balanced over the languages with
+  their tags as symbols; dev BLEU and chrF are each direction's (`dev_bleu_de-en`, ...)
+  and their mean (`dev_bleu`, which picks the best epoch and drives early stopping); the
+  test scores are each direction's (`pairs` in `metrics.json`) and their means; the
+  settings record the directions (`run_folder.run_pairs`).
 - The dev and test rows are written into the folder (`heldout/`), so `tfblocks-evaluate`
   can repeat the test evaluation (a TSV's held-out rows exist nowhere else). The phases
   after training say what they do; the test translation shows the sentences done.
