@@ -148,3 +148,28 @@ def test_evaluate_scores_a_direction_and_refuses_an_unknown_target(run, monkeypa
 def test_pairs_options_are_refused_naming_the_flag(args, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         train_command.check_arguments(train_command.parse_args(list(args)))
+
+
+def test_target_language_follows_the_run_folder(tmp_path):
+    def run_folder(name, settings):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "run.json").write_text(json.dumps({"format": 1, "settings": settings}))
+        return str(folder)
+
+    multi = run_folder("multi", {"pairs": ["de-en", "fr-en", "en-de"]})
+    notices = []
+    assert targets.target_language([multi], "de", notices.append) == "de"
+    assert targets.target_language([multi], "fr", notices.append) == "fr"
+    assert "trained from en-de" in notices[0] and "zero-shot (no trained" in notices[1]
+    for asked, message in ((None, "without --target-lang"), ("ja", "(de, en, fr;")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            targets.target_language([multi], asked, notices.append)
+    single = run_folder("single", {"source_lang": "de", "target_lang": "en"})
+    assert targets.target_language([single], "en", notices.append) is None
+    with pytest.raises(ValueError, match="a de->en run"):
+        targets.target_language([single], "fr", notices.append)
+    # A model without a run folder is tagged as asked, and that is said.
+    assert targets.target_language([str(tmp_path)], "fr", notices.append) == "fr"
+    assert "<2fr>" in notices[-1]
+    assert targets.tag_lines(["a", " "], "fr") == ["<2fr> a", " "]

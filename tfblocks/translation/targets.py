@@ -31,21 +31,29 @@ def target_language(models, target_lang, notice):
     Raises:
         ValueError: `--target-lang` is missing for a run of several directions, names a
             language that is none of the run's (the run's languages are listed), or
-            another target than a one-direction run's.
+            another target than a one-direction run's. A model without a run folder
+            (a SavedModel elsewhere) is tagged as the flag asks, which is said.
     """
+    from tfblocks.text.corpus import check_language
+    from tfblocks.text.multilingual import target_tag
     from tfblocks.translation.run_folder import run_languages, run_pairs  # not for --help
 
     model = models if isinstance(models, str) else next(iter(models))
     pairs = run_pairs(model)
     if pairs is None:
         languages = run_languages(model)
-        if target_lang is not None and languages is not None and target_lang != languages[1]:
+        if target_lang is None or (languages is not None and target_lang == languages[1]):
+            return None  # one direction: its sources are not tagged
+        if languages is not None:
             raise ValueError(
                 f"`--target-lang` chooses among the targets of a run of several directions; "
                 f"--model={model!r} is a {languages[0]}->{languages[1]} run, got "
                 f"--target-lang={target_lang!r}."
             )
-        return None
+        check_language("--target-lang", target_lang)
+        notice(f"no run folder records the directions of {model}: each line is tagged "
+               f"{target_tag(target_lang)} as --target-lang asks")  # fmt: skip
+        return target_lang
     directions = [tuple(pair.split("-")) for pair in pairs]
     languages = sorted({language for pair in directions for language in pair})
     if target_lang is None or target_lang not in languages:
