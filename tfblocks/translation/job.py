@@ -576,9 +576,9 @@ class TrainingJob:
         logs = dict(logs)
         if self.dev_pairs:
             logs.update(self._dev_scores())
-            with self.writer.as_default():
-                tf.summary.scalar("epoch_bleu", logs["dev_bleu"], step=epoch)
-                tf.summary.scalar("epoch_chrf", logs["dev_chrf"], step=epoch)
+            with self.writer.as_default():  # epoch_bleu, epoch_chrf (each direction's too)
+                for key in [k for k in logs if k.startswith(("dev_bleu", "dev_chrf"))]:
+                    tf.summary.scalar(f"epoch_{key[4:]}", logs[key], step=epoch)
             self.writer.flush()
             self.log(f"epoch {epoch + 1}: dev BLEU {logs['dev_bleu']} chrF {logs['dev_chrf']} "
                      f"({self._dev_count()}, greedy){self._per_pair(logs, 'dev_')}")  # fmt: skip
