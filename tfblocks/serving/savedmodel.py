@@ -444,7 +444,7 @@ class Translator(TextModule):
     @tf.function(input_signature=[TEXT], autograph=False)
     def serve(self, text):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
-        return self._translate(text)
+        return self._translate_text(text)
 
     @tf.function(input_signature=[TEXT, _TARGET_LANG], autograph=False)
     def serve_target(self, text, target_lang):
@@ -452,9 +452,9 @@ class Translator(TextModule):
         text into its `target_lang` (a code such as `fr`; zero-shot directions too)."""
         target_lang = batch_input(target_lang, "target_lang")
         _check_same_batch(batch_input(text, "text"), target_lang, ("text", "target_lang"))
-        return self._translate(text, target_lang)
+        return self._translate_text(text, target_lang)
 
-    def _translate(self, text, target_lang=None):
+    def _translate_text(self, text, target_lang=None):
         """`{"translation", "score"}` of the batch `text`, into `target_lang` (`[B]`)."""
         text = batch_input(text, "text")
         blank = blank_lines(text)
