@@ -38,8 +38,10 @@ setup(
             "ruff>=0.6",
             "pdoc>=15",
             "ctranslate2>=4.5,<5",
+            "ai-edge-litert>=2.3,<3",
         ],
         "ctranslate2": ["ctranslate2>=4.5,<5"],  # export_ctranslate2, CTranslate2Translator
+        "litert": ["ai-edge-litert>=2.3,<3"],  # runs Translator.export_litert's files
         "examples": ["matplotlib>=3.8", "sacrebleu>=2.4", "tensorboard>=2.21,<2.22"],
         "docs": ["pdoc>=15"],  # `make docs`: the API reference in docs/api/
     },

@@ -37,12 +37,13 @@ SCRIPTS = {
     "serve": ("benchmarks/serve.py", "--quick", "--threads", 1),
     "seq_scaling": ("benchmarks/seq_scaling.py", "--quick"),
     "corpus_scale": ("benchmarks/corpus_scale.py", "--quick"),
+    "litert": ("benchmarks/litert.py", "--quick", "--threads", 1),
 }  # fmt: skip
 
 
 # Each in a Python of its own: scaling, seq_scaling and corpus_scale start processes of
-# their own, serve sets the thread counts before TensorFlow starts.
-ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve")
+# their own, serve and litert set the thread counts before TensorFlow starts.
+ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve", "litert")
 
 
 # A test waits for the scripts queued before its own, shared ones for the whole group:
@@ -169,3 +170,11 @@ def test_corpus_scale_quick_reaches_the_first_step(outputs):
     out = _out(outputs, "corpus_scale")
     assert re.search(r"^\s+2000\s+\d+\s+\d+\.\d\s+\d+$", out, re.M), out  # not "> timeout"
     assert re.search(r"^load average \d+\.\d\d", out, re.M), out
+
+
+def test_litert_quick_prints_each_engine(outputs):
+    pytest.importorskip("ai_edge_litert")
+    out = _out(outputs, "litert")
+    for engine in ("SavedModel", "LiteRT float32", "LiteRT int8"):
+        row = rf"^\| {engine} \| \d+\.\d \| \d+\.\d \| \d+\.\d\d \| (\d\.\d\d|–) \| \d+\.\d\d \| \d+% \|$"
+        assert re.search(row, out, re.M), out

@@ -217,4 +217,4 @@ def export_litert(translator, path, quantization=None, beam_size=None):
         with open(tmp, "wb") as f:
             f.write(content)
 
-    return replace_file(path, write)
+    return replace_file(path, write)  # absolute: made so above
