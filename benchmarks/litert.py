@@ -51,7 +51,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     args.overrides, args.engines = {}, ENGINES
     if args.quick:
-        args.hparams, args.overrides, args.vocab_size = "transformer_tiny", serve.QUICK_OVERRIDES, 300
+        args.hparams, args.overrides = "transformer_tiny", serve.QUICK_OVERRIDES
+        args.vocab_size = 300
         args.train_minutes = min(args.train_minutes, 0.01)  # stops after step 1
         args.max_length, args.sentences, args.beam_size, args.rounds = 16, 4, 1, 1
         args.engines = QUICK_ENGINES

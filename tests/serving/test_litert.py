@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import tfblocks
+from tests.serving.test_ctranslate2 import _trained, data  # noqa: F401 (a fixture)
 from tfblocks.decoding import Greedy, Sampling
 from tfblocks.models import save_preset
 from tfblocks.serving import Translator
 from tfblocks.serving.litert import custom_ops
 from tfblocks.text import load_phrasebook
 from tfblocks.translation import evaluation, export_command
-from tests.serving.test_ctranslate2 import _trained, data  # noqa: F401 (a fixture)
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -99,7 +99,7 @@ def test_fresh_process_runs_the_file_without_tfblocks(beam, texts):
 def test_greedy_float32_and_int8_from_the_command(data, texts, tmp_path):  # noqa: F811
     """`tfblocks-export litert`: the greedy float32 file translates as the Translator;
     the int8 one is smaller by most of its weights' bytes and scores within 1 BLEU."""
-    pairs, tokenizer = data
+    _, tokenizer = data
     model = _trained(data)
     greedy = Translator(model, tokenizer, tokenizer, MAX_LENGTH, search=Greedy())
     float32 = greedy.export_litert(tmp_path / "greedy.tflite")
