@@ -10,7 +10,8 @@ alternating within each of `--rounds` rounds; it prints per engine the latency m
 and p90 (median over rounds), the file size (the SavedModel's folder, the CTranslate2
 folder), BLEU, and the share of translations equal to the SavedModel's. Every engine
 runs with `--threads` threads (LiteRT `num_threads`, TF intra-op, CTranslate2
-`intra_threads`). An untimed pass first loads and warms up every engine.
+`intra_threads`). An untimed pass first translates one sentence of each source length
+with every engine (the SavedModel's XLA compiles a program per length).
 
 The LiteRT files run on the `ai-edge-litert` interpreter with tensorflow-text's
 SentencePiece ops registered, in this process.
@@ -117,11 +118,11 @@ def build_engines(args, model, tokenizer, workdir):
     return engines
 
 
-def measure(args, engines, pairs):
-    """`{name: (latencies per round, outputs)}`, batch 1, engines alternating."""
+def measure(args, engines, pairs, tokenizer):
+    """`({name: latencies per round}, {name: outputs})`, batch 1, engines alternating."""
     sources = [s for s, _ in pairs]
-    for translate, _ in engines.values():
-        serve.run_pass(translate, sources[:2], 1)  # load, warm up
+    # Untimed: one sentence of each source length (the SavedModel's XLA compiles per length).
+    serve.warm_up({name: {1: e[0]} for name, e in engines.items()}, sources, tokenizer, {1})
     latencies = {name: [] for name in engines}
     outputs = {}
     for _ in range(args.rounds):
@@ -164,7 +165,7 @@ def main(argv=None):
         model, tokenizer = serve.train_model(args, train_pairs)
     with tempfile.TemporaryDirectory() as workdir:
         engines = build_engines(args, model, tokenizer, workdir)
-        latencies, outputs = measure(args, engines, test_pairs)
+        latencies, outputs = measure(args, engines, test_pairs, tokenizer)
         report(args, engines, latencies, outputs, test_pairs)
 
 

@@ -6,8 +6,8 @@ over the decoder's KV cache, detokenization — into one LiteRT model with one s
 
     serving_default(text: string [B]) -> {"translation": string [B], "score": float32 [B]}
 
-It runs on the `ai-edge-litert` interpreter (Android, iOS, Python) with no TensorFlow:
-every op is a LiteRT built-in except tensorflow-text's two SentencePiece ops
+It runs on the LiteRT interpreter (`ai-edge-litert` in Python; Android, iOS) without
+TensorFlow's runtime: every op is a LiteRT built-in except tensorflow-text's two SentencePiece ops
 (`FAST_SENTENCEPIECE_OPS`, tensorflow-text's `FastSentencepieceTokenizer`), which the
 app registers (in Python `tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`); no
 Select TF (Flex) op is needed. To get there the graph differs from the SavedModel's in
@@ -18,7 +18,7 @@ what LiteRT lacks, not in what it computes:
   both run loops of changing shapes; the translations do not depend on either);
 - subword ids go from and to the tokenizer's (values, row splits) with built-in
   gathers and masks, not ragged-tensor ops;
-- a sources is padded to the batch's longest, not to a bucket (padding is masked);
+- sources are padded to the batch's longest, not to a bucket (padding is masked);
 - a blank line is one that has no subword (the tokenizer removes whitespace), not
   the SavedModel's regular expression (no regex op in LiteRT): the same for the
   whitespace `str.strip()` removes, but a line of characters the tokenizer's
@@ -41,7 +41,6 @@ from tfblocks.text.tokenizers import kept_ids
 QUANTIZATIONS = (None, "dynamic", "float16")
 # The custom ops of an exported file: LiteRT built-ins do everything else.
 FAST_SENTENCEPIECE_OPS = ("TFText>FastSentencepieceTokenize", "TFText>FastSentencepieceDetokenize")
-SIGNATURE = "serving_default"
 
 
 def litert_search(search, beam_size=None):
@@ -124,7 +123,7 @@ def litert_function(translator, search):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def translate(text):
-        # Made here, as `SubwordTokenizer` makes its op: part of this function's graph.
+        # Made here: their converted SentencePiece models are constants of this graph.
         source_tokenizer = tensorflow_text.FastSentencepieceTokenizer(
             translator.source_tokenizer.proto
         )
@@ -142,11 +141,11 @@ def litert_function(translator, search):
     return translate
 
 
-def convert(function, module, quantization=None):
-    """The LiteRT flatbuffer (bytes) of the `tf.function` `function` (its signature
-    `SIGNATURE`) whose variables `module` (a `tf.Module`) tracks, its weights stored as
-    `quantization` says (`QUANTIZATIONS`); a ValueError if it needs an op that is
-    neither a built-in nor one of `FAST_SENTENCEPIECE_OPS`."""
+def convert(function, quantization=None):
+    """The LiteRT flatbuffer (bytes) of the `tf.function` `function` as its one signature,
+    `serving_default`, its weights stored as `quantization` says (`QUANTIZATIONS`); a
+    ValueError if it needs an op that is neither a built-in nor one of
+    `FAST_SENTENCEPIECE_OPS`."""
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
@@ -162,8 +161,9 @@ def convert(function, module, quantization=None):
     def signature(*args):
         return dict(zip(names, frozen(*args), strict=True))  # the outputs' names back
 
+    # A module (holding nothing now) makes the converter write the signature.
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [signature.get_concrete_function()], module
+        [signature.get_concrete_function()], tf.Module()
     )
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = True  # the SentencePiece ops, checked below
@@ -211,7 +211,7 @@ def export_litert(translator, path, quantization=None, beam_size=None):
     path = os.path.abspath(os.fspath(path))
     if os.path.isdir(path):
         raise ValueError(f"`path` must name a file, got the directory path={path!r}.")
-    content = convert(litert_function(translator, search), translator, quantization)
+    content = convert(litert_function(translator, search), quantization)
 
     def write(tmp):
         with open(tmp, "wb") as f:
