@@ -36,8 +36,9 @@ from tfblocks.decoding import BeamSearch, Decoder, Greedy
 from tfblocks.ids import EOS_ID, PAD_ID
 from tfblocks.text.tokenizers import kept_ids
 
-# `quantization`: None keeps float32 weights; "dynamic" stores the weights in int8
-# (dequantized or used by int8 kernels at run time), "float16" in float16.
+# `quantization`: None keeps float32 weights; "dynamic" stores the weights in int8, one
+# scale a tensor (LiteRT's dynamic-range quantization: int8 kernels where LiteRT has them,
+# dequantized elsewhere), "float16" in float16.
 QUANTIZATIONS = (None, "dynamic", "float16")
 # The custom ops of an exported file: LiteRT built-ins do everything else.
 FAST_SENTENCEPIECE_OPS = ("TFText>FastSentencepieceTokenize", "TFText>FastSentencepieceDetokenize")
@@ -169,6 +170,11 @@ def convert(function, quantization=None):
     converter.allow_custom_ops = True  # the SentencePiece ops, checked below
     if quantization is not None:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantization == "dynamic":
+        # One scale a tensor: the tied embedding table, which the embedding lookup
+        # (a gather, one scale) and the softmax (a matmul, per-channel by default)
+        # share, is then stored once, not twice.
+        converter._experimental_disable_per_channel = True
     if quantization == "float16":
         converter.target_spec.supported_types = [tf.float16]
     content = converter.convert()
