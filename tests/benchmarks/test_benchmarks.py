@@ -175,7 +175,7 @@ def test_corpus_scale_quick_reaches_the_first_step(outputs):
 def test_litert_quick_prints_each_engine(outputs):
     pytest.importorskip("ai_edge_litert")
     out = _out(outputs, "litert")
-    for engine in ("SavedModel", "LiteRT float32", "LiteRT int8"):
+    for engine in ("LiteRT float32", "LiteRT int8"):
         cells = r"\d+\.\d \| \d+\.\d \| \d+\.\d\d \| (\d\.\d\d|–) \| \d+\.\d\d \| \d+%"
         row = rf"^\| {engine} \| {cells} \|$"
         assert re.search(row, out, re.M), out
