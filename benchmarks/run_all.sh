@@ -25,7 +25,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
 shift
 STEPS=(header demo enja serve serve_stop_early serve_cold serve_overhead train_throughput
-  scaling seq_scaling input_shapes accelerator_check corpus_scale serve_marian fresh_demo)
+  scaling seq_scaling input_shapes accelerator_check corpus_scale serve_marian litert fresh_demo)
 [ $# -gt 0 ] && STEPS=("$@")
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 DATA="${ENJA_DATA:-$ROOT/../shared/data/small_parallel_enja}"
@@ -105,6 +105,8 @@ serve_overhead() {
 }
 
 serve_marian() { "$PYTHON" benchmarks/serve.py --marian-base --rounds 2 --sentences 128; }
+
+litert() { "$PYTHON" benchmarks/litert.py --preset "$PRESET" --data "$DATA" --rounds 3; }
 
 accelerator_check() { "$PYTHON" benchmarks/accelerator_check.py; }
 
