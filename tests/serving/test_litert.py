@@ -132,7 +132,12 @@ def test_what_litert_cannot_hold_is_refused_before_writing(beam, tmp_path):
     path = tmp_path / "refused.tflite"
     ensemble = tfblocks.Ensemble([translator.model, translator.model])
     tokenizer = translator.source_tokenizer
+    hp = tfblocks.hparams(
+        "transformer_tiny", vocab_size=tokenizer.vocabulary_size, pos="emb", max_length=8
+    )  # fmt: skip: a table of 8 positions
+    short = tfblocks.build_transformer(hp)
     cases = [
+        (Translator(short, tokenizer, tokenizer, MAX_LENGTH), {}, "exceeds the 8 positions"),
         (Translator(ensemble, tokenizer, tokenizer, MAX_LENGTH), {}, "Ensemble"),
         (Translator(translator.model, tokenizer, tokenizer, MAX_LENGTH, search=Sampling()),
          {}, "greedy or beam search"),
