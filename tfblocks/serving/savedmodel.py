@@ -286,6 +286,31 @@ class Translator(TextModule):
             signatures["align"] = self._optional("align", self._align, [_SOURCE, _TARGET])
         return signatures
 
+    def export_litert(self, path, quantization=None, beam_size=None):
+        """Writes this translator as one LiteRT (TFLite) file, strings in and out:
+        `serving_default(text) -> {"translation", "score"}`, for the `ai-edge-litert`
+        interpreter on a phone or in Python (`tfblocks.serving.litert`).
+
+        Args:
+            path: the `.tflite` file to write (replaced if it exists; a failed export
+                leaves nothing).
+            quantization: None (float32 weights), `"dynamic"` (int8 weights) or
+                `"float16"`.
+            beam_size: None for this translator's search (greedy or beam search), or
+                the beam size of the file's beam search (1: greedy search).
+
+        Returns:
+            `path`, absolute.
+
+        Raises:
+            ValueError: before anything is written, for an Ensemble, a sampling
+                search, a `max_length` beyond the model's position table, or an
+                unknown `quantization`.
+        """
+        from tfblocks.serving.litert import export_litert
+
+        return export_litert(self, path, quantization=quantization, beam_size=beam_size)
+
     def __call__(self, texts, target_prefix=None, replace_unknowns=False):
         """Translations of `texts` (a list of str or a 1-D string tensor), a string
         tensor; with `target_prefix` (as many str), each starts with its prefix; with
