@@ -10,8 +10,10 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tests.decoding.searches import fake_model, log_softmax
-from tfblocks.decoding import BeamSearch, ConstrainedBeamSearch
+from tests.decoding.searches import fake_model, log_softmax, penalized
+from tests.fixtures import tiny_hparams, tiny_model
+from tfblocks.decoding import BeamSearch, ConstrainedBeamSearch, Decoder
+from tfblocks.decoding import dropping as dropping_module
 from tfblocks.decoding.base import NEG_INF
 from tfblocks.decoding.constrained import suffix_match
 
@@ -197,3 +199,66 @@ def test_bad_constraints_are_refused():
         search.search(step_fn, state, start, LENGTH, constraints=CONSTRAINTS[:2])
     with pytest.raises(ValueError, match=r"`ordered` must be True or False, got ordered=1"):
         ConstrainedBeamSearch(ordered=1)
+
+
+# Through Decoder: a tiny untrained model of 20 ids, 12 tokens at most.
+MODEL_VOCAB, MAX_LENGTH = 20, 12
+SOURCE = np.array([[5, 9, 13, 1, 0], [7, 1, 0, 0, 0], [19, 4, 8, 12, 1], [6, 6, 1, 0, 0]], "int32")
+TARGET_PHRASES = np.array(
+    [
+        [[17, 5, 0], [11, 0, 0]],
+        [[0, 0, 0], [0, 0, 0]],
+        [[8, 8, 8], [0, 0, 0]],
+        [[12, 14, 0], [14, 12, 0]],
+    ],
+    "int32",
+)
+
+
+@pytest.fixture
+def eagerly():
+    """Searches run step by step in Python: for a tiny model, tracing each search's loop
+    into a graph costs far more than running it."""
+    tf.config.run_functions_eagerly(True)
+    yield
+    tf.config.run_functions_eagerly(False)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(tiny_hparams(vocab_size=MODEL_VOCAB), seed=0)
+
+
+def test_decoder_takes_constraints_with_and_without_dropping(model, eagerly, monkeypatch):
+    monkeypatch.setattr(dropping_module, "MIN_ROWS", 1)  # the batch shrinks as sentences end
+    search = ConstrainedBeamSearch(beam_size=3)
+    results = []
+    for drop_finished in (False, True):
+        decoder = Decoder(model, MAX_LENGTH, jit_compile=False, drop_finished=drop_finished)
+        out = decoder.decode(search, SOURCE, constraints=TARGET_PHRASES)
+        ids, scores = (x.numpy() for x in out)
+        for row, phrases in zip(ids, TARGET_PHRASES, strict=True):
+            seq, finished = _tokens(row)
+            if _phrases(phrases):
+                assert finished and _holds(seq, _phrases(phrases), False), (seq, phrases)
+        # Each result scores its ids' log-probability (Decoder.score), over the length
+        # penalty when it finished.
+        log_probs = decoder.score(SOURCE, ids).numpy().sum(-1)
+        finished = (ids == EOS).any(-1)
+        own = np.where(finished, penalized(log_probs, ids, 0.6), log_probs)
+        np.testing.assert_allclose(scores, own, rtol=1e-5, atol=1e-4)
+        results.append((ids, scores))
+    # Sentences leaving the batch take their phrases along: the same translations.
+    (whole_ids, whole_scores), (dropped_ids, dropped_scores) = results
+    np.testing.assert_array_equal(dropped_ids, whole_ids)
+    np.testing.assert_allclose(dropped_scores, whole_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_decoder_refuses_constraints_it_cannot_search_with(model):
+    decoder = Decoder(model, MAX_LENGTH, jit_compile=False)
+    with pytest.raises(ValueError, match=r"need a tfblocks\.decoding\.ConstrainedBeamSearch, got "):
+        decoder.decode(BeamSearch(beam_size=3), SOURCE, constraints=TARGET_PHRASES)
+    out_of_vocabulary = TARGET_PHRASES.copy()
+    out_of_vocabulary[2, 1, 0] = 25
+    with pytest.raises(ValueError, match=r"ids in \[0, 20\).*constraints\[2, 1, 0\]=25"):
+        decoder.decode(ConstrainedBeamSearch(3), SOURCE, constraints=out_of_vocabulary)
