@@ -145,8 +145,9 @@ class _ConstrainedBeam(_Beam):
     """`_Beam` with phrases (see the module docstring): `phrases` `[B, C, T]` (NO_TOKEN
     after each phrase) enter the loop state in `initial`."""
 
-    def __init__(self, step_fn, beam, alpha, eos_id, pad_id, length, hypotheses, stop_early,
-                 phrases, ordered):  # fmt: skip
+    def __init__(
+        self, step_fn, beam, alpha, eos_id, pad_id, length, hypotheses, stop_early, phrases, ordered
+    ):
         super().__init__(step_fn, beam, alpha, eos_id, pad_id, length, hypotheses, stop_early)
         self.phrases = phrases
         self.ordered = ordered
@@ -195,7 +196,7 @@ class _ConstrainedBeam(_Beam):
                 top_index // vocab,
                 hypothesis,
                 hypothesis,
-                tf.repeat(hypothesis, count, axis=1),
+                tf.reshape(tf.tile(hypothesis[:, :, None], [1, 1, count]), [batch, beam * count]),
             ],
             axis=1,
         )  # [B, M]
