@@ -8,7 +8,7 @@
 # Steps: header demo enja serve serve_stop_early serve_cold serve_overhead
 #        train_throughput scaling seq_scaling input_shapes accelerator_check corpus_scale
 #        serve_marian fresh_demo
-# About 2 hours on 2 cores (enja trains 45 minutes); run it on an otherwise idle machine
+# About 100 minutes on 2 cores (enja trains 45 minutes); run it on an otherwise idle machine
 # and copy the tables from OUT_DIR. A step that fails is recorded and the next one runs.
 # The serve steps decode with the model that the enja step trained (OUT_DIR/enja/model;
 # SERVE_PRESET=DIR for another). fresh_demo clones this checkout and runs `make demo`

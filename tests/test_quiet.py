@@ -107,6 +107,7 @@ COMMANDS = {
     "tfblocks-translate": "translate_command",
     "tfblocks-evaluate": "evaluate_command",
     "tfblocks-import": "import_command",
+    "tfblocks-export": "export_command",
 }
 
 
@@ -145,6 +146,7 @@ def test_help_does_not_load_tensorflow(name):
         ("tfblocks-translate", ["--model", "run", "--batch-size", "0"], "--batch-size=0"),
         ("tfblocks-evaluate", ["--model", "run"], "the following arguments are required"),
         ("tfblocks-import", ["onnx", "dir", "--output", "run"], "invalid choice: 'onnx'"),
+        ("tfblocks-export", ["onnx", "--model", "run"], "invalid choice: 'onnx'"),
     ],
 )
 def test_argument_errors_do_not_load_tensorflow(name, args, message):

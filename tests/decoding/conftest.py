@@ -1,8 +1,9 @@
-"""The decoding tests' trained model, made once per test process."""
+"""The decoding tests' trained model, made once per test process, and `eagerly`."""
 
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tfblocks
 from tests.decoding.searches import VOCAB, sources
@@ -41,3 +42,12 @@ def reverser():
         target[row, n] = tfblocks.EOS_ID
     model.fit({"inputs": source, "targets": target}, target, batch_size=64, epochs=4, verbose=0)
     return model
+
+
+@pytest.fixture
+def eagerly():
+    """Searches run step by step in Python: for these tiny models, tracing each search's
+    loop into a graph costs far more than running it."""
+    tf.config.run_functions_eagerly(True)
+    yield
+    tf.config.run_functions_eagerly(False)

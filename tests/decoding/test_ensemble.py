@@ -19,15 +19,6 @@ SOURCE = np.array([[5, 6, 7, 8, 9, 1], [12, 4, 1, 0, 0, 0], [20, 21, 22, 1, 0, 0
 TEXTS = ["Today's lunch is curry.", "curry", "lunch is today"]
 
 
-@pytest.fixture
-def eagerly():
-    """Searches run step by step in Python: for these tiny models, tracing each search's
-    loop into a graph costs far more than running it."""
-    tf.config.run_functions_eagerly(True)
-    yield
-    tf.config.run_functions_eagerly(False)
-
-
 @pytest.fixture(scope="module")
 def parts():
     """A tokenizer and two tiny untrained models of its vocabulary (seeds 0 and 1), and a

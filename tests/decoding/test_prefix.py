@@ -165,15 +165,6 @@ TARGET_PREFIX = np.array(
 )
 
 
-@pytest.fixture
-def eagerly():
-    """Searches run step by step in Python: for these tiny models, tracing each search's
-    loop into a graph costs far more than running it."""
-    tf.config.run_functions_eagerly(True)
-    yield
-    tf.config.run_functions_eagerly(False)
-
-
 @pytest.fixture(scope="module")
 def models():
     hp = tiny_hparams(vocab_size=VOCAB)

@@ -56,3 +56,16 @@ def test_signatures_refuse_other_ranks_naming_the_input(loaded):
     assert out["translation"].shape == [2] and out["translation"].numpy()[1] == b""
     scored = loaded.signatures["score"](source=batch, target=tf.constant([TARGET, TARGET]))
     assert scored["score"].shape == [2]
+
+
+def test_score_refuses_a_target_over_its_bound_naming_it(loaded):
+    from tfblocks.serving.savedmodel import MAX_SCORE_LENGTH
+
+    fits = " ".join(["curry"] * 20)
+    too_long = " ".join(["curry"] * (MAX_SCORE_LENGTH + 1))  # a subword or more a word, and EOS
+    scored = loaded.signatures["score"](source=tf.constant([SENTENCE]), target=tf.constant([fits]))
+    assert scored["length"].numpy()[0] > 20  # scored whole, beyond max_length 8
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=f"at most {MAX_SCORE_LENGTH} subwords"
+    ):
+        loaded.signatures["score"](source=tf.constant([SENTENCE]), target=tf.constant([too_long]))

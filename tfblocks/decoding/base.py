@@ -91,7 +91,7 @@ class Pieces:
     `scores [B, N]`, best first).
 
     A subclass gives `initial(start_ids, state, prefix)` (the prefix `[B, P]` kept in
-    the loop state, P = 0 when none), `step(loop, context)`, `done(loop)` (`[B]`),
+    the loop state, or `()` when none: `has_prefix`), `step(loop, context)`, `done(loop)` (`[B]`),
     `result(loop)`, `select(loop, context, pick)`, `repeat(nest)` and `size(loop)` (B,
     the sentences in `loop`).
     """
@@ -130,11 +130,18 @@ def _check_search_args(max_length, eos_id, pad_id):
     _checks.check_non_negative_int("pad_id", pad_id)
 
 
+def has_prefix(prefix):
+    """Whether a loop's `prefix` (see `Pieces`) may force tokens: not `()` (none)."""
+    return isinstance(prefix, tf.Tensor)
+
+
 def _check_prefix(prefix, start_ids):
-    """`prefix` as int32 `[B, P]` (`[B, 0]` for None), refused unless 2-D integer ids with
-    a row per start id."""
+    """`prefix` as int32 `[B, P]`, or `()` for None or a prefix known to be empty: the
+    loops then carry nothing for it (a zero-size tensor in a loop's state is folded
+    into a constant that XLA's conversion of the loop cannot find); refused unless 2-D
+    integer ids with a row per start id."""
     if prefix is None:
-        return tf.zeros([dim(start_ids, 0), 0], tf.int32)
+        return ()
     prefix = tf.convert_to_tensor(prefix)
     if not prefix.dtype.is_integer or prefix.shape.rank not in (None, 2):
         raise ValueError(
@@ -149,6 +156,8 @@ def _check_prefix(prefix, start_ids):
             f"`prefix` must hold a row per start id ({rows[1]}), got prefix of shape "
             f"{prefix.shape}."
         )
+    if prefix.shape.rank == 2 and prefix.shape[1] == 0:
+        return ()
     return tf.cast(prefix, tf.int32)
 
 

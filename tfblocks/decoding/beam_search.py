@@ -29,6 +29,7 @@ from tfblocks.decoding.base import (
     SearchStrategy,
     dim,
     forced_tokens,
+    has_prefix,
     write,
 )
 
@@ -69,7 +70,7 @@ def _force(log_probs, index, prefix, pad_id):
     """`log_probs` `[B, K, V]` of position `index` with every token but the forced one at
     `NEG_INF` in the sentences whose `prefix` `[B, P]` reaches `index` (`forced_tokens`):
     the forced one keeps its log-probability."""
-    if prefix.shape[1] == 0:  # known to be empty: nothing to force
+    if not has_prefix(prefix):  # none: nothing to force
         return log_probs
     forcing, token = forced_tokens(prefix, index, pad_id)  # [B], [B]
     vocab = tf.range(tf.shape(log_probs)[-1])  # [V]
@@ -88,7 +89,7 @@ class BeamState(NamedTuple):
     finished_seq: tf.Tensor  # [B, K, L]
     finished_scores: tf.Tensor  # [B, K], length-penalized
     finished_flags: tf.Tensor  # [B, K]
-    prefix: tf.Tensor  # [B, P]: the ids forced first (padded with pad_id)
+    prefix: tf.Tensor  # [B, P]: the ids forced first (padded with pad_id); () for none
 
 
 class _Beam(Pieces):
@@ -235,12 +236,13 @@ class _Beam(Pieces):
         """The sentences `pick` `[n]` of `loop` and their rows of `context`."""
         rows = tf.reshape(pick[:, None] * self.beam + tf.range(self.beam)[None], [-1])
         by_row = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, rows), nest)  # noqa: E731
+        by_sentence = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, pick), nest)  # noqa: E731
         loop = BeamState(
             index=loop.index,
             last=tf.gather(loop.last, rows),
             state=by_row(loop.state),
             **{
-                field: tf.gather(getattr(loop, field), pick)
+                field: by_sentence(getattr(loop, field))  # the prefix may be () (none)
                 for field in BeamState._fields
                 if field not in ("index", "last", "state")
             },

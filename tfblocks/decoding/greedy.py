@@ -10,6 +10,7 @@ from tfblocks.decoding.base import (
     SearchStrategy,
     dim,
     forced_tokens,
+    has_prefix,
     pad_after_eos,
     write,
 )
@@ -24,7 +25,7 @@ class SequentialState(NamedTuple):
     ids: tf.Tensor  # [B, L]: generated ids, PAD after EOS
     finished: tf.Tensor  # [B]: EOS seen
     scores: tf.Tensor  # [B]: log-probability sums
-    prefix: tf.Tensor  # [B, P]: the ids forced first (padded with pad_id)
+    prefix: tf.Tensor  # [B, P]: the ids forced first (padded with pad_id); () for none
 
 
 class Sequential(Pieces):
@@ -70,7 +71,7 @@ class Sequential(Pieces):
     def step(self, loop, context):
         logits, new_state = self.logits(loop, context)  # [B, V]
         chosen = self.choose(logits, loop.index)  # [B]
-        if loop.prefix.shape[1] != 0:  # a prefix known to be empty forces nothing
+        if has_prefix(loop.prefix):  # none forces nothing
             forcing, forced = forced_tokens(loop.prefix, loop.index, self.pad_id)  # [B]
             chosen = tf.where(forcing, forced, chosen)
         step_score = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)  # [B]

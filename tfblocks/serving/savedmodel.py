@@ -85,6 +85,10 @@ from tfblocks.serving.text_module import (
 )
 
 # The string inputs of the signatures besides `TEXT`.
+# The most subwords (EOS included) a target may hold in `score`: a target is scored whole,
+# and self-attention over T positions holds B × heads × T² values, so one long line could
+# exhaust the memory; a longer one fails the call with an error naming `target`.
+MAX_SCORE_LENGTH = 1024
 _SOURCE = text_spec("source")
 _TARGET = text_spec("target")
 _TARGET_PREFIX = text_spec("target_prefix")
@@ -318,11 +322,12 @@ class Translator(TextModule):
     def score(self, sources, targets, per_token=False):
         """The log-probability of each target given its source, under the model.
 
-        The target is tokenized (not truncated) and its EOS appended; the score is the sum
-        of the log-probabilities of its subwords and of EOS, as a search computes it
-        (`tfblocks.Decoder.score`): with `BeamSearch(alpha=0)` the score of a hypothesis
-        in `n_best` (its subwords as the tokenizer splits its text). Sources are read
-        as `translator(texts)` reads them; pairs are scored in one batch.
+        The target is tokenized (not truncated: at most `MAX_SCORE_LENGTH` subwords with
+        its EOS, else an InvalidArgumentError naming `target`) and its EOS appended; the
+        score is the sum of the log-probabilities of its subwords and of EOS, as a search
+        computes it (`tfblocks.Decoder.score`): with `BeamSearch(alpha=0)` the score of a
+        hypothesis in `n_best` (its subwords as the tokenizer splits its text). Sources are
+        read as `translator(texts)` reads them; pairs are scored in one batch.
 
         Args:
             sources: a list of str (or a 1-D string tensor).
@@ -430,6 +435,12 @@ class Translator(TextModule):
         source, target = batch_input(source, "source"), batch_input(target, "target")
         _check_same_batch(source, target, ("source", "target"))
         target_ids = self.encode_target(target)  # [B, T]
+        too_long = f"`target` may hold at most {MAX_SCORE_LENGTH} subwords (EOS included), got"
+        fits = tf.shape(target_ids)[1] <= MAX_SCORE_LENGTH
+        with tf.control_dependencies(
+            [tf.debugging.Assert(fits, [too_long, tf.shape(target_ids)[1]])]
+        ):
+            target_ids = tf.identity(target_ids)
         token_scores = self._decoder.score(self.encode_source(source), target_ids)
         return {
             "score": tf.reduce_sum(token_scores, axis=1),

@@ -49,11 +49,13 @@ def batch_input(text, name):
     """In a signature's graph: its string input `text` (called `name`) as a batch
     `tf.string [B]`; any other rank (a scalar, `[B, 1]`) fails the call with an
     InvalidArgumentError that names the input, before anything else runs."""
-    check = tf.debugging.assert_rank(
-        text, 1, message=f"`{name}` must be a 1-D batch of strings, one per sentence"
-    )  # an op in the graph: `text_spec` leaves the rank unknown until the call
-    with tf.control_dependencies([check]):
-        return tf.ensure_shape(text, [None])  # [B]
+    # Ops in the graph: `text_spec` leaves the rank unknown until the call. Not
+    # `tf.ensure_shape`: the runtime checks its shape as it specializes the graph for the
+    # call's input shapes, before the assertion could run and name the input.
+    one_d = tf.equal(tf.rank(text), 1)
+    message = f"`{name}` must be a 1-D batch of strings, one per sentence"
+    with tf.control_dependencies([tf.debugging.Assert(one_d, [message])]):
+        return tf.reshape(text, [-1])  # [B]
 
 
 def check_text_batch(texts, name="texts"):

@@ -589,7 +589,9 @@ def load_splits(
 
 def _check_sides_differ(split, sources, targets):
     """Refuses a split whose source and target sides share a file, whatever names reach
-    it (a link, a hard link): a ValueError naming both paths."""
+    it (a link, a hard link): a ValueError naming both paths. A side is one path or a
+    list of paths, as `read_parallel` takes it."""
+    sources, targets = _file_list("src_path", sources), _file_list("tgt_path", targets)
     seen = {}
     for path in sources:
         status = os.stat(path)

@@ -57,6 +57,8 @@ def _python_error(message):
     'ValueError: a.de, line 3: bad'
     """
     lines = message.split(_PYTHON_TRACEBACK, 1)[0].rstrip().splitlines()
+    # An eager op's error starts with its function: `{{function_node ...}} ValueError: ...`.
+    lines = [_FUNCTION_NODE.sub("", line) for line in lines]
     starts = [i for i, line in enumerate(lines) if _EXCEPTION_LINE.match(line)]
     return "\n".join(lines[starts[-1] :] if starts else lines[-1:])
 
