@@ -5,6 +5,8 @@ ids' log-probability, and a sentence without phrases gets BeamSearch's result ex
 (eager and under XLA). The partial-match state (a phrase starting inside another, repeated
 ids) is checked on its own, and bad constraints are refused by name."""
 
+import itertools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -97,12 +99,12 @@ def _holds(seq, phrases, ordered):
     return True
 
 
-@pytest.mark.parametrize("ordered", [False, True])
-def test_every_finished_hypothesis_holds_every_phrase(ordered):
+@pytest.mark.parametrize(("ordered", "stop_early"), [(False, False), (True, False), (False, True)])
+def test_every_finished_hypothesis_holds_every_phrase(ordered, stop_early):
     step_fn, numpy_logits, state, start = _fake()
-    plain, _ = BeamSearch(beam_size=4).search(step_fn, state, start, LENGTH)
+    plain, _ = BeamSearch(beam_size=4, stop_early=stop_early).search(step_fn, state, start, LENGTH)
     assert not np.isin(plain.numpy(), RARE).any(), plain  # a plain beam never writes them
-    search = ConstrainedBeamSearch(beam_size=4, ordered=ordered)
+    search = ConstrainedBeamSearch(beam_size=4, ordered=ordered, stop_early=stop_early)
     ids, scores = search.search(
         step_fn, state, start, LENGTH, num_hypotheses=4, constraints=CONSTRAINTS
     )
@@ -124,8 +126,76 @@ def test_every_finished_hypothesis_holds_every_phrase(ordered):
     best_ids, best_scores = search.search(step_fn, state, start, LENGTH, constraints=CONSTRAINTS)
     np.testing.assert_array_equal(best_ids.numpy(), ids[:, 0])
     np.testing.assert_allclose(best_scores.numpy(), scores[:, 0], rtol=1e-6)
-    # The sentence without phrases gets BeamSearch's translation.
-    np.testing.assert_array_equal(best_ids.numpy()[3], plain.numpy()[3])
+    # The sentence without phrases gets BeamSearch's translation (with t2t's rule: with
+    # stop_early, as in any batched beam search, it steps on while the others search).
+    if not stop_early:
+        np.testing.assert_array_equal(best_ids.numpy()[3], plain.numpy()[3])
+
+
+# Brute force: 6 ids (PAD and BOS ruled out, 5 unlikely), results of at most 5 ids.
+SMALL_VOCAB, SMALL_LENGTH = 6, 5
+SMALL_OFFSET = np.array([NEG_INF, 0.0, NEG_INF, 0.0, 0.0, -4.0], "float32")
+# Per sentence: its phrases (0-padded [C, T]) and the prefix it starts with (0: none).
+SMALL_CASES = [
+    ([[5, 0], [0, 0]], [0, 0]),
+    ([[5, 3], [0, 0]], [0, 0]),
+    ([[5, 5], [0, 0]], [0, 0]),  # a repeated id
+    ([[4, 5], [5, 4]], [0, 0]),  # each starts inside the other: "4 5 4" or "5 4 5"
+    ([[3, 0], [5, 0]], [0, 0]),
+    ([[5, 0], [3, 0]], [0, 0]),  # the same phrases the other way round (ordered differs)
+    ([[5, 0], [0, 0]], [3, 4]),  # a prefix, then the phrase
+    ([[4, 5], [0, 0]], [3, 4]),  # a phrase that starts inside the prefix
+]
+
+
+def _brute_force(numpy_logits, phrases, prefix, alpha, ordered):
+    """`(ids, score)` of the best finished result of at most SMALL_LENGTH ids that starts
+    with `prefix` and holds `phrases` (lists of ids), over every such sequence."""
+    best = (None, -np.inf)
+    for body in itertools.chain.from_iterable(
+        itertools.product([3, 4, 5], repeat=n) for n in range(SMALL_LENGTH)
+    ):
+        seq = [*body, EOS]
+        if seq[: len(prefix)] != prefix or not _holds(list(body), phrases, ordered):
+            continue
+        total = sum(
+            log_softmax(numpy_logits(seq[:t]) + SMALL_OFFSET)[token] for t, token in enumerate(seq)
+        )
+        score = total / ((5.0 + len(seq)) / 6.0) ** alpha
+        if score > best[1]:
+            best = (seq, score)
+    return best
+
+
+@pytest.mark.parametrize(("seed", "alpha", "ordered"), [(0, 0.6, False), (1, 0.0, True)])
+def test_the_result_is_the_best_sequence_that_holds_the_phrases(seed, alpha, ordered):
+    # With 3^4 = 81 beams every live sequence is kept: the search is exhaustive, so its
+    # result must be the brute force's best (phrases the search found anywhere, scored
+    # with the length penalty), and it differs from the plain beam search's.
+    step_fn, numpy_logits = fake_model(SMALL_VOCAB, seed)
+
+    def offset(ids, index, state):
+        logits, state = step_fn(ids, index, state)
+        return logits + SMALL_OFFSET, state
+
+    constraints = np.array([case[0] for case in SMALL_CASES], "int32")
+    prefix = np.array([case[1] for case in SMALL_CASES], "int32")
+    batch = len(SMALL_CASES)
+    state, start = np.zeros(batch, "int32"), np.full(batch, BOS, "int32")
+    search = ConstrainedBeamSearch(beam_size=81, alpha=alpha, ordered=ordered)
+    ids, scores = search.search(
+        offset, state, start, SMALL_LENGTH, constraints=constraints, prefix=prefix
+    )
+    plain, _ = BeamSearch(beam_size=81, alpha=alpha).search(offset, state, start, SMALL_LENGTH)
+    differs = 0
+    for row, (phrases, forced) in enumerate(SMALL_CASES):
+        forced = [int(i) for i in forced if i != PAD]
+        want_ids, want_score = _brute_force(numpy_logits, _phrases(phrases), forced, alpha, ordered)
+        got = [int(i) for i in ids.numpy()[row] if i != PAD]
+        assert got == want_ids, (row, got, want_ids)
+        np.testing.assert_allclose(scores.numpy()[row], want_score, rtol=1e-5)
+        differs += got != [int(i) for i in plain.numpy()[row] if i != PAD]
+    assert differs >= batch // 2, (ids, plain)
 
 
 @pytest.mark.parametrize("constraints", [None, np.zeros([4, 2, 3], "int32")])
@@ -215,15 +285,6 @@ TARGET_PHRASES = np.array(
 )
 
 
-@pytest.fixture
-def eagerly():
-    """Searches run step by step in Python: for a tiny model, tracing each search's loop
-    into a graph costs far more than running it."""
-    tf.config.run_functions_eagerly(True)
-    yield
-    tf.config.run_functions_eagerly(False)
-
-
 @pytest.fixture(scope="module")
 def model():
     return tiny_model(tiny_hparams(vocab_size=MODEL_VOCAB), seed=0)
@@ -262,3 +323,7 @@ def test_decoder_refuses_constraints_it_cannot_search_with(model):
     out_of_vocabulary[2, 1, 0] = 25
     with pytest.raises(ValueError, match=r"ids in \[0, 20\).*constraints\[2, 1, 0\]=25"):
         decoder.decode(ConstrainedBeamSearch(3), SOURCE, constraints=out_of_vocabulary)
+    too_long = np.zeros([4, 1, MAX_LENGTH], "int32")
+    too_long[1, 0] = 7  # 12 ids: with EOS, more than max_length=12
+    with pytest.raises(ValueError, match=r"phrase 0 of sentence 1 \(\[7, 7, .*\) has 12 ids"):
+        decoder.decode(ConstrainedBeamSearch(3), SOURCE, constraints=too_long)

@@ -233,17 +233,18 @@ class _Beam(Pieces):
         return ids, scores
 
     def select(self, loop, context, pick):
-        """The sentences `pick` `[n]` of `loop` and their rows of `context`."""
+        """The sentences `pick` `[n]` of `loop` and their rows of `context` (any loop
+        state whose fields after `index`, `last` and `state` are by sentence)."""
         rows = tf.reshape(pick[:, None] * self.beam + tf.range(self.beam)[None], [-1])
         by_row = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, rows), nest)  # noqa: E731
         by_sentence = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, pick), nest)  # noqa: E731
-        loop = BeamState(
+        loop = type(loop)(
             index=loop.index,
             last=tf.gather(loop.last, rows),
             state=by_row(loop.state),
             **{
                 field: by_sentence(getattr(loop, field))  # the prefix may be () (none)
-                for field in BeamState._fields
+                for field in loop._fields
                 if field not in ("index", "last", "state")
             },
         )

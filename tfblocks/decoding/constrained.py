@@ -33,7 +33,8 @@ with XLA:
 A sentence without phrases is searched as `BeamSearch` searches it (its candidates, its one
 bank and its choices are BeamSearch's): a batch without phrases gets BeamSearch's results
 exactly; in a batch with phrases, such a sentence gets BeamSearch's best hypothesis (the
-loop may run on for the others, which can only fill its later n-best entries).
+loop may run on for the others, which can only fill its later n-best entries; with
+`stop_early`, as in a batched BeamSearch, the stepping on may also replace the best).
 
 A complete hypothesis is always found when the phrases fit: the fullest bank's best
 hypothesis is always kept, and its proposal for the phrase it has matched furthest puts a
@@ -84,7 +85,7 @@ class ConstrainedState(NamedTuple):
     finished_seq: tf.Tensor  # [B, K, L]
     finished_scores: tf.Tensor  # [B, K], length-penalized
     finished_flags: tf.Tensor  # [B, K]
-    prefix: tf.Tensor  # [B, P]: the ids forced first (padded with pad_id)
+    prefix: tf.Tensor  # [B, P]: the ids forced first (padded with pad_id); () for none
     phrases: tf.Tensor  # [B, C, T]: the phrases' ids, NO_TOKEN after each one's end
     met: tf.Tensor  # [B, K, C]: the hypothesis contains the phrase (an empty one: True)
     partial: tf.Tensor  # [B, K, C]: the phrase's first tokens its last tokens are (0 if met)
@@ -324,22 +325,6 @@ class _ConstrainedBeam(_Beam):
             since=kept(since),
         )
 
-    def select(self, loop, context, pick):
-        """The sentences `pick` `[n]` of `loop` and their rows of `context`."""
-        rows = tf.reshape(pick[:, None] * self.beam + tf.range(self.beam)[None], [-1])
-        by_row = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, rows), nest)  # noqa: E731
-        loop = ConstrainedState(
-            index=loop.index,
-            last=tf.gather(loop.last, rows),
-            state=by_row(loop.state),
-            **{
-                field: tf.gather(getattr(loop, field), pick)
-                for field in ConstrainedState._fields
-                if field not in ("index", "last", "state")
-            },
-        )
-        return loop, by_row(context)
-
 
 def check_constraints(constraints, start_ids, max_length, eos_id, pad_id):
     """`constraints` (int `[B, C, T]`, each phrase padded on the right with `pad_id`, or
@@ -372,13 +357,14 @@ def check_constraints(constraints, start_ids, max_length, eos_id, pad_id):
     constraints = tf.cast(constraints, tf.int32)
     values = tf.get_static_value(constraints)
     if values is not None:
-        _check_phrases(values, max_length, eos_id, pad_id)
+        check_phrases(values, max_length, eos_id, pad_id)
     ended = tf.math.cumsum(tf.cast(tf.equal(constraints, pad_id), tf.int32), axis=2) > 0
     return tf.where(ended, NO_TOKEN, constraints)
 
 
-def _check_phrases(values, max_length, eos_id, pad_id):
-    """Each phrase of `values` `[B, C, T]` (NumPy) checked as `check_constraints` says."""
+def check_phrases(values, max_length, eos_id, pad_id):
+    """Each phrase of `values` `[B, C, T]` (NumPy) checked as `check_constraints` says
+    (the length against `max_length` when it is an int, not a tensor or None)."""
     for b, sentence in enumerate(values):
         for c, row in enumerate(sentence):
             pads = np.flatnonzero(row == pad_id)
@@ -392,7 +378,7 @@ def _check_phrases(values, max_length, eos_id, pad_id):
                 )
             if any(i < 0 or i == eos_id for i in ids):
                 raise ValueError(f"`constraints`: {where} holds a negative id or eos_id={eos_id}.")
-            if not tf.is_tensor(max_length) and length >= max_length:
+            if isinstance(max_length, int) and length >= max_length:
                 raise ValueError(
                     f"`constraints`: {where} has {length} ids, more than max_length="
                     f"{max_length} leaves before EOS ({max_length - 1})."

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks.decoding.base import NEG_INF, check_search
-from tfblocks.decoding.constrained import ConstrainedBeamSearch
+from tfblocks.decoding.constrained import ConstrainedBeamSearch, check_phrases
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.transformer import padding_mask, shift_right
 
@@ -251,9 +251,14 @@ class Decoder:
         num_hypotheses = search.check_num_hypotheses(num_hypotheses)
         source_ids = _check_ids("source_ids", source_ids, self.model.vocab_size)
         prefix = _check_ids("prefix", prefix, self.model.vocab_size)
-        constraints = _check_constraints(constraints, search, self.model.vocab_size)
         if extra_length is not None:
             _checks.check_non_negative_int("extra_length", extra_length)
+        constraints = _check_constraints(
+            constraints,
+            search,
+            self.model.vocab_size,
+            self._static_length(source_ids, extra_length),
+        )
         traced = tuple(getattr(search, name) for name in search.traced_args)
 
         def run(source_ids, prefix, constraints, *traced):
@@ -282,6 +287,13 @@ class Decoder:
         if self.drop_finished and source_ids is not None and search.can_drop_finished:
             return self._dropping(key, run, dropping, source_ids, prefix, constraints, extra_length)
         return self._run(key, run, source_ids, prefix, constraints, *traced)
+
+    def _static_length(self, source_ids, extra_length):
+        """`decode_length` as an int where the source's shape gives it, else None."""
+        if extra_length is None or source_ids is None:
+            return self.max_length
+        width = source_ids.shape[1]
+        return None if width is None else min(self.max_length, width + extra_length)
 
     def score(self, source_ids, target_ids):
         """Log-probabilities `[B, T]` of each target token given its source and the
@@ -412,9 +424,9 @@ def allowed_logits(logits):
     return tf.where(never, NEG_INF, logits)
 
 
-def _check_ids(name, ids, vocab_size):
+def _check_ids(name, ids, vocab_size, rank=2):
     """`ids` as a tensor, refused (ValueError naming `name` and the value) unless it is a
-    2-D integer tensor whose known values lie in `[0, vocab_size)`; None stays None."""
+    `rank`-D integer tensor whose known values lie in `[0, vocab_size)`; None stays None."""
     if ids is None:
         return None
     ids = tf.convert_to_tensor(ids)
@@ -423,8 +435,9 @@ def _check_ids(name, ids, vocab_size):
             f"`{name}` must hold integer token ids, got dtype {ids.dtype.name}: "
             f"{name}={_preview(tf.get_static_value(ids), ids)}."
         )
-    if ids.shape.rank not in (None, 2):
-        raise ValueError(f"`{name}` must be 2-D [batch, length], got {name} of shape {ids.shape}.")
+    if ids.shape.rank not in (None, rank):
+        axes = "[batch, length]" if rank == 2 else "[batch, phrases, length]"
+        raise ValueError(f"`{name}` must be {rank}-D {axes}, got {name} of shape {ids.shape}.")
     values = tf.get_static_value(ids)  # None in a traced function: not known yet
     if values is not None:
         bad = np.argwhere((values < 0) | (values >= vocab_size))
@@ -437,31 +450,22 @@ def _check_ids(name, ids, vocab_size):
     return ids
 
 
-def _check_constraints(constraints, search, vocab_size):
+def _check_constraints(constraints, search, vocab_size, max_length):
     """`constraints` as a tensor (None stays None), refused (ValueError) unless `search`
     is a `ConstrainedBeamSearch` and they are 3-D integer ids whose known values lie in
-    `[0, vocab_size)`; the search checks the phrases themselves."""
+    `[0, vocab_size)` and make phrases that fit in `max_length` (an int, or a tensor:
+    not checked) with EOS (`check_phrases`). The search checks the phrases again when
+    their values are known there (not inside the decoder's compiled function)."""
     if constraints is None:
         return None
     if not isinstance(search, ConstrainedBeamSearch):
         raise ValueError(
             f"`constraints` need a tfblocks.decoding.ConstrainedBeamSearch, got search={search!r}."
         )
-    constraints = tf.convert_to_tensor(constraints)
-    if not constraints.dtype.is_integer or constraints.shape.rank not in (None, 3):
-        raise ValueError(
-            "`constraints` must hold integer token ids [batch, phrases, length], got dtype "
-            f"{constraints.dtype.name} and shape {constraints.shape}."
-        )
-    values = tf.get_static_value(constraints)  # None in a traced function: not known yet
+    constraints = _check_ids("constraints", constraints, vocab_size, rank=3)
+    values = tf.get_static_value(constraints)
     if values is not None:
-        bad = np.argwhere((values < 0) | (values >= vocab_size))
-        if len(bad):
-            where = tuple(int(i) for i in bad[0])
-            raise ValueError(
-                f"`constraints` must hold ids in [0, {vocab_size}) (the model's vocab_size), "
-                f"got constraints[{', '.join(map(str, where))}]={values[where].item()!r}."
-            )
+        check_phrases(values, max_length, EOS_ID, PAD_ID)
     return constraints
 
 
