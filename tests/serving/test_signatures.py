@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks.decoding import Greedy
+from tfblocks.decoding import BeamSearch
 from tfblocks.serving import Translator
 from tfblocks.text import train_tokenizer
 
@@ -18,7 +18,8 @@ SENTENCE, TARGET = "今日のランチはカレーだ。", "Today's lunch is cur
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    """A tiny Translator's export (greedy, no XLA, with the `align` signature), loaded."""
+    """A tiny Translator's export (beam 2, no XLA, with the `align` and `constrained`
+    signatures), loaded."""
     tokenizer = train_tokenizer([SENTENCE, TARGET] * 20, vocab_size=40)
     keras.utils.set_random_seed(0)  # module fixtures run before conftest's per-test seed
     hp = tfblocks.hparams(
@@ -27,7 +28,7 @@ def loaded(tmp_path_factory):
     )  # fmt: skip
     translator = Translator(
         tfblocks.build_transformer(hp), tokenizer, tokenizer, max_length=8,
-        search=Greedy(), jit_compile=False, alignments=True,
+        search=BeamSearch(2), jit_compile=False, alignments=True, constrained=True,
     )  # fmt: skip
     path = translator.export(tmp_path_factory.mktemp("export") / "translator")
     return tf.saved_model.load(str(path))
@@ -44,6 +45,7 @@ def test_signatures_refuse_other_ranks_naming_the_input(loaded):
         ("score", {"source": scalar, "target": batch}, "source"),
         ("prefix", {"text": batch, "target_prefix": column}, "target_prefix"),
         ("align", {"source": column, "target": batch}, "source"),
+        ("constrained", {"text": column, "constraints": tf.constant([["a"], ["b"]])}, "text"),
     ]:
         with pytest.raises(tf.errors.InvalidArgumentError) as error:
             loaded.signatures[signature](**inputs)
@@ -69,3 +71,16 @@ def test_score_refuses_a_target_over_its_bound_naming_it(loaded):
         tf.errors.InvalidArgumentError, match=f"at most {MAX_SCORE_LENGTH} subwords"
     ):
         loaded.signatures["score"](source=tf.constant([SENTENCE]), target=tf.constant([too_long]))
+
+
+def test_the_constrained_signature_takes_phrases_as_strings(loaded):
+    constrained = loaded.signatures["constrained"]
+    out = constrained(text=tf.constant([SENTENCE, ""]), constraints=tf.constant([["curry"], [""]]))
+    assert b"curry" in out["translation"].numpy()[0] and out["translation"].numpy()[1] == b""
+    assert out["translations"].shape == [2, 1] and out["score"].numpy()[1] == 0.0
+    for constraints, words in [
+        (tf.constant(["curry"]), "`constraints` must be a 2-D batch of strings"),
+        (tf.constant([["curry " * 8]]), "`constraints`: a phrase may hold at most 7 subwords"),
+    ]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=words):
+            constrained(text=tf.constant([SENTENCE]), constraints=constraints)
