@@ -10,6 +10,7 @@ import tfblocks
 from tfblocks.decoding import BeamSearch
 from tfblocks.serving import Translator
 from tfblocks.text import train_tokenizer
+from tfblocks.translation import engines
 
 pytestmark = pytest.mark.heavy  # an export: scheduled first
 
@@ -17,9 +18,9 @@ SENTENCE, TARGET = "今日のランチはカレーだ。", "Today's lunch is cur
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
-    """A tiny Translator's export (beam 2, no XLA, with the `align` and `constrained`
-    signatures), loaded."""
+def exported(tmp_path_factory):
+    """The path of a tiny Translator's export (beam 2, no XLA, with the `align` and
+    `constrained` signatures)."""
     tokenizer = train_tokenizer([SENTENCE, TARGET] * 20, vocab_size=40)
     keras.utils.set_random_seed(0)  # module fixtures run before conftest's per-test seed
     hp = tfblocks.hparams(
@@ -30,8 +31,12 @@ def loaded(tmp_path_factory):
         tfblocks.build_transformer(hp), tokenizer, tokenizer, max_length=8,
         search=BeamSearch(2), jit_compile=False, alignments=True, constrained=True,
     )  # fmt: skip
-    path = translator.export(tmp_path_factory.mktemp("export") / "translator")
-    return tf.saved_model.load(str(path))
+    return translator.export(tmp_path_factory.mktemp("export") / "translator")
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    return tf.saved_model.load(str(exported))
 
 
 def test_signatures_refuse_other_ranks_naming_the_input(loaded):
@@ -84,3 +89,11 @@ def test_the_constrained_signature_takes_phrases_as_strings(loaded):
     ]:
         with pytest.raises(tf.errors.InvalidArgumentError, match=words):
             constrained(text=tf.constant([SENTENCE]), constraints=constraints)
+
+
+def test_tfblocks_translate_constraints_use_the_constrained_signature(exported):
+    translate, _ = engines.load_translate(exported, constraints=True, notice=lambda _: None)
+    out = translate([(SENTENCE, ["curry"]), ("", []), (SENTENCE, [])])
+    assert "curry" in out[0] and out[1] == "" and len(out) == 3, out
+    with pytest.raises(ValueError, match="`constrained` signature takes no target prefix"):
+        engines.load_translate(exported, constraints=True, prefix=True)
