@@ -64,10 +64,11 @@ from tfblocks.decoding.base import (
     NEG_INF,
     SearchStrategy,
     _check_search_args,
+    check_id_rows,
     dim,
     write,
 )
-from tfblocks.decoding.beam_search import BeamSearch, _Beam, _force, length_penalty, top_k
+from tfblocks.decoding.beam_search import BeamSearch, _Beam, length_penalty, top_k
 from tfblocks.ids import EOS_ID, PAD_ID
 
 NO_TOKEN = -1  # the phrases' padding inside the search, and positions not to match
@@ -263,16 +264,8 @@ class _ConstrainedBeam(_Beam):
         """One step: every beam extended by one token (see the module docstring)."""
         beam, i = self.beam, loop.index
         batch = dim(loop.alive_seq, 0)
-
-        def regroup(x):  # [B·K, ...] -> [B, K, ...]
-            return tf.reshape(x, [batch, beam, *(dim(x, a) for a in range(1, x.shape.rank))])
-
-        def flatten(x):  # [B, K, ...] -> [B·K, ...]
-            return tf.reshape(x, [batch * beam, *(dim(x, a) for a in range(2, x.shape.rank))])
-
-        logits, new_state = self.logits(loop, context)  # [B·K, V]
-        vocab = tf.shape(logits)[-1]
-        step_log_probs = _force(regroup(tf.nn.log_softmax(logits)), i, loop.prefix, self.pad_id)
+        step_log_probs, new_state = self.step_log_probs(loop, context)  # [B, K, V]
+        vocab = tf.shape(step_log_probs)[-1]
         # EOS only after every phrase (a sentence without phrases: always).
         incomplete = tf.logical_not(tf.reduce_all(loop.met, axis=2))  # [B, K]
         is_eos_id = tf.equal(tf.range(vocab), self.eos_id)  # [V]
@@ -299,25 +292,18 @@ class _ConstrainedBeam(_Beam):
         banks = dim(loop.phrases, 1) * dim(loop.phrases, 2) + 1  # banks 0 … C·T
         keep = self.allocate(alive_scores, alive_log_probs > DEAD, bank, proposed, banks)
         parents = tf.gather(origin, keep, batch_dims=1)  # [B, K]
-        reordered = tf.nest.map_structure(
-            lambda x: flatten(tf.gather(regroup(x), parents, batch_dims=1)), new_state
-        )
-
         # EOS-ended candidates compete with the finished ones for K slots.
-        all_seq = tf.concat([loop.finished_seq, seqs], axis=1)  # [B, K + M, L]
-        all_scores = tf.concat([loop.finished_scores, tf.where(is_eos, scores, NEG_INF)], axis=1)
-        all_flags = tf.concat([loop.finished_flags, is_eos], axis=1)
-        finished_scores, best = tf.math.top_k(all_scores, k=beam)  # [B, K]
+        finished_seq, finished_scores, finished_flags = self.finish(loop, seqs, scores, is_eos)
         kept = lambda x: tf.gather(x, keep, batch_dims=1)  # noqa: E731
         return ConstrainedState(
             index=i + 1,
-            last=flatten(kept(token))[:, None],  # [B·K, 1]
-            state=reordered,
+            last=self.flatten(loop, kept(token))[:, None],  # [B·K, 1]
+            state=self.reorder(loop, new_state, parents),
             alive_seq=kept(seqs),
             alive_log_probs=kept(alive_log_probs),
-            finished_seq=tf.gather(all_seq, best, batch_dims=1),
+            finished_seq=finished_seq,
             finished_scores=finished_scores,
-            finished_flags=tf.gather(all_flags, best, batch_dims=1),
+            finished_flags=finished_flags,
             prefix=loop.prefix,
             phrases=loop.phrases,
             met=kept(met),
@@ -338,20 +324,8 @@ def check_constraints(constraints, start_ids, max_length, eos_id, pad_id):
     batch = dim(start_ids, 0)
     if constraints is None:
         return tf.fill([batch, 1, 1], NO_TOKEN)
-    constraints = tf.convert_to_tensor(constraints)
-    if not constraints.dtype.is_integer or constraints.shape.rank not in (None, 3):
-        raise ValueError(
-            "`constraints` must hold integer token ids [batch, phrases, length], got dtype "
-            f"{constraints.dtype.name} and shape {constraints.shape}."
-        )
-    if constraints.shape.rank is None:  # a traced tensor: the loop needs its rank
-        constraints = tf.ensure_shape(constraints, [None, None, None])
-    rows = (constraints.shape[0], start_ids.shape[0])
-    if None not in rows and rows[0] != rows[1]:
-        raise ValueError(
-            f"`constraints` must hold a row per start id ({rows[1]}), got constraints of "
-            f"shape {constraints.shape}."
-        )
+    axes = ("batch", "phrases", "length")
+    constraints = check_id_rows("constraints", constraints, axes, start_ids)
     if constraints.shape[1] == 0 or constraints.shape[2] == 0:
         return tf.fill([batch, 1, 1], NO_TOKEN)
     constraints = tf.cast(constraints, tf.int32)
