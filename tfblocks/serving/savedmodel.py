@@ -205,8 +205,6 @@ class Translator(TextModule):
     (1,)
     >>> translator(["今日のランチはカレーだ。"], target_prefix=["Today's"]).shape
     TensorShape([1])
-    >>> translator(["今日のランチはカレーだ。"], constraints=[["curry"]]).shape
-    TensorShape([1])
     """
 
     OUTPUT = "translation"
