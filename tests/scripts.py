@@ -1,5 +1,6 @@
 """Runs the project's scripts (examples/, benchmarks/) in a fresh Python for the tests."""
 
+import ast
 import os
 import re
 import subprocess
@@ -7,6 +8,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def console_scripts():
+    """`{name: (module, function)}` of the console scripts that setup.py installs."""
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "console_scripts":
+                    entries = [entry.split("=") for entry in ast.literal_eval(value)]
+                    return {name: tuple(target.split(":")) for name, target in entries}
+    raise AssertionError("setup.py has no console_scripts")
 
 
 def run_script(script, *args, timeout=300, expect_success=True):

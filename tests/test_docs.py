@@ -1,4 +1,5 @@
-"""Every ```python block of README.md and docs/*.md runs as written.
+"""Every ```python block of README.md and docs/*.md runs as written, and
+docs/command-line.md describes every option of every console script.
 
 The blocks of one page run in order in one namespace, as a reader runs them, so a block
 may continue the one before it (the page says so). A comment after a `print(...)` is
@@ -7,10 +8,15 @@ here are in ```bash or ```text blocks, which are not run. Relative links between
 pages must point at files that exist.
 """
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from tests.scripts import console_scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -89,3 +95,81 @@ def test_block_runs(page, index, capsys):
         if "print(" in line and "# " in line:
             shown = line.split("# ", 1)[1].split(" — ")[0].strip()
             assert shown in printed, (shown, printed)
+
+
+# Prints `{NAME: {"options": [--option, ...], "commands": [...]}}` for the console scripts
+# given as JSON `{NAME: [module, function]}` (options of its subcommands too; commands: its
+# subcommands and the choices of its positional arguments, `ctranslate2`, `marian`), then
+# the modules of TensorFlow and Keras it loaded: the program is named as a console script
+# (tfblocks/_lazy.py), and each entry point runs up to its parser's `parse_args`.
+OPTIONS = """
+import argparse, importlib, json, sys
+sys.argv[0] = "tfblocks-docs-check"
+
+class Parsing(BaseException):
+    pass
+
+def stop(parser, *args, **kwargs):
+    raise Parsing(parser)
+
+argparse.ArgumentParser.parse_args = stop
+
+def entries(parser, found):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found["commands"] += list(action.choices)
+            for subparser in action.choices.values():
+                entries(subparser, found)
+        elif not action.option_strings and action.choices:
+            found["commands"] += list(action.choices)
+        found["options"] += [s for s in action.option_strings if s.startswith("--")]
+    return found
+
+found = {}
+for name, (module, function) in json.loads(sys.argv[1]).items():
+    try:
+        getattr(importlib.import_module(module), function)()
+    except Parsing as parsing:
+        found[name] = entries(parsing.args[0], {"options": [], "commands": []})
+print(json.dumps(found))
+print(sorted({"tensorflow", "keras"} & set(sys.modules)))
+"""
+
+
+def _sections(page):
+    """`{heading: text}` of a page's `## ` sections; "" is the text before the first."""
+    parts = re.split(r"^## (.*)$", page.read_text(encoding="utf-8"), flags=re.M)
+    return {"": parts[0], **dict(zip(parts[1::2], parts[2::2], strict=True))}
+
+
+def test_every_console_option_is_described():
+    # Each long option of a command's parser and its subcommands appears in that
+    # command's section of docs/command-line.md, quoted (`--x`, `--x VALUE`, ...), and so
+    # does each subcommand or positional choice (`marian DIR`); the options every command
+    # has (--help, --verbose) may instead be described once, before the first section,
+    # where an option is one of every command.
+    scripts = console_scripts()
+    result = subprocess.run(
+        [sys.executable, "-c", OPTIONS, json.dumps(scripts)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    found, loaded = result.stdout.splitlines()
+    found = json.loads(found)
+    assert loaded == "[]", result.stdout  # the parsers are built without TensorFlow
+    assert set(found) == set(scripts), result.stderr[-3000:]
+    sections = _sections(ROOT / "docs" / "command-line.md")
+    common = set(re.findall(r"`(--[\w-]+)", sections[""]))
+    missing = []
+    for name, entries in found.items():
+        assert common <= set(entries["options"]), (name, common - set(entries["options"]))
+        section = sections.get(f"`{name}`")
+        assert section is not None, f"docs/command-line.md has no section ## `{name}`"
+        assert entries["options"], name  # the parser was found
+        for command in entries["commands"]:
+            if not re.search(rf"`{re.escape(command)}[`\s]", section):
+                missing.append(f"{name} {command}")
+        for option in entries["options"]:
+            quoted = rf"`{re.escape(option)}(?![\w-])"
+            if not re.search(quoted, section) and not re.search(quoted, sections[""]):
+                missing.append(f"{name} {option}")
+    assert not missing, f"not in docs/command-line.md: {missing}"

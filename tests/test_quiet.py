@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from tests.scripts import CPP_LOG, ROOT, run_quietly
+from tests.scripts import CPP_LOG, ROOT, console_scripts, run_quietly
 from tfblocks._quiet import is_noise, wants_quiet
 
 CUINIT = (
@@ -94,25 +94,20 @@ def test_verbose_restores_the_lines():
 CONSOLE_SCRIPT = """
 import sys
 sys.argv[0] = "/venv/bin/{name}"
-from tfblocks.translation.{module} import run
+from {module} import {function}
 try:
-    run()
+    {function}()
 finally:
     import tfblocks
     assert "TransformerBlock" in dir(tfblocks) and "BOS_ID" in tfblocks.__all__
     print("loaded:", sorted({{"tensorflow", "keras"}} & set(sys.modules)))
 """
-COMMANDS = {
-    "tfblocks-train": "train_command",
-    "tfblocks-translate": "translate_command",
-    "tfblocks-evaluate": "evaluate_command",
-    "tfblocks-import": "import_command",
-    "tfblocks-export": "export_command",
-}
+COMMANDS = console_scripts()  # {name: (module, function)}, setup.py's
 
 
 def console_script(name, *args, returncode):
-    code = CONSOLE_SCRIPT.format(name=name, module=COMMANDS[name])
+    module, function = COMMANDS[name]
+    code = CONSOLE_SCRIPT.format(name=name, module=module, function=function)
     return run_quietly(["-c", code, *args], returncode=returncode)
 
 

@@ -146,3 +146,26 @@ def check_index(name, value, size, what):
             f"`{name}` must be an int in [{-size}, {size}) ({size} {what}), got {name}={value!r}."
         )
     return int(value) % size
+
+
+class BackendError(RuntimeError):
+    """TensorFlow-only code called under another Keras backend (`require_tensorflow`)."""
+
+
+def require_tensorflow(what):
+    """Raises `BackendError` unless Keras runs on TensorFlow: `what` (decoding, serving,
+    export, the training job) is TensorFlow code, while the layers and models also run
+    under JAX (docs/layers.md, "Backends").
+
+    Example:
+    >>> require_tensorflow("Decoder")  # the test suite's backend
+    """
+    import keras
+
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise BackendError(
+            f"{what} runs on TensorFlow only, but Keras' backend is {backend!r}: start Python "
+            "with KERAS_BACKEND=tensorflow (a model trained under JAX loads there from its "
+            ".keras file)."
+        )

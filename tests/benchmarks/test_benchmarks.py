@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.scripts import run_script
+from tests.scripts import console_scripts, run_script
 
 # test-name prefix -> command line; the tests below keep this order.
 SCRIPTS = {
@@ -37,12 +37,14 @@ SCRIPTS = {
     "serve": ("benchmarks/serve.py", "--quick", "--threads", 1),
     "seq_scaling": ("benchmarks/seq_scaling.py", "--quick"),
     "corpus_scale": ("benchmarks/corpus_scale.py", "--quick"),
+    "backends": ("benchmarks/backends.py", "--quick"),
+    "cli_startup": ("benchmarks/cli_startup.py", "--quick"),
 }  # fmt: skip
 
 
-# Each in a Python of its own: scaling, seq_scaling and corpus_scale start processes of
-# their own, serve sets the thread counts before TensorFlow starts.
-ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve")
+# Each in a Python of its own: scaling, seq_scaling, corpus_scale, cli_startup and backends
+# start processes of their own, serve sets the thread counts before TensorFlow starts.
+ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve", "cli_startup", "backends")
 
 
 # A test waits for the scripts queued before its own, shared ones for the whole group:
@@ -169,3 +171,26 @@ def test_corpus_scale_quick_reaches_the_first_step(outputs):
     out = _out(outputs, "corpus_scale")
     assert re.search(r"^\s+2000\s+\d+\s+\d+\.\d\s+\d+$", out, re.M), out  # not "> timeout"
     assert re.search(r"^load average \d+\.\d\d", out, re.M), out
+
+
+def test_backends_quick_prints_both_backends_and_their_ratio(outputs):
+    out = _out(outputs, "backends")
+    assert re.search(r"^round 1: tensorflow \d+\.\d ms, jax \d+\.\d ms$", out, re.M), out
+    for backend in ("tensorflow", "jax"):
+        assert re.search(rf"^\| {backend} \| \d+\.\d \| \d+ \|$", out, re.M), out
+    assert re.search(r"^TensorFlow time / JAX time: \d+\.\d{3} ", out, re.M), out
+
+
+def test_cli_startup_quick_times_every_console_script(outputs):
+    # One row per console script of setup.py and case, each run as expected (the script
+    # exits 1 otherwise); --quick runs no `import tfblocks`, so there is no ratio.
+    out = _out(outputs, "cli_startup")
+    seconds = r"\s+\d+\.\d{3}" * 3  # median, max, CPU
+    for name in console_scripts():
+        for case, status in (("--help", 0), ("error", 2)):
+            row = rf"^{name}\s+{re.escape(case)}\s+{status}\s+yes{seconds}\s+-$"
+            assert len(re.findall(row, out, re.M)) == 1, out
+    assert re.search(rf"^python -c pass\s+-\s+0\s+yes{seconds}\s+-$", out, re.M), out
+    rows = [line for line in out.splitlines() if re.search(rf"\s(yes|no){seconds}\s", line)]
+    assert len(rows) == 2 * len(console_scripts()) + 1, out
+    assert re.search(r"^slowest command: tfblocks-\S+ (--help|error), median", out, re.M), out

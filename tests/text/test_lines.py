@@ -82,8 +82,17 @@ def test_tsv_columns_of_any_pair(tmp_path):
     assert sorted(splits["train"] + splits["dev"] + splits["test"]) == sorted(
         (f"de {i}", f"en {i}") for i in range(100)
     )
-    with pytest.raises(ValueError, match="give `tsv_columns`"):
+    # No column is assumed, for ja and en (manythings' layout) neither: the same rule and
+    # message as tfblocks-train --tsv's, in load_splits' terms.
+    needed = f"`tsv_columns` is needed: tsv={str(path)!r} has no first line naming 'de' and 'en'"
+    with pytest.raises(ValueError, match=re.escape(needed)):
         corpus.load_splits(tsv=path, source="de", target="en")
+    hint = "give tsv_columns=(N, M) (0-based) (a manythings file: tsv_columns=(1, 0))."
+    with pytest.raises(ValueError, match=re.escape(hint)):
+        corpus.load_splits(tsv=path)  # ja -> en
+    for columns in [(1, 1), (0, -1), (1,), 2]:
+        with pytest.raises(ValueError, match=re.escape(f"got tsv_columns={columns!r}")):
+            corpus.load_splits(tsv=path, source="de", target="en", tsv_columns=columns)
     with pytest.raises(ValueError, match="source='x/y'"):
         corpus.load_splits(tsv=path, source="x/y", target="en", tsv_columns=(1, 2))
 

@@ -65,7 +65,10 @@ pytestmark = pytest.mark.heavy  # one whole (tiny) run
         (("--tsv", "p.tsv", "--source-lang", "de"), "`--source-column` is needed"),
         (("--tsv", "p.tsv", "--target-column", "-1"), "--target-column=-1"),
         (("--tsv", "p.tsv", "--source-column", "0"), "`--target-column` is needed"),
-        (("--tsv", "p.tsv", "--source-column", "0", "--target-column", "0"), "both are 0"),
+        (
+            ("--tsv", "p.tsv", "--source-column", "0", "--target-column", "0"),
+            "must differ, got --source-column 0 --target-column 0",
+        ),
         (("--dev-source", " ", "--dev-target", "b"), "--dev-source=' '"),
         (("--separate-vocab", "--init-from", "run"), "--separate-vocab with --init-from='run'"),
         (

@@ -92,6 +92,25 @@ def _words(ids, starts):
     return tf.cumsum(tf.cast(start, tf.int32), axis=1) - 1  # [B, L]
 
 
+def _real(ids):
+    """Which ids are subwords: neither EOS nor padding, bool like `ids`."""
+    return (ids != PAD_ID) & (ids != EOS_ID)
+
+
+def best_source(attention, source_ids):
+    """The source subword each target subword attends to most: int32 `[B, T]`, a
+    position of `source_ids` `[B, S]` that is neither EOS nor padding (0 when the row
+    has none), given `attention` float `[B, T, S]` (`cross_attention`).
+
+    >>> best_source([[[0.2, 0.5, 0.3], [0.1, 0.0, 0.9]]], [[5, 6, 1]]).numpy()
+    array([[1, 0]], dtype=int32)
+    """
+    source_real = _real(tf.cast(source_ids, tf.int32))  # [B, S]
+    # Attention weights are >= 0: -1 keeps EOS and padding from ever being the argmax.
+    weights = tf.where(source_real[:, None, :], tf.cast(attention, tf.float32), -1.0)
+    return tf.argmax(weights, axis=-1, output_type=tf.int32)  # [B, T]
+
+
 def pharaoh(attention, source_ids, target_ids, source_starts, target_starts):
     """Word alignments in Pharaoh format from subword attention: `tf.string [B]`.
 
@@ -117,11 +136,9 @@ def pharaoh(attention, source_ids, target_ids, source_starts, target_starts):
     """
     source_ids = tf.cast(source_ids, tf.int32)
     target_ids = tf.cast(target_ids, tf.int32)
-    source_real = (source_ids != PAD_ID) & (source_ids != EOS_ID)  # [B, S]
-    target_real = (target_ids != PAD_ID) & (target_ids != EOS_ID)  # [B, T]
-    # Attention weights are >= 0: -1 keeps EOS and padding from ever being the argmax.
-    weights = tf.where(source_real[:, None, :], tf.cast(attention, tf.float32), -1.0)
-    best = tf.argmax(weights, axis=-1, output_type=tf.int32)  # [B, T]: a source subword
+    source_real = _real(source_ids)  # [B, S]
+    target_real = _real(target_ids)  # [B, T]
+    best = best_source(attention, source_ids)  # [B, T]: a source subword
     source_word = tf.gather(_words(source_ids, source_starts), best, batch_dims=1)  # [B, T]
     target_word = _words(target_ids, target_starts)  # [B, T]
     aligned = target_real & tf.reduce_any(source_real, axis=1, keepdims=True)  # [B, T]

@@ -79,6 +79,7 @@ class Decoder:
     def __init__(
         self, model, max_length, jit_compile=True, cache_lengths="auto", drop_finished=True
     ):
+        _checks.require_tensorflow("Decoder")
         self.model = model
         self.max_length = _checks.check_positive_int("max_length", max_length)
         self.jit_compile = bool(jit_compile)

@@ -15,7 +15,15 @@ Positions are int64 (split into two 32-bit words for the hash), so tensors of 2�
 elements and more get distinct positions. The seed changes on every call (a Keras
 `SeedGenerator`, as in Keras' Dropout). The keep probability is quantized to 2⁻²⁴.
 Speed figures: docs/performance.md, "Measured design choices".
+
+Under another Keras backend (JAX) the same ops run through `keras.ops`, where the
+backend's own compiler fuses them, and the gradient comes from the backend's autodiff
+(`where` passes it through the kept elements only, scaled: the same dropout). Without
+JAX's 64-bit mode the positions are int32 there, so one tensor holds fewer than 2³¹
+elements; the masks equal TensorFlow's for the same seed.
 """
+
+import math
 
 import keras
 import numpy as np
@@ -61,7 +69,10 @@ def position_bits(lo, hi, seed):
     >>> int(a) == int(position_bits(lo[:1], None, seed)[0]), int(a) != int(b)
     (True, True)
     """
-    words = ops.cast(ops.bitwise_and(ops.cast(seed, "int64"), 0xFFFFFFFF), "uint32")
+    if _index_dtype() == "int64":
+        words = ops.cast(ops.bitwise_and(ops.cast(seed, "int64"), 0xFFFFFFFF), "uint32")
+    else:  # 32-bit integers: the cast keeps the low 32 bits, as the mask does above
+        words = ops.cast(seed, "uint32")
     key_a = _fmix32(ops.add(words[0], _u32(_SEED_OFFSET)))
     key_b = _fmix32(ops.bitwise_xor(words[1], key_a))
     if hi is not None:
@@ -70,6 +81,19 @@ def position_bits(lo, hi, seed):
         key_b = ops.bitwise_xor(key_b, ops.multiply(hi, _u32(_MUL_1)))
     h = _fmix32(ops.add(_fmix32(ops.bitwise_xor(lo, key_a)), key_b))
     return ops.cast(ops.right_shift(h, _u32(8)), "int32")  # top 24 bits, exact in int32
+
+
+def _is_tensorflow():
+    return keras.backend.backend() == "tensorflow"
+
+
+def _index_dtype():
+    """int64 where the backend has it (TensorFlow; JAX with x64), else int32."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return "int64" if jax.config.jax_enable_x64 else "int32"
+    return "int64"
 
 
 def hash_bits(shape, seed):
@@ -87,12 +111,21 @@ def hash_bits(shape, seed):
     >>> bool(keras.ops.all(a == b)), a.dtype.name, bool(keras.ops.all(a < 2**24))
     (True, 'int32', True)
     """
+    if not _is_tensorflow():
+        return ops.reshape(_flat_bits(math.prod(shape), seed), shape)  # [*shape]
     size = ops.cast(flat_size(shape), "int64")
     return ops.reshape(_traced_flat_bits(size, ops.cast(seed, "int64")), shape)  # [*shape]
 
 
 def _flat_bits(size, seed):
     """`position_bits` of the flat positions 0 … size − 1 (`size` an int64 count)."""
+    if _index_dtype() != "int64":  # JAX without x64: positions below 2³¹, high word 0
+        if size >= 1 << 31:
+            raise ValueError(
+                f"HashDropout: a tensor of {size} elements needs 64-bit positions; "
+                "enable them with jax.config.update('jax_enable_x64', True)"
+            )
+        return position_bits(ops.cast(ops.arange(size, dtype="int32"), "uint32"), None, seed)
     index = ops.arange(size, dtype="int64")  # [size]
     lo = ops.cast(ops.bitwise_and(index, 0xFFFFFFFF), "uint32")
     hi = ops.cast(ops.right_shift(index, 32), "uint32")
@@ -117,7 +150,10 @@ def apply_hash_dropout(inputs, seed, rate):
     >>> sorted({float(v) for v in keras.ops.unique(y)})
     [0.0, 2.0]
     """
-    shape = ops.shape(inputs) if inputs.shape.rank is not None else tf.shape(inputs)
+    if not _is_tensorflow() or inputs.shape.rank is not None:
+        shape = ops.shape(inputs)
+    else:
+        shape = tf.shape(inputs)
     bits = hash_bits(shape, seed)
     keep = ops.greater_equal(bits, round(rate * (1 << 24)))
     scale = ops.cast(1.0 / (1.0 - rate), inputs.dtype)
@@ -201,7 +237,7 @@ class HashDropout(keras.layers.Layer):
         if not training or self.rate == 0:
             return inputs
         seed = self.seed_generator.next()
-        if in_xla_context():
+        if not _is_tensorflow() or in_xla_context():
             return apply_hash_dropout(inputs, seed, self.rate)
         return _dropout_outside_xla(inputs, seed, self.rate)
 

@@ -317,6 +317,7 @@ def export_ctranslate2(
     >>> sorted(os.listdir(path))[:3]
     ['config.json', 'model.bin', 'shared_vocabulary.json']
     """
+    _checks.require_tensorflow("export_ctranslate2")
     if quantization not in QUANTIZATIONS:
         raise ValueError(
             f"`quantization` must be one of {QUANTIZATIONS}, got quantization={quantization!r}."

@@ -8,6 +8,7 @@ default) through `tfblocks.decoding.Decoder`, and exports as `Translator` does
 
 import tensorflow as tf
 
+from tfblocks import _checks
 from tfblocks.decoding import Greedy
 from tfblocks.ids import PAD_ID
 from tfblocks.serving.text_module import TEXT, TextModule, batch_input, check_vocabulary
@@ -60,6 +61,7 @@ class Generator(TextModule):
         cache_lengths="auto",
         name=None,
     ):
+        _checks.require_tensorflow("Generator")
         super().__init__(name=name)
         if getattr(model, "has_input", True):
             raise ValueError(

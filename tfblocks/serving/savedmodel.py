@@ -77,6 +77,7 @@ import tensorflow as tf
 from tfblocks import _checks
 from tfblocks.decoding import BeamSearch, alignment
 from tfblocks.ids import EOS_ID, PAD_ID
+from tfblocks.serving import unknowns
 from tfblocks.serving.constraints import (
     CONSTRAINTS,
     check_phrase_lengths,
@@ -186,10 +187,13 @@ class Translator(TextModule):
     their words (`align(sources, targets)`). Both
     `translator(texts, target_prefix=...)` and `n_best` take a target prefix per text:
     each translation starts with its prefix's subwords (forced), then decodes freely; an
-    empty prefix forces nothing. Both also take `constraints`, a list of target phrases
-    per text (`[["curry"], []]`): each translation holds each of its text's phrases
-    (a `tfblocks.decoding.ConstrainedBeamSearch` with the options of `search`, which
-    must be a beam search; without constraints it translates as `search` does).
+    empty prefix forces nothing. With `replace_unknowns=True` both replace each unknown
+    subword (`<unk>`) of a translation by the source word it is aligned to
+    (`tfblocks.serving.unknowns`; not for an Ensemble). Both also take `constraints`, a
+    list of target phrases per text (`[["curry"], []]`): each translation holds each of
+    its text's phrases (a `tfblocks.decoding.ConstrainedBeamSearch` with the options of
+    `search`, which must be a beam search; without constraints it translates as `search`
+    does; not with `replace_unknowns`).
 
     Example (training elided; any `build_transformer` model works):
 
@@ -227,6 +231,7 @@ class Translator(TextModule):
         constrained=False,
         name=None,
     ):
+        _checks.require_tensorflow("Translator")
         super().__init__(name=name)
         if not getattr(model, "has_input", False):
             raise ValueError(
@@ -306,10 +311,14 @@ class Translator(TextModule):
             signatures["constrained"] = self._constrained_signature()
         return signatures
 
-    def __call__(self, texts, target_prefix=None, constraints=None):
+    def __call__(self, texts, target_prefix=None, replace_unknowns=False, constraints=None):
         """Translations of `texts` (a list of str or a 1-D string tensor), a string
         tensor; with `target_prefix` (as many str), each starts with its prefix; with
+        `replace_unknowns`, the first of `n_best(..., replace_unknowns=True)`'s; with
         `constraints` (a list of str phrases per text), each holds its text's phrases."""
+        if replace_unknowns:
+            best = [row[0].text for row in self.n_best(texts, target_prefix, True, constraints)]
+            return tf.constant(best, tf.string)
         if target_prefix is None and constraints is None:
             return super().__call__(texts)
         return self._translate(texts, target_prefix, constraints)["translation"]
@@ -333,13 +342,16 @@ class Translator(TextModule):
         )
         return with_prefix(texts, table, target_prefix)
 
-    def n_best(self, texts, target_prefix=None, constraints=None):
+    def n_best(self, texts, target_prefix=None, replace_unknowns=False, constraints=None):
         """The `num_hypotheses` best translations of each of `texts`, best first.
 
         Args:
             texts: a list of str (or a 1-D string tensor).
             target_prefix: None, or as many str: the words each translation of the
                 text starts with ("" forces nothing).
+            replace_unknowns: replace each unknown subword of a translation by the
+                source word it is aligned to (`tfblocks.serving.unknowns`); the scores
+                stay those of the translation with `<unk>`.
             constraints: None, or a list per text of str phrases each translation of
                 the text holds (`[]` constrains nothing; see `tfblocks.serving.constraints`).
 
@@ -353,18 +365,48 @@ class Translator(TextModule):
                 that is not a str or has `max_length` subwords or more, or `constraints`
                 with a search that is not a beam search.
         """
-        texts = check_text_batch(texts)
+        if target_prefix is None:
+            texts = check_text_batch(texts)
+        else:
+            texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
         if texts.shape[0] == 0:
             return []
-        if target_prefix is None and constraints is None:
+        if replace_unknowns and constraints is not None:
+            raise ValueError(
+                "`replace_unknowns` and `constraints` cannot be combined: a replaced <unk> "
+                "could break a phrase; give one of them."
+            )
+        if replace_unknowns:
+            out = self._replacing(texts, target_prefix)
+        elif target_prefix is None and constraints is None:
             out = self.serve_n_best(texts)
         else:
             out = self._translate(texts, target_prefix, constraints)
-        rows = zip(out["translations"].numpy(), out["scores"].numpy(), strict=True)
-        return [
-            [Hypothesis(t.decode("utf-8"), float(v)) for t, v in zip(*row, strict=True)]
-            for row in rows
-        ]
+        translations = [[t.decode("utf-8") for t in row] for row in out["translations"].numpy()]
+        if replace_unknowns:
+            sources = [t.decode("utf-8") for t in texts.numpy()]
+            translations = unknowns.replace(
+                sources, translations, out["ids"], out["aligned"], self.source_tokenizer,
+                self.target_tokenizer,
+            )  # fmt: skip
+        rows = zip(translations, out["scores"].numpy(), strict=True)
+        return [[Hypothesis(t, float(v)) for t, v in zip(*row, strict=True)] for row in rows]
+
+    def _replacing(self, texts, target_prefix):
+        """`_n_best(..., replacing=True)` of `texts` (and their `target_prefix`)."""
+        if self.alignment_layer is None:
+            raise ValueError("An Ensemble has no one cross-attention to align with: replace "
+                             "unknowns with a Translator of one of its models.")  # fmt: skip
+        if target_prefix is None:
+            fn = lambda text: self._n_best(text, replacing=True)  # noqa: E731
+            return self._optional("n_best_replacing", fn, [TEXT])(texts)
+
+        def with_prefix(text, prefix):
+            return self._n_best(text, self.encode_prefix(prefix), replacing=True)
+
+        return self._optional("prefix_replacing", with_prefix, [TEXT, _TARGET_PREFIX])(
+            texts, target_prefix
+        )
 
     def score(self, sources, targets, per_token=False):
         """The log-probability of each target given its source, under the model.
@@ -480,10 +522,11 @@ class Translator(TextModule):
         out = self._n_best(text, target_prefix, phrases)
         return {"translation": out["translations"][:, 0], "score": out["scores"][:, 0], **out}
 
-    def _n_best(self, text, prefix=None, phrases=None):
+    def _n_best(self, text, prefix=None, phrases=None, replacing=False):
         """`{"translations", "scores"}` `[B, num_hypotheses]` of `text`, each translation
         starting with its row of `prefix` ids (None: no prefix) and holding the phrases
-        of its row of `phrases` ids `[B, C, T]` (None: none)."""
+        of its row of `phrases` ids `[B, C, T]` (None: none); `replacing` adds their
+        `"ids"` `[B, K, L]` and each id's `"aligned"` source subword `[B, K, L]`."""
         k = self.num_hypotheses
         text = batch_input(text, "text")  # the `n_best` signature's input
         blank = blank_lines(text)
@@ -499,10 +542,15 @@ class Translator(TextModule):
         )  # [B, K, L], [B, K]
         texts = self.target_tokenizer.detokenize(tf.reshape(ids, [-1, tf.shape(ids)[2]]))
         texts = tf.reshape(texts, [-1, k])  # [B, K]
-        return {
+        out = {
             "translations": tf.where(blank[:, None], "", texts),
             "scores": tf.where(blank[:, None], 0.0, scores),
         }
+        if replacing:
+            layer = self.alignment_layer
+            out["aligned"] = unknowns.aligned_sources(self.model, layer, source, ids)
+            out["ids"] = ids
+        return out
 
     @tf.function(input_signature=[_SOURCE, _TARGET], autograph=False)
     def serve_score(self, source, target):

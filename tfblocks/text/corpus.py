@@ -15,6 +15,7 @@ import itertools
 import os
 import random
 import re
+import typing
 import zlib
 
 from tfblocks.text.lines import (
@@ -461,6 +462,79 @@ def tsv_header_columns(path, source, target):
     return tuple(cells.index(language) for language in wanted)
 
 
+class TsvArguments(typing.NamedTuple):
+    """How errors about a TSV file's columns name the caller's arguments (`choose_tsv_columns`):
+    the file's, each column's, and both columns as the caller takes them (a format).
+
+    >>> LOAD_SPLITS_TSV.pair.format(1, 0)
+    'tsv_columns=(1, 0)'
+    """
+
+    path: str
+    source_column: str
+    target_column: str
+    pair: str
+
+
+# `load_splits`' arguments; `tfblocks-train` names its flags instead.
+LOAD_SPLITS_TSV = TsvArguments("tsv", "tsv_columns", "tsv_columns", "tsv_columns=({}, {})")
+# The manythings/Tatoeba layout `English<TAB>Japanese<TAB>attribution`: column by language,
+# offered as a hint when the columns are needed, never assumed.
+MANYTHINGS_COLUMNS = {"en": 0, "ja": 1}
+
+
+def choose_tsv_columns(path, source, target, given, header, names=LOAD_SPLITS_TSV):
+    """`(source_column, target_column)` of the TSV file `path` of the pair `source` ->
+    `target`: each column as `given`, else as its `header` names it (what
+    `tsv_header_columns` found, or None). No column is assumed: one that neither gives is
+    an error naming the argument (`names`) and the file, with the manythings columns as a
+    hint for `ja` and `en`.
+
+    Args:
+        path: the TSV file, for the message.
+        source: source language.
+        target: target language.
+        given: `(source_column, target_column)`, either None when not given; or None.
+        header: `(source_column, target_column)` that the file's first line names, or None.
+        names: how the caller's arguments are spelled in errors.
+
+    Raises:
+        ValueError: a column is needed, or both are the same column.
+
+    Example:
+
+    >>> choose_tsv_columns("p.tsv", "de", "en", None, (2, 1))
+    (2, 1)
+    >>> choose_tsv_columns("p.tsv", "de", "en", None, None)
+    Traceback (most recent call last):
+    ...
+    ValueError: `tsv_columns` is needed: tsv='p.tsv' has no first line naming 'de' and 'en' \
+(a header); give tsv_columns=(N, M) (0-based).
+    """
+    given = (None, None) if given is None else tuple(given)
+    columns = tuple(
+        column if column is not None else (header[side] if header else None)
+        for side, column in enumerate(given)
+    )
+    flags = (names.source_column, names.target_column)
+    missing = [name for name, column in zip(flags, columns, strict=True) if column is None]
+    if missing:
+        hint = ""
+        if source in MANYTHINGS_COLUMNS and target in MANYTHINGS_COLUMNS:
+            manythings = (MANYTHINGS_COLUMNS[source], MANYTHINGS_COLUMNS[target])
+            hint = f" (a manythings file: {names.pair.format(*manythings)})"
+        raise ValueError(
+            f"`{missing[0]}` is needed: {names.path}={os.fspath(path)!r} has no first line "
+            f"naming {source!r} and {target!r} (a header); give {names.pair.format('N', 'M')} "
+            f"(0-based){hint}."
+        )
+    if columns[0] == columns[1]:
+        raise ValueError(
+            f"the source and target columns must differ, got {names.pair.format(*columns)}."
+        )
+    return columns
+
+
 def _split_pairs(pairs, seed, held_out=0.02):
     """Deterministic train/dev/test split for a corpus that comes as one file."""
     pairs = list(pairs)
@@ -470,8 +544,6 @@ def _split_pairs(pairs, seed, held_out=0.02):
 
 
 SPLITS = ("train", "dev", "test")
-# The manythings/Tatoeba layout `English<TAB>Japanese<TAB>attribution`: column by language.
-MANYTHINGS_COLUMNS = {"en": 0, "ja": 1}
 _LANGUAGE = re.compile(r"[A-Za-z][A-Za-z0-9_]*(-[A-Za-z0-9_]+)*")
 _SHARD_SUFFIX = re.compile(r"-\d+-of-\d+$")  # `xx-00000-of-00002` would read as a shard
 
@@ -508,18 +580,18 @@ def load_splits(
             each may instead be gzipped (`train.de.gz`) or split into shards
             (`train.de-00000-of-00008`, ...; shard i of the source aligned with shard i
             of the target). All files are found before any is read.
-        tsv: a tab-separated file of pairs (by default manythings'
-            `English<TAB>Japanese<TAB>attribution`); 2 % of it is held out for dev and test.
-            A first line that names `source` and `target` among its cells is a header
-            (`tsv_header_columns`): not a pair, and it gives the default columns.
+        tsv: a tab-separated file of pairs; 2 % of it is held out for dev and test. A
+            first line that names `source` and `target` among its cells is a header
+            (`tsv_header_columns`): not a pair, and it gives the columns.
         source: source language, the suffix of its files.
         target: target language.
         seed: seed of the phrasebook / of the TSV split.
         files: `{split: (source_files, target_files)}` (lists of paths, read in order)
             for splits given as files; the other splits come from `corpus_dir`.
-        tsv_columns: `(source_column, target_column)` of `tsv`, 0-based; default the
-            columns its header names, else the manythings columns of `source` and
-            `target` (en 0, ja 1).
+        tsv_columns: `(source_column, target_column)` of `tsv`, 0-based (manythings'
+            `English<TAB>Japanese<TAB>attribution` is `(1, 0)` for ja -> en); needed
+            unless the header names both languages, whose columns are then the default
+            (`choose_tsv_columns`, the rule `tfblocks-train --tsv` follows too).
         stream_train: the train split is a `StreamedPairs` of its files (read when
             iterated) instead of a list; only for line-aligned files.
 
@@ -530,7 +602,8 @@ def load_splits(
     Raises:
         FileNotFoundError: a file is missing (its path is named).
         ValueError: unreadable or misaligned files (see `read_parallel`), a split with
-            neither files nor `corpus_dir`, or a TSV without columns for the languages.
+            neither files nor `corpus_dir`, or a TSV whose columns are neither given nor
+            named by a header (the message names `tsv_columns`).
     """
     check_language("source", source)
     check_language("target", target)
@@ -548,20 +621,10 @@ def load_splits(
             "train split's `files`, not a TSV or the phrasebook."
         )
     if tsv:
+        given = _check_tsv_columns(tsv_columns)
         header = tsv_header_columns(tsv, source, target)
-        if tsv_columns is None:
-            tsv_columns = header
-        if tsv_columns is None:
-            if source not in MANYTHINGS_COLUMNS or target not in MANYTHINGS_COLUMNS:
-                raise ValueError(
-                    f"the TSV columns of {source!r} and {target!r} are unknown (no header "
-                    f"line names them; manythings files have {MANYTHINGS_COLUMNS}); give "
-                    "`tsv_columns`."
-                )
-            tsv_columns = (MANYTHINGS_COLUMNS[source], MANYTHINGS_COLUMNS[target])
-        corpus = read_tsv(
-            tsv, src_column=tsv_columns[0], tgt_column=tsv_columns[1], header=header is not None
-        )
+        columns = choose_tsv_columns(tsv, source, target, given, header)
+        corpus = read_tsv(tsv, *columns, header=header is not None)
         return _split_pairs(corpus, seed)
     if not corpus_dir and not files:
         return load_phrasebook(seed=seed)
@@ -585,6 +648,22 @@ def load_splits(
         sources, targets = (tuple(os.fspath(p) for p in side) for side in files["train"])
         splits = {"train": StreamedPairs(sources, targets, **joined), **splits}
     return splits
+
+
+def _check_tsv_columns(tsv_columns):
+    """`tsv_columns` of `load_splits` as a tuple, or None; a ValueError naming it unless
+    it is None or two ints >= 0."""
+    if tsv_columns is None:
+        return None
+    pair = tuple(tsv_columns) if isinstance(tsv_columns, list | tuple) else ()
+    if len(pair) != 2 or not all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in pair
+    ):
+        raise ValueError(
+            "`tsv_columns` must be (source_column, target_column), two ints >= 0, got "
+            f"tsv_columns={tsv_columns!r}."
+        )
+    return pair
 
 
 def _check_sides_differ(split, sources, targets):

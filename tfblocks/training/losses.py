@@ -41,12 +41,15 @@ def smoothed_token_losses(y_true, logits, label_smoothing):
         float32 `[B, T]`: `H(q, p) − H(q)` with q the smoothed target distribution;
         0 for a prediction equal to q. Padding positions are *not* zeroed here.
     """
-    logits = tf.cast(logits, tf.float32)
+    logits = ops.cast(logits, "float32")
     vocab = logits.shape[-1]
     confidence = 1.0 - label_smoothing
     low = label_smoothing / (vocab - 1)
     # Entropy of the soft target, t2t's "normalizing" constant (1e-20 avoids log 0).
     normalizing = -(confidence * math.log(confidence) + (vocab - 1) * low * math.log(low + 1e-20))
+    if keras.backend.backend() != "tensorflow":  # JAX: the same sum, the backend's autodiff
+        soft_target = ops.one_hot(ops.cast(y_true, "int32"), vocab) * (confidence - low) + low
+        return -ops.sum(soft_target * ops.log_softmax(logits), axis=-1) - normalizing
     ids = tf.cast(y_true, tf.int32)
     if in_xla_context():
         return _cross_entropy(ids, logits, confidence, low) - normalizing
@@ -91,6 +94,8 @@ def global_token_mean(total, count):
     mean. Returning `replica_total / global_count` makes the sum over replicas the
     exact token mean of the global batch, however tokens are spread over replicas.
     """
+    if keras.backend.backend() != "tensorflow":
+        return ops.divide_no_nan(total, count)
     replica = tf.distribute.get_replica_context()
     if replica is not None and tf.distribute.get_strategy().num_replicas_in_sync > 1:
         count = replica.all_reduce(tf.distribute.ReduceOp.SUM, count)

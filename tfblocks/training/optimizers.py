@@ -19,7 +19,9 @@ from 0.001), so the moments differ by about 1e-5 relatively with β₂ = 0.999. 
 `tf.IndexedSlices` gradient (an embedding lookup) is summed into its dense form first,
 which gives dense Adam's update; Keras' Adam squares each slice before summing a repeated
 row's, which gives that row another second moment.
-XLA compiles the kernel too (`jit_compile=True` steps).
+XLA compiles the kernel too (`jit_compile=True` steps). Under another Keras backend (JAX)
+the update and the accumulation are Keras' own (the same formulas; no `tf.distribute`
+there); the schedule and the moving average behave as described below.
 
 Everything around the update — learning-rate schedules, `clipnorm`, loss scaling
 (`mixed_float16`), `tf.distribute` aggregation — is Keras' own. `amsgrad=True` and
@@ -96,6 +98,8 @@ class FusedAdam(keras.optimizers.Adam):
             )
 
     def update_step(self, gradient, variable, learning_rate):
+        if keras.backend.backend() != "tensorflow":  # JAX: Keras' update, the same formula
+            return super().update_step(gradient, variable, learning_rate)
         dtype = tf.as_dtype(variable.dtype)
         if self.amsgrad or dtype not in _FUSED_DTYPES:
             return super().update_step(gradient, variable, learning_rate)
@@ -130,7 +134,9 @@ class FusedAdam(keras.optimizers.Adam):
     # Gradient accumulation that works under tf.distribute --------------------------------
 
     def _backend_apply_gradients(self, grads, trainable_variables):
-        if not self.gradient_accumulation_steps:
+        if not self.gradient_accumulation_steps or keras.backend.backend() != "tensorflow":
+            # Keras' own accumulation where there is no tf.distribute (JAX): also the
+            # mean of n gradients, with `iterations` counting updates.
             return super()._backend_apply_gradients(grads, trainable_variables)
         variables = [_tf_variable(v) for v in trainable_variables]
         accumulators = [

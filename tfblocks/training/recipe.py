@@ -2,6 +2,7 @@
 
 import logging
 
+import keras
 import tensorflow as tf
 
 from tfblocks import _checks
@@ -119,7 +120,10 @@ def compile_transformer(
     if model.built and not model.optimizer.built:
         # Adam's moments now: variables created while tracing the train step (where Keras
         # defers them without a strategy) make `tf.function` trace the whole step twice.
-        with model.distribute_strategy.scope():
+        if keras.backend.backend() == "tensorflow":
+            with model.distribute_strategy.scope():
+                model.optimizer.build(model.trainable_variables)
+        else:
             model.optimizer.build(model.trainable_variables)
     if per_replica_xla:
         xla_step.install(model)
@@ -129,7 +133,10 @@ def compile_transformer(
 
 
 def _active_strategy(model):
-    """The `tf.distribute` strategy `model` trains under, or None for the default."""
+    """The `tf.distribute` strategy `model` trains under, or None for the default (and
+    under another Keras backend, which has no `tf.distribute`)."""
+    if keras.backend.backend() != "tensorflow":
+        return None
     strategy = getattr(model, "_distribute_strategy", None)
     if strategy is None and tf.distribute.has_strategy():
         strategy = tf.distribute.get_strategy()

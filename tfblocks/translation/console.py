@@ -106,9 +106,10 @@ def run_command(name, main, errors=()):
     'tfblocks-train: error: `--epochs` must be positive, got --epochs=0\\n'
     """
     try:
+        _tensorflow_backend(name)
         return main()
     except Exception as error:
-        expected = (ValueError, OSError, _op_error(), *errors)
+        expected = (ValueError, OSError, _op_error(), _checks.BackendError, *errors)
         if "--verbose" in sys.argv or not isinstance(error, expected):
             raise
         print(f"{name}: error: {error_line(error)}", file=sys.stderr)
@@ -116,6 +117,17 @@ def run_command(name, main, errors=()):
 
 
 # Parsers ---------------------------------------------------------------------------------
+
+
+def _tensorflow_backend(name):
+    """The commands are TensorFlow programs: a shell's KERAS_BACKEND=jax (set for the
+    user's own JAX work) does not reach them while Keras is not loaded yet (a console
+    script loads it after parsing its arguments); where it is, another backend is an
+    error."""
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = "tensorflow"
+    else:
+        _checks.require_tensorflow(name)
 
 
 def command_parser(prog, doc):
@@ -186,6 +198,122 @@ def check_decoding_arguments(parser, args):
         parser.error(
             f"--max-length must be 2 (one subword and EOS) to {MAX_LENGTH}, got "
             f"--max-length={args.max_length}"
+        )
+
+
+# The options that sample instead of searching a beam: flag, `Sampling`'s argument, type,
+# metavar and help.
+SAMPLING_OPTIONS = (
+    ("--sampling-topk", "top_k", int, "K",
+     "sample among the K most likely subwords (0 = all, the default)"),
+    ("--sampling-topp", "top_p", float, "P",
+     "sample among the fewest most likely subwords whose probability reaches P, in (0, 1] "
+     "(nucleus sampling; default 1 = all)"),
+    ("--sampling-temperature", "temperature", float, "T",
+     "sample from softmax(logits / T), T > 0 (below 1 sharper, above 1 flatter; default 1)"),
+)  # fmt: skip
+
+
+def add_sampling_arguments(parser):
+    """`--sampling-topk`, `--sampling-topp`, `--sampling-temperature` and `--seed`: any of
+    the first three decodes with `tfblocks.decoding.Sampling` instead of beam search
+    (`sampling_search`; checked by `check_sampling_arguments`)."""
+    group = parser.add_argument_group(
+        "sampling", "any of --sampling-topk/-topp/-temperature samples each subword from "
+        "the model's distribution instead of searching a beam (no --beam-size needed)",
+    )  # fmt: skip
+    for flag, _, kind, metavar, help_ in SAMPLING_OPTIONS:
+        group.add_argument(flag, type=kind, metavar=metavar, help=help_)
+    group.add_argument(
+        "--seed", type=int, metavar="S",
+        help="seed of the samples (default 0): the same seed, input and --batch-size give "
+        "the same output",
+    )  # fmt: skip
+
+
+def sampling(args):
+    """Whether the command line asks for sampling (any of `SAMPLING_OPTIONS`)."""
+    return bool(_sampling_values(args))
+
+
+def _sampling_values(args):
+    """`{flag: (Sampling's argument, value)}` of the `SAMPLING_OPTIONS` given in `args`."""
+    values = {
+        flag: (arg, getattr(args, flag[2:].replace("-", "_"))) for flag, arg, *_ in SAMPLING_OPTIONS
+    }
+    return {flag: pair for flag, pair in values.items() if pair[1] is not None}
+
+
+def check_sampling_arguments(parser, args):
+    """Refuses (`parser.error`), one line each, a sampling value `Sampling` would refuse,
+    a `--seed` outside int32 or without sampling, and with sampling the options of beam search
+    (`--beam-size` above 1, `--stop-early`), of scoring (`--score`) and of CTranslate2."""
+    if args.sampling_topk is not None and args.sampling_topk < 0:
+        parser.error(f"--sampling-topk must be 0 or more, got --sampling-topk={args.sampling_topk}")
+    if args.sampling_topp is not None and not 0 < args.sampling_topp <= 1:
+        parser.error(f"--sampling-topp must be in (0, 1], got --sampling-topp={args.sampling_topp}")
+    temperature = args.sampling_temperature
+    if temperature is not None and not (_checks.is_finite_real(temperature) and temperature > 0):
+        parser.error(
+            f"--sampling-temperature must be a finite number above 0, got "
+            f"--sampling-temperature={temperature}"
+        )
+    if args.seed is not None and not 0 <= args.seed < 2**31:  # `Sampling` casts it to int32
+        parser.error(f"--seed must be 0 to {2**31 - 1}, got --seed={args.seed}")
+    if not sampling(args):
+        if args.seed is not None:
+            parser.error(
+                f"--seed seeds sampling: give --sampling-topk, --sampling-topp or "
+                f"--sampling-temperature too, got --seed={args.seed} alone"
+            )
+        return
+    given = next(iter(_sampling_values(args)))
+    refused = (
+        ("--beam-size", args.beam_size if (args.beam_size or 1) > 1 else None),
+        ("--stop-early", getattr(args, "stop_early", False) or None),
+        ("--score", getattr(args, "score", None)),
+        ("--engine", "ctranslate2" if args.engine == "ctranslate2" else None),
+    )
+    for flag, value in refused:
+        if value is not None:
+            parser.error(
+                f"{given} samples instead of searching a beam: {flag}={value} does not apply"
+            )
+
+
+def sampling_search(args):
+    """The `tfblocks.decoding.Sampling` the command line asks for, or None (beam search)."""
+    if not sampling(args):
+        return None
+    from tfblocks.decoding import Sampling  # imports TensorFlow: not at the top
+
+    options = dict(_sampling_values(args).values())
+    return Sampling(seed=args.seed or 0, **options)
+
+
+def search_options(args):
+    """`engines.load_translate`'s `search` (`sampling_search`) and `replace_unknowns`."""
+    return {"search": sampling_search(args), "replace_unknowns": args.replace_unknowns}
+
+
+def add_replace_unknowns_argument(parser):
+    """`--replace-unknowns`: a translation's `<unk>` becomes the source word it is aligned
+    to (`Translator(...)(texts, replace_unknowns=True)`)."""
+    parser.add_argument(
+        "--replace-unknowns",
+        action="store_true",
+        help="replace each unknown subword (<unk>) of a translation by the source word its "
+        "cross-attention points at (in text written without spaces, such as Japanese, "
+        "the source subword's own characters); one run folder or preset",
+    )
+
+
+def check_replace_unknowns_argument(parser, args):
+    """Refuses (`parser.error`) `--replace-unknowns` with an ensemble (several `--model`)."""
+    if args.replace_unknowns and len(args.model) > 1:
+        parser.error(
+            "--replace-unknowns reads one model's cross-attention, which an ensemble has not: "
+            f"give one --model, got {len(args.model)}"
         )
 
 

@@ -13,13 +13,17 @@ import argparse
 import os
 
 from tfblocks import _checks
-from tfblocks.text.corpus import MANYTHINGS_COLUMNS, SPLITS, check_language
+from tfblocks.text.corpus import SPLITS, TsvArguments, check_language
 
 # Without `--stream` / `--no-stream`, line-aligned train files holding more than this many
 # bytes are streamed: held in memory they would cost about 4.5 times as much, and a small
 # corpus keeps an epoch of known length (progress bars, exact bucket counts).
 STREAM_AUTO_BYTES = 64 << 20
 GZIP_RATIO = 4  # a gzipped file's text: about this many times its size on disk
+# How errors about `--tsv`'s columns name the flags (`choose_tsv_columns`).
+TSV_FLAGS = TsvArguments(
+    "--tsv", "--source-column", "--target-column", "--source-column {} --target-column {}"
+)
 
 
 def add_corpus_arguments(parser):
@@ -135,25 +139,7 @@ def check_corpus_arguments(args):
                 raise ValueError(f"`{name}` is a --tsv column, got {name}={value} without --tsv.")
             _checks.check_non_negative_int(flag_name(flag), value)
     if args.tsv is not None:
-        columns = tsv_columns(args)
-        languages = (args.source_lang, args.target_lang)
-        hint = ""
-        if all(language in MANYTHINGS_COLUMNS for language in languages):
-            hint = " (a manythings file: --source-column {} --target-column {})".format(
-                *(MANYTHINGS_COLUMNS[language] for language in languages)
-            )
-        for flag, column in zip(("--source-column", "--target-column"), columns, strict=True):
-            if column is None:
-                raise ValueError(
-                    f"`{flag}` is needed: --tsv={args.tsv!r} has no first line naming "
-                    f"{languages[0]!r} and {languages[1]!r} (a header); give "
-                    f"--source-column N --target-column M (0-based){hint}."
-                )
-        source, target = columns
-        if source == target:
-            raise ValueError(
-                f"`--source-column` and `--target-column` must differ, both are {source}."
-            )
+        tsv_columns(args)
 
 
 def check_corpus_languages(args):
@@ -183,20 +169,20 @@ def check_corpus_languages(args):
 
 def tsv_columns(args):
     """`(source, target)` columns of `--tsv`: the given ones, else those its header line
-    names (`tsv_header_columns`), else None. A file that cannot be read has no header
-    here; reading the corpus names what is wrong with it."""
-    from tfblocks.text.corpus import tsv_header_columns
+    names, by `load_splits`' rule (`choose_tsv_columns`), which refuses missing or equal
+    columns naming the flags. A file that cannot be read has no header here; reading the
+    corpus names what is wrong with it."""
+    from tfblocks.text.corpus import choose_tsv_columns, tsv_header_columns
 
     given = (args.source_column, args.target_column)
-    if None not in given:
-        return given
-    try:
-        header = tsv_header_columns(args.tsv, args.source_lang, args.target_lang)
-    except (OSError, ValueError):
-        header = None
-    return tuple(
-        column if column is not None else (header[side] if header else None)
-        for side, column in enumerate(given)
+    header = None
+    if None in given:
+        try:
+            header = tsv_header_columns(args.tsv, args.source_lang, args.target_lang)
+        except (OSError, ValueError):
+            header = None
+    return choose_tsv_columns(
+        args.tsv, args.source_lang, args.target_lang, given, header, names=TSV_FLAGS
     )
 
 

@@ -48,6 +48,8 @@ def load_translate(
     stop_early=False,
     prefix=False,
     alignments=False,
+    search=None,
+    replace_unknowns=False,
     constraints=False,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
@@ -67,15 +69,27 @@ def load_translate(
     its `align` signature; `constraints`: its `constrained` signature, without `prefix`).
     Raises ValueError naming `path` when nothing there can translate, naming `--n-best`
     when K is more than the beam keeps, and for `constraints` with CTranslate2 (it has
-    none).
+    none), with sampling or with `replace_unknowns`.
+
+    `search`, a `tfblocks.decoding.Sampling` (`console.sampling_search`), decodes instead
+    of the beam (`n_best` K: K samples), and `replace_unknowns` replaces each `<unk>` of
+    a translation by the source word it is aligned to (`Translator`'s
+    `replace_unknowns`): both only for a run folder or preset.
     """
     if n_best is not None and (isinstance(n_best, bool) or not n_best >= 1):
         raise ValueError(f"`--n-best` must be a positive integer, got --n-best={n_best!r}.")
     if alignments and n_best is not None:
         raise ValueError("`--alignments` aligns the best translation only; drop --n-best.")
+    for flag, value in (
+        ("sampling (--sampling-*)", search),
+        ("--replace-unknowns", replace_unknowns),
+    ):
+        if constraints and value:
+            raise ValueError(f"--constraints need beam search: drop {flag} or --constraints.")
     kind, found = _find(path, max_length, engine)
+    _check_preset_only(path, kind, search, replace_unknowns)
     beam, count = beam_size or 4, n_best or 1
-    if kind != "saved" and count > beam:
+    if kind != "saved" and search is None and count > beam:
         raise ValueError(
             f"`--n-best` must be at most the beam size {beam}, got --n-best={n_best}; "
             f"give --beam-size {n_best} or more."
@@ -95,14 +109,17 @@ def load_translate(
         else:
             from tfblocks.translation.console import beam_or_greedy
 
-            search = beam_or_greedy(beam, alpha, stop_early)
+            decoding = f"beam {beam}" if search is None else repr(search)
+            search = search or beam_or_greedy(beam, alpha, stop_early)
             if constraints:  # a beam search of any width, so a beam of 1 too
                 from tfblocks.decoding import ConstrainedBeamSearch
 
                 search = ConstrainedBeamSearch(beam, alpha, stop_early)
             translator, length = _preset_translator(found, max_length, search, count)
-            what = f"{_described(found)} (beam {beam}, max_length {length})"
+            what = f"{_described(found)} ({decoding}, max_length {length})"
         translate = translator.n_best if n_best is not None else _strings(translator)
+        if replace_unknowns:
+            translate = _replacing(translator, n_best is not None)
         if alignments:
             translate = _aligned(translate, translator.align)
         return _with_inputs(translate, prefix, constraints), what
@@ -173,6 +190,27 @@ def _saved_translate(found, path, notice, n_best, prefix, alignments, constraint
         translate = _aligned(translate, align)
     what = f"SavedModel {found}" + ("" if n_best is None else " (n_best)")
     return _with_inputs(translate, prefix, constraints), what
+
+
+def _check_preset_only(path, kind, search, replace_unknowns):
+    """Refuses sampling and unknown-word replacement (ValueError) for a model that is no
+    run folder or preset: a SavedModel decodes with the search it was exported with,
+    and neither it nor CTranslate2 here replaces unknowns."""
+    wanted = [
+        flag
+        for flag, value in (
+            ("sampling (--sampling-*)", search),
+            ("--replace-unknowns", replace_unknowns),
+        )
+        if value
+    ]
+    if kind != "preset" and wanted:
+        model = "a CTranslate2 model" if kind == "ctranslate2" else "a SavedModel"
+        raise ValueError(
+            f"--model={path!r} is {model}: {' and '.join(wanted)} "
+            f"{'need' if len(wanted) > 1 else 'needs'} a run folder or preset (give the run "
+            "folder, with --engine tensorflow)."
+        )
 
 
 def load_score(path, max_length=None, engine="tensorflow", notice=_say):
@@ -373,6 +411,18 @@ def _strings(translator):
     def translate(lines, **options):
         out = translator(lines, **options)
         return out if isinstance(out, list) else _decoded(out)
+
+    return translate
+
+
+def _replacing(translator, n_best):
+    """`translate(list[str], target_prefix=None)` of a `Translator` with its unknowns
+    replaced: its `n_best` lists (`n_best`) or its translations."""
+
+    def translate(lines, target_prefix=None):
+        if n_best:
+            return translator.n_best(lines, target_prefix, replace_unknowns=True)
+        return _decoded(translator(lines, target_prefix, replace_unknowns=True))
 
     return translate
 

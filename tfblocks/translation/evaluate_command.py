@@ -1,8 +1,11 @@
 """`tfblocks-evaluate`: BLEU, chrF and exact match of a model on a test set, as JSON.
 
 Translates `--src` (one sentence per line) with the model and scores the translations
-against `--ref` (the same number of lines) with sacrebleu: corpus BLEU (13a, cased),
-chrF, and the share of exact matches. Prints one JSON object to standard output.
+against `--ref` (the same number of lines) with sacrebleu: corpus BLEU (cased, with the
+tokenizer of the target language that the model's run recorded: ja-mecab for ja, zh for
+zh, ko-mecab for ko, char for th, lo, km and my, 13a for any other or an unknown one;
+--bleu-tokenize chooses another), chrF, and the share of exact matches. Prints one JSON
+object to standard output; its bleu_signature names the tokenizer.
 
 Both files are read as `tfblocks-train` reads a corpus: the spaces between the tokens of
 pre-tokenized Japanese (small_parallel_enja's test.ja) are removed from a side whose
@@ -14,9 +17,13 @@ With `--output HYP` the translations of `--src` are also written to HYP, one per
 the order of `--src` (an existing file is replaced only with `--overwrite`, never
 `--src` or `--ref`), so a score can be looked into or computed again.
 
+`--replace-unknowns` and the sampling options (`--sampling-topk`, `--sampling-topp`,
+`--sampling-temperature`, `--seed`) decode as they do in `tfblocks-translate`.
+
 Examples:
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en
   tfblocks-evaluate --model runs/enja --src test.ja --ref test.en --output test.hyp
+  tfblocks-evaluate --model runs/en-ja --src test.en --ref test.ja --bleu-tokenize char
 """
 
 import json
@@ -26,12 +33,23 @@ from tfblocks.translation.console import (
     add_decoding_arguments,
     add_japanese_spaces_argument,
     add_model_argument,
+    add_replace_unknowns_argument,
+    add_sampling_arguments,
     add_verbose_argument,
     check_decoding_arguments,
+    check_replace_unknowns_argument,
+    check_sampling_arguments,
     command_parser,
     model_languages,
     read_input,
     run_command,
+    search_options,
+)
+from tfblocks.translation.evaluation import (
+    BLEU_TOKENIZE_DEFAULTS,
+    BLEU_TOKENIZERS,
+    choose_bleu_tokenize,
+    score,
 )
 from tfblocks.translation.translate_command import _one_line, check_paths
 
@@ -49,11 +67,20 @@ def parse_args(argv=None):
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing --output file"
     )
+    parser.add_argument(
+        "--bleu-tokenize", choices=BLEU_TOKENIZERS, default=None,
+        help="sacrebleu's BLEU tokenizer (default: the target language's, as the model's run "
+        f"recorded it: {BLEU_TOKENIZE_DEFAULTS})",
+    )  # fmt: skip
     add_decoding_arguments(parser)
     add_japanese_spaces_argument(parser, "--src (--ref: auto)")
     add_verbose_argument(parser)
+    add_replace_unknowns_argument(parser)
+    add_sampling_arguments(parser)
     args = parser.parse_args(argv)
     check_decoding_arguments(parser, args)
+    check_sampling_arguments(parser, args)
+    check_replace_unknowns_argument(parser, args)
     if args.output == "-":  # standard output holds the JSON scores
         parser.error("--output - would mix the translations with the scores: name a file")
     return args
@@ -63,10 +90,12 @@ def main(argv=None):
     args = parse_args(argv)
     if args.output is not None:  # refused before anything is read or loaded
         check_paths(args.src, args.output, args.overwrite, [("--ref", args.ref)], "--src")
-    from tfblocks.translation import engines, evaluation
+    from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
 
     source, target = model_languages(args.model) or (None, None)
+    # Refused (a missing MeCab) before anything is translated.
+    tokenize = choose_bleu_tokenize(target, args.bleu_tokenize, "--bleu-tokenize")
     sources = read_input(args.src, args.japanese_spaces, language=source)
     # Joined as training joined its targets; --japanese-spaces is not for --ref.
     references = read_input(args.ref, "auto", advise=False, language=target)
@@ -82,6 +111,7 @@ def main(argv=None):
     translate, what = engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine,
         notice=lambda message: print(f"tfblocks-evaluate: {message}", file=sys.stderr),
+        **search_options(args),
     )  # fmt: skip
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)
     hypotheses = translate_in_batches(translate, sources, args.batch_size)
@@ -89,14 +119,14 @@ def main(argv=None):
         from tfblocks._files import write_text
 
         write_text(args.output, "".join(_one_line(text) + "\n" for text in hypotheses))
-    scores = evaluation.score(hypotheses, references)
+    scores = score(hypotheses, references, tokenize=tokenize)
     print(json.dumps(scores, ensure_ascii=False))
     return scores
 
 
 def run():
     """The console entry point of `tfblocks-evaluate`."""
-    run_command("tfblocks-evaluate", main)
+    run_command("tfblocks-evaluate", main, errors=(ImportError,))  # MeCab not installed
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import shutil
 import sys
 import tempfile
 
-from tfblocks.translation.console import run_command
+from tfblocks.translation.console import add_verbose_argument, run_command
 
 FORMATS = ("marian",)
 
@@ -46,6 +46,7 @@ def parse_args(argv=None):
         action="store_true",
         help="also write RUN/ctranslate2/, a CTranslate2 model (pip install tfblocks[ctranslate2])",
     )
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
     args.model_dir = os.path.expanduser(args.model_dir)
     args.output = os.path.expanduser(args.output)

@@ -32,8 +32,9 @@ here is what it does with it:
   epoch (not in the history, never the best epoch; the rerun repeats it), and no epoch
   starts once the time is used up.
 - Validation: loss, token accuracy and the unsmoothed cross-entropy on the dev split
-  (Keras), plus dev BLEU and chrF (sacrebleu) of greedy translations of up to
-  `dev_sentences` dev sentences with the cached decoder, in the progress output and
+  (Keras), plus dev BLEU and chrF (sacrebleu; BLEU tokenized for the target language or
+  as `bleu_tokenize` says, `evaluation.choose_bleu_tokenize`) of greedy translations of up
+  to `dev_sentences` dev sentences with the cached decoder, in the progress output and
   TensorBoard. `early_stopping` stops after that many epochs without a higher dev BLEU;
   the best epoch's weights are kept and become the final model. When dev BLEU ties, the
   later epoch is the best (its weights had more training); early stopping still counts
@@ -66,7 +67,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfblocks import text
+from tfblocks import _checks, text
 from tfblocks._files import check_directory, replace_file, write_json, write_text
 from tfblocks.decoding import Greedy
 from tfblocks.models import hparams, load_preset, load_target_tokenizer, save_preset
@@ -185,6 +186,7 @@ class TrainingJob:
     """
 
     def __init__(self, options, splits, *, log=say, callbacks=(), timer=None):
+        _checks.require_tensorflow("TrainingJob")
         self.options = options
         self.splits = splits
         self.log = log
@@ -336,6 +338,7 @@ class TrainingJob:
             "separate_vocab": options.separate_vocab,
             "stream": self.stream,
             "steps_per_epoch": options.steps_per_epoch,
+            "bleu_tokenize": options.bleu_tokenize,
         }
 
     def tokenizers(self, folder, init, sample=None):
@@ -665,7 +668,11 @@ class TrainingJob:
     def _dev_scores(self):
         from tfblocks.translation import evaluation  # sacrebleu: only where BLEU is computed
 
-        metrics, _ = evaluation.evaluate(self.translator, self.dev_pairs)
+        options = self.options
+        metrics, _ = evaluation.evaluate(
+            self.translator, self.dev_pairs,
+            target_lang=options.target_lang, tokenize=options.bleu_tokenize,
+        )  # fmt: skip
         return {"dev_bleu": metrics["bleu"], "dev_chrf": metrics["chrf"]}
 
     def _write_curves(self, report):
@@ -697,7 +704,10 @@ class TrainingJob:
         self.log(f"translating the test split: {len(test)} sentences, {TEST_BATCH} at a time")
         counter = Counter("test translation", "sentences", self.log)
         with self.timer("evaluate"):
-            metrics, hypotheses = evaluation.evaluate(translator, test, TEST_BATCH, counter)
+            metrics, hypotheses = evaluation.evaluate(
+                translator, test, TEST_BATCH, counter,
+                self.options.target_lang, self.options.bleu_tokenize,
+            )  # fmt: skip
         self.log("test translations (first 3):")
         for (source, reference), hypothesis in list(zip(test, hypotheses, strict=True))[:3]:
             self.log(f"  {source}\n    reference:   {reference}\n    translation: {hypothesis}")

@@ -8,6 +8,7 @@ from tfblocks import _checks
 from tfblocks._schedules import SCHEDULES, format_overrides
 from tfblocks.text.shapes import SHAPES
 from tfblocks.training.precision import POLICIES
+from tfblocks.translation.evaluation import choose_bleu_tokenize
 
 DEFAULT_PRESET = "transformer_tiny"
 # The command's HParams defaults, under the fields `--hparams-override` names: the
@@ -57,6 +58,11 @@ class TrainingOptions:
         verbose: `model.fit` verbosity.
         source_lang: the source language (recorded in the run folder).
         target_lang: the target language.
+        bleu_tokenize: sacrebleu's tokenizer of dev and test BLEU, one of
+            `tfblocks.translation.evaluation.BLEU_TOKENIZERS`; None: `target_lang`'s
+            (`bleu_tokenize_for`: `ja-mecab` for ja, `13a` for en). Recorded in the run
+            folder's settings. Checked when the options are made: a tokenizer whose
+            packages are missing (MeCab) is an ImportError naming them.
         corpus: where the train split comes from, for messages; the summary shows the
             exact-match rate for `"the phrasebook"` only (short, templated sentences).
         hparams: the t2t preset name; None: `transformer_tiny`, or with `init_from` the
@@ -111,6 +117,7 @@ class TrainingOptions:
     verbose: int = 2
     source_lang: str = "ja"
     target_lang: str = "en"
+    bleu_tokenize: str | None = None
     corpus: str = "the phrasebook"
     hparams: str | None = None
     hparams_override: str | None = None
@@ -127,6 +134,7 @@ class TrainingOptions:
         _checks.check_optional_positive_int("steps_per_epoch", self.steps_per_epoch)
         _checks.check_positive_int("batch_tokens", self.batch_tokens)
         _checks.check_non_negative_int("dev_sentences", self.dev_sentences)
+        choose_bleu_tokenize(self.target_lang, self.bleu_tokenize, "bleu_tokenize")
         _checks.check_non_negative_int("average_last", self.average_last)
         _checks.check_positive_int("keep_checkpoints", self.keep_checkpoints)
         _checks.check_choice("dtype_policy", self.dtype_policy, POLICIES)

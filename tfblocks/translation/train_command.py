@@ -52,6 +52,7 @@ from tfblocks.translation.corpus_options import (
     flag_name,
     read_corpus,
 )
+from tfblocks.translation.evaluation import BLEU_TOKENIZE_DEFAULTS, BLEU_TOKENIZERS
 from tfblocks.translation.options import DEMO_OVERRIDES
 
 
@@ -142,6 +143,11 @@ def parse_args(argv=None):
     parser.add_argument(
         "--dev-sentences", type=int, default=200, help="dev sentences for BLEU each epoch (0=off)"
     )
+    parser.add_argument(
+        "--bleu-tokenize", choices=BLEU_TOKENIZERS, default=None,
+        help="sacrebleu's tokenizer of dev and test BLEU (default: --target-lang's: "
+        f"{BLEU_TOKENIZE_DEFAULTS}); recorded in the run folder",
+    )  # fmt: skip
     parser.add_argument(
         "--early-stopping", type=int, default=None, metavar="PATIENCE",
         help="stop after PATIENCE epochs without a better dev BLEU",
@@ -351,6 +357,7 @@ def training_options(args):
         dtype_policy=args.dtype_policy,
         time_limit=args.max_train_minutes * 60 if args.max_train_minutes else None,
         dev_sentences=args.dev_sentences,
+        bleu_tokenize=args.bleu_tokenize,
         early_stopping=args.early_stopping,
         average_last=args.average_last,
         ema_decay=args.ema,
@@ -380,7 +387,8 @@ def training_options(args):
 
 def run():
     """The console entry point of `tfblocks-train`."""
-    run_command("tfblocks-train", main, (FloatingPointError,))  # a loss that became NaN
+    # A loss that became NaN; BLEU's MeCab not installed.
+    run_command("tfblocks-train", main, (FloatingPointError, ImportError))
 
 
 if __name__ == "__main__":

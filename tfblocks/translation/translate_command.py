@@ -17,6 +17,12 @@ With `--constraints FILE` each translation holds the phrases of the same line of
 (separated by tabs; an empty line constrains nothing), found by constrained beam search.
 `--score`, `--target-prefix` and `--constraints` read a file or a pipe
 (`--score <(cut -f2 pairs.tsv)`).
+With `--replace-unknowns` each unknown subword (`<unk>`) of a translation becomes the
+source word its cross-attention points at (in text written without spaces, such as
+Japanese, the source subword's own characters). `--sampling-topk K`, `--sampling-topp P`
+or `--sampling-temperature T` sample each subword from the model's distribution instead
+of searching a beam (`--n-best K`: K samples a line); `--seed S` seeds them, so the same
+seed, input and `--batch-size` give the same output.
 
 With `--interactive`, and whenever standard input is a terminal, each line is translated
 as soon as it is read and its translation written at once (a line in, a line out),
@@ -38,6 +44,8 @@ Examples:
   tfblocks-translate --model runs/enja --model runs/enja-seed2 --input test.ja
   tfblocks-translate --model runs/enja --alignments --input test.ja --output test.aligned
   tfblocks-translate --model runs/enja --interactive --beam-size 1
+  tfblocks-translate --model runs/enja --replace-unknowns --input manual.ja
+  tfblocks-translate --model runs/enja --sampling-topp 0.9 --seed 7 --n-best 5 < test.ja
 """
 
 import os
@@ -49,13 +57,19 @@ from tfblocks.translation.console import (
     add_decoding_arguments,
     add_japanese_spaces_argument,
     add_model_argument,
+    add_replace_unknowns_argument,
+    add_sampling_arguments,
     add_verbose_argument,
     check_decoding_arguments,
+    check_replace_unknowns_argument,
+    check_sampling_arguments,
     command_parser,
     model_languages,
     read_input,
     read_lines_as_they_come,
     run_command,
+    sampling,
+    search_options,
 )
 
 
@@ -79,8 +93,8 @@ def parse_args(argv=None):
         type=int,
         default=None,
         metavar="K",
-        help="write the K best translations of each line (at most the beam size) in "
-        "Moses' n-best format: INDEX ||| translation ||| score",
+        help="write the K best translations of each line (at most the beam size; with "
+        "sampling, K samples) in Moses' n-best format: INDEX ||| translation ||| score",
     )
     parser.add_argument(
         "--alignments",
@@ -116,8 +130,12 @@ def parse_args(argv=None):
     )
     add_japanese_spaces_argument(parser, "the input (a file or standard input)")
     add_verbose_argument(parser)
+    add_replace_unknowns_argument(parser)
+    add_sampling_arguments(parser)
     args = parser.parse_args(argv)
     check_decoding_arguments(parser, args)
+    check_sampling_arguments(parser, args)
+    check_replace_unknowns_argument(parser, args)
     check_output_arguments(parser, args)
     return args
 
@@ -127,7 +145,8 @@ def check_output_arguments(parser, args):
     ensemble, options `--score` would ignore and what `--interactive` cannot do."""
     if args.n_best is not None and args.n_best <= 0:
         parser.error(f"--n-best must be a positive integer, got --n-best={args.n_best}")
-    if args.n_best is not None and args.beam_size is not None and args.n_best > args.beam_size:
+    beam = None if sampling(args) else args.beam_size  # sampling: any number of samples
+    if args.n_best is not None and beam is not None and args.n_best > beam:
         parser.error(
             f"--n-best must be at most --beam-size, got --n-best={args.n_best} and "
             f"--beam-size={args.beam_size}"
@@ -149,6 +168,7 @@ def check_output_arguments(parser, args):
                 ("--stop-early", args.stop_early or None),
                 ("--target-prefix", args.target_prefix),
                 ("--constraints", args.constraints),
+                ("--replace-unknowns", args.replace_unknowns or None),
             )
             if value is not None
         ]
@@ -279,6 +299,7 @@ def main(argv=None):
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
             n_best=args.n_best, stop_early=args.stop_early, alignments=args.alignments,
+            **search_options(args),
         )  # fmt: skip
         print(f"translating each line as it is read with {what}", file=sys.stderr)
         lines = read_lines_as_they_come(args.input, args.japanese_spaces, languages[0])
@@ -297,7 +318,7 @@ def main(argv=None):
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
             n_best=args.n_best, stop_early=args.stop_early, prefix=prefix,
-            alignments=args.alignments, constraints=constraints,
+            alignments=args.alignments, constraints=constraints, **search_options(args),
         )  # fmt: skip
         items, doing, length = lines, "translating", len
         columns = [lines]
