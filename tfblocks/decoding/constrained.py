@@ -315,19 +315,18 @@ class _ConstrainedBeam(_Beam):
 def check_constraints(constraints, start_ids, max_length, eos_id, pad_id):
     """`constraints` (int `[B, C, T]`, each phrase padded on the right with `pad_id`, or
     None) as the search's `[B, C, T]` int32 phrases with NO_TOKEN after each phrase's
-    end (`[B, 1, 1]` of NO_TOKEN for None or no phrases); else a `ValueError` naming it.
+    end (None for None or a shape without phrases); else a `ValueError` naming it.
 
     Concrete values (not a traced tensor) are also checked phrase by phrase: no id after
     the padding, no negative id or `eos_id`, and at most `max_length - 1` ids (a result
     holds at most `max_length` tokens, EOS included).
     """
-    batch = dim(start_ids, 0)
     if constraints is None:
-        return tf.fill([batch, 1, 1], NO_TOKEN)
+        return None
     axes = ("batch", "phrases", "length")
     constraints = check_id_rows("constraints", constraints, axes, start_ids)
     if constraints.shape[1] == 0 or constraints.shape[2] == 0:
-        return tf.fill([batch, 1, 1], NO_TOKEN)
+        return None
     constraints = tf.cast(constraints, tf.int32)
     values = tf.get_static_value(constraints)
     if values is not None:
@@ -407,6 +406,8 @@ class ConstrainedBeamSearch(BeamSearch):
     _phrases = None
 
     def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
+        if self._phrases is None:  # no phrases: BeamSearch's loop, at its cost
+            return super()._pieces(step_fn, eos_id, pad_id, length, hypotheses)
         return _ConstrainedBeam(
             step_fn, self.beam_size, self.alpha, eos_id, pad_id, length, hypotheses,
             self.stop_early, self._phrases, self.ordered,
@@ -420,7 +421,9 @@ class ConstrainedBeamSearch(BeamSearch):
         None, or int `[B, C, T]`, the phrases each sentence's results must contain,
         each padded on the right with `pad_id` (a row of padding constrains nothing).
         A phrase holds neither `eos_id` nor more than `max_length - 1` ids (checked when
-        the ids are not a traced tensor)."""
+        the ids are not a traced tensor). Without constraints (None, or a shape without
+        phrases) it runs `BeamSearch`'s own loop; given constraints, every sentence of
+        the call pays for the constrained loop, those without phrases too."""
         _check_search_args(max_length, eos_id, pad_id)
         start_ids = tf.convert_to_tensor(start_ids)
         bound = copy.copy(self)
