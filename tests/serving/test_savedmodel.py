@@ -453,6 +453,7 @@ def test_constraints_hold_in_every_translation(parts, translators, eagerly):
         (translator, {"constraints": [[], [], [3]]}, r"`constraints\[2\]\[0\]` must be a str"),
         (translator, {"constraints": [[], [], ["curry " * 12]]}, r"`constraints\[2\]\[0\]`"),
         (translators(search=Greedy()), {"constraints": [[]] * 3}, "need a beam search"),
+        (translator, {"constraints": [[]] * 3, "replace_unknowns": True}, "cannot be combined"),
     ]:
         with pytest.raises(ValueError, match=words):
             call(SENTENCES, **kwargs)
