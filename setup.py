@@ -43,9 +43,11 @@ setup(
             "ctranslate2>=4.5,<5",
             *JAPANESE_BLEU,
             "jax[cpu]>=0.4.36",  # tests/backends: the layers under KERAS_BACKEND=jax
+            "ai-edge-litert>=2.3,<3",
         ],
         "jax": ["jax[cpu]>=0.4.36"],  # the layers and models under KERAS_BACKEND=jax
         "ctranslate2": ["ctranslate2>=4.5,<5"],  # export_ctranslate2, CTranslate2Translator
+        "litert": ["ai-edge-litert>=2.3,<3"],  # runs Translator.export_litert's files
         "examples": [
             "matplotlib>=3.8",
             "sacrebleu>=2.4",

@@ -26,7 +26,7 @@ OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
 shift
 STEPS=(header demo enja serve serve_stop_early serve_cold serve_overhead train_throughput
   scaling seq_scaling input_shapes accelerator_check cli_startup corpus_scale serve_marian
-  backends fresh_demo)
+  litert backends fresh_demo)
 [ $# -gt 0 ] && STEPS=("$@")
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 DATA="${ENJA_DATA:-$ROOT/../shared/data/small_parallel_enja}"
@@ -106,6 +106,8 @@ serve_overhead() {
 }
 
 serve_marian() { "$PYTHON" benchmarks/serve.py --marian-base --rounds 2 --sentences 128; }
+
+litert() { "$PYTHON" benchmarks/litert.py --preset "$PRESET" --data "$DATA" --rounds 3; }
 
 backends() { "$PYTHON" benchmarks/backends.py --shape base --rounds 3; }
 

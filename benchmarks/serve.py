@@ -36,6 +36,13 @@ float32: `translate` (the best translation), `n-best 4` (the 4 best, `n_best` of
 `num_hypotheses=4`) and `score` (`score` of the references, one forward pass); each
 task's ratio to `translate` is the median of the per-round ratios.
 
+`--constraints N` times lexical constraints instead (beam 4, batch 32, `Translator` in
+memory, XLA): `BeamSearch` (plain translation), then `translate(texts, constraints=...)`
+(`ConstrainedBeamSearch`) with 0, 1, … N phrases per sentence, each phrase one word of
+the sentence's reference (its first, last, … alphabetic word; sentences with fewer words
+get fewer); each task's time over `BeamSearch`'s (median of the per-round ratios), the
+share of translations that hold every phrase and their BLEU.
+
 `--cold` times a cold start instead: a fresh process per engine (`--rounds` of them,
 engines alternating) loads the exported model and translates the test sentences once at
 batch 32 (beam 4; XLA compiles a program per batch size, source bucket and cache length
@@ -74,6 +81,7 @@ the embedded phrasebook, max_length 16, 4 sentences, beam 4 at batch 32 only
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3 --overhead
     python benchmarks/serve.py --preset /tmp/serve_small --rounds 3 --cold --stop-early
     python benchmarks/serve.py --marian-base --rounds 2
+    python benchmarks/serve.py --preset /tmp/serve_small --rounds 3 --constraints 2
 
 Figures: benchmarks/README.md.
 """
@@ -154,6 +162,10 @@ def parse_args(argv=None):
     parser.add_argument("--overhead", action="store_true",
                         help="instead of the engines: time n-best (4) and scoring against "
                         "plain translation, beam 4 at batch 32")  # fmt: skip
+    parser.add_argument("--constraints", type=int, metavar="N",
+                        help="instead of the engines: time translation with 0 … N reference "
+                        "words as constraints per sentence against BeamSearch, beam 4 at "
+                        "batch 32")  # fmt: skip
     parser.add_argument("--cold", action="store_true",
                         help="instead of the engines: time a fresh process's load and first "
                         "pass (beam 4, batch 32) per engine")  # fmt: skip
@@ -437,9 +449,61 @@ def build_overhead(args, model, tokenizer, workdir):
     return tasks
 
 
+def constraint_words(reference, n):
+    """Up to `n` words of `reference` to constrain its translation with: its first, last,
+    second, … alphabetic words, no word twice.
+
+    >>> constraint_words("Kenta reads a book at school.", 3)
+    ['Kenta', 'at', 'reads']
+    """
+    words = list(dict.fromkeys(w for w in reference.split() if w.isalpha()))
+    order = [w for pair in zip(words, reversed(words), strict=True) for w in pair]
+    return list(dict.fromkeys(order))[:n]
+
+
+def build_constrained(args, model, tokenizer):
+    """`{"Translator": {task: fn(sources, references)}}`: `BeamSearch` and 0 … N words of
+    the references as constraints (`constraint_words`), beam 4 (length penalty 0.6)."""
+    import tfblocks
+    from tfblocks.decoding import BeamSearch
+
+    translator = tfblocks.Translator(model, tokenizer, tokenizer, max_length=args.max_length,
+                                     search=BeamSearch(4, 0.6))  # fmt: skip
+    strings = _strings(translator)
+    tasks = {"BeamSearch": lambda sources, references: strings(sources)}
+    for n in range(args.constraints + 1):
+        tasks[f"{n} phrase{'s' if n != 1 else ''}"] = lambda sources, references, n=n: [
+            t.decode("utf-8")
+            for t in translator(
+                sources, constraints=[constraint_words(r, n) for r in references]
+            ).numpy()
+        ]
+    return {"Translator": tasks}
+
+
+def report_constrained(args, tasks, test_pairs):
+    """Each constrained task's share of translations holding every phrase, and BLEU."""
+    from tfblocks.translation.evaluation import score
+
+    sources, references = [s for s, _ in test_pairs], [t for _, t in test_pairs]
+    print(f"\n{'task':<12} {'holds all':>9} {'BLEU':>6}")
+    for task, run in tasks["Translator"].items():
+        out = [t for i in range(0, len(sources), 32)
+               for t in run(sources[i : i + 32], references[i : i + 32])]  # fmt: skip
+        n = 0 if task == "BeamSearch" else int(task.split()[0])
+        # A phrase's subwords in the translation: its text, maybe inside a longer word.
+        held = [
+            all(w in t for w in constraint_words(r, n))
+            for t, r in zip(out, references, strict=True)
+        ]
+        bleu = score(out, references)["bleu"]
+        print(f"{task:<12} {100 * sum(held) / len(held):>8.1f}% {bleu:>6.2f}")
+
+
 def measure_overhead(args, tasks, test_pairs):
     """Seconds per pass over `test_pairs` in batches of 32, per (engine, task) and round
-    (the tasks' order rotated each round), after an untimed pass that compiles."""
+    (the tasks' order rotated each round), after an untimed pass that compiles; each
+    task's ratio to the first task's."""
     batches = [
         ([s for s, _ in test_pairs[i : i + 32]], [t for _, t in test_pairs[i : i + 32]])
         for i in range(0, len(test_pairs), 32)
@@ -451,7 +515,8 @@ def measure_overhead(args, tasks, test_pairs):
                 run(sources, references)
     print(f"warm-up (compiles every batch shape): {time.perf_counter() - start:.0f} s")
     seconds = {}
-    order = list(OVERHEAD_TASKS)
+    names = list(next(iter(tasks.values())))
+    order = list(names)
     for round_index in range(args.rounds):
         for engine, per_task in tasks.items():
             for task in order:
@@ -466,13 +531,13 @@ def measure_overhead(args, tasks, test_pairs):
         f"{len(test_pairs)} sentences, beam 4, batch 32, {args.threads} threads, "
         f"median of {args.rounds} round(s)"
     )
-    print(f"{'engine':<12} {'task':<10} {'seconds':>8} {'vs translate':>12}")
+    print(f"{'engine':<12} {'task':<10} {'seconds':>8} {'vs ' + names[0]:>14}")
     for engine in tasks:
-        plain = seconds[(engine, "translate")]
-        for task in OVERHEAD_TASKS:
+        plain = seconds[(engine, names[0])]
+        for task in names:
             rows = seconds[(engine, task)]
             ratio = statistics.median(r / p for r, p in zip(rows, plain, strict=True))
-            print(f"{engine:<12} {task:<10} {statistics.median(rows):>8.2f} {ratio:>11.3f}×")
+            print(f"{engine:<12} {task:<10} {statistics.median(rows):>8.2f} {ratio:>13.3f}×")
 
 
 def cold_child(args):
@@ -706,6 +771,11 @@ def main(argv=None):
     if args.cold:
         with tempfile.TemporaryDirectory(prefix="serve-") as workdir:
             measure_cold(args, model, tokenizer, workdir)
+        return
+    if args.constraints is not None:
+        tasks = build_constrained(args, model, tokenizer)
+        measure_overhead(args, tasks, test_pairs)
+        report_constrained(args, tasks, test_pairs)
         return
     if args.overhead:
         with tempfile.TemporaryDirectory(prefix="serve-") as workdir:

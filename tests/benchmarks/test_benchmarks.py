@@ -39,12 +39,14 @@ SCRIPTS = {
     "corpus_scale": ("benchmarks/corpus_scale.py", "--quick"),
     "backends": ("benchmarks/backends.py", "--quick"),
     "cli_startup": ("benchmarks/cli_startup.py", "--quick"),
+    "litert": ("benchmarks/litert.py", "--quick", "--threads", 1),
 }  # fmt: skip
 
 
 # Each in a Python of its own: scaling, seq_scaling, corpus_scale, cli_startup and backends
-# start processes of their own, serve sets the thread counts before TensorFlow starts.
-ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve", "cli_startup", "backends")
+# start processes of their own, serve and litert set the thread counts before TensorFlow
+# starts.
+ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve", "cli_startup", "backends", "litert")
 
 
 # A test waits for the scripts queued before its own, shared ones for the whole group:
@@ -194,3 +196,11 @@ def test_cli_startup_quick_times_every_console_script(outputs):
     rows = [line for line in out.splitlines() if re.search(rf"\s(yes|no){seconds}\s", line)]
     assert len(rows) == 2 * len(console_scripts()) + 1, out
     assert re.search(r"^slowest command: tfblocks-\S+ (--help|error), median", out, re.M), out
+
+
+def test_litert_quick_prints_each_engine(outputs):
+    out = _out(outputs, "litert")
+    for engine in ("LiteRT float32", "LiteRT int8"):
+        cells = r"\d+\.\d \| \d+\.\d \| \d+\.\d\d \| (\d\.\d\d|–) \| \d+\.\d\d \| \d+%"
+        row = rf"^\| {engine} \| {cells} \|$"
+        assert re.search(row, out, re.M), out

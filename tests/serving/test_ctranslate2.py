@@ -199,6 +199,9 @@ def test_bad_input(data, tmp_path):
         CTranslate2Translator(path, beam_size=0)
     with pytest.raises(ValueError, match="single str"):
         CTranslate2Translator(path)("今日")
+    for call in (CTranslate2Translator(path), CTranslate2Translator(path).n_best):
+        with pytest.raises(ValueError, match="CTranslate2 has no lexical constraints"):
+            call(["今日"], constraints=[["Today"]])
 
 
 def test_export_is_written_whole_and_replaces_only_its_own_output(data, tmp_path, monkeypatch):

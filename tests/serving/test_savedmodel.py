@@ -415,3 +415,45 @@ def test_default_length_limit_does_not_depend_on_batch_mates(translators):
     assert translator.encode_source(tf.constant(["私", long])).shape[1] == 48
     assert translator.encode_source(tf.constant(["私"])).shape[1] == 8
     assert translator(["私", long]).numpy()[0] == translator(["私"]).numpy()[0]
+
+
+@pytest.fixture
+def eagerly():
+    """The signatures run step by step in Python: for this tiny model, tracing each
+    search's loops into a graph costs far more than running them."""
+    tf.config.run_functions_eagerly(True)
+    yield
+    tf.config.run_functions_eagerly(False)
+
+
+def test_constraints_hold_in_every_translation(parts, translators, eagerly):
+    # An untrained model never says these words: each translation holds its phrases (in
+    # the n-best lists too, with a prefix, and for an ensemble), a text without phrases
+    # translates as without constraints, and bad constraints are refused naming them.
+    model, tokenizer = parts
+    translator = translators(max_length=12, search=BeamSearch(2), num_hypotheses=2)
+    texts = [*SENTENCES, BLANKS[0]]
+    constraints = [["curry"], [], ["book", "Kenta"], ["lunch"]]
+    plain = translator.n_best(texts)
+    assert not any(p in h.text for row in plain for h in row for p in ("curry", "book", "Kenta"))
+    # A prefix for the first text, and the n-best lists (their first: the translation).
+    n_best = translator.n_best(texts, target_prefix=["Today", "", "", ""], constraints=constraints)
+    assert n_best[0][0].text.startswith("Today"), n_best
+    for row, phrases in zip(n_best[:3], constraints, strict=False):
+        assert all(phrase in h.text for h in row for phrase in phrases), (row, phrases)
+    assert n_best[1] == plain[1] and n_best[3] == [("", 0.0)] * 2  # no phrases; blank
+    ensemble = Translator(tfblocks.Ensemble([model, model]), tokenizer, tokenizer, 12,
+                          search=BeamSearch(2), jit_compile=False)  # fmt: skip
+    got = ensemble(SENTENCES, constraints=constraints[:3]).numpy()
+    assert b"curry" in got[0] and b"book" in got[2] and b"Kenta" in got[2], got
+    for call, kwargs, words in [
+        (translator, {"constraints": [["curry"]]}, r"a list of phrases per text \(3\), got 1"),
+        (translator.n_best, {"constraints": "curry"}, "must be a list with a list of str"),
+        (translator, {"constraints": [["curry"], "book", []]}, r"`constraints\[1\]` must be"),
+        (translator, {"constraints": [[], [], [3]]}, r"`constraints\[2\]\[0\]` must be a str"),
+        (translator, {"constraints": [[], [], ["curry " * 12]]}, r"`constraints\[2\]\[0\]`"),
+        (translators(search=Greedy()), {"constraints": [[]] * 3}, "need a beam search"),
+        (translator, {"constraints": [[]] * 3, "replace_unknowns": True}, "cannot be combined"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            call(SENTENCES, **kwargs)

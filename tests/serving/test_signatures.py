@@ -7,9 +7,10 @@ import pytest
 import tensorflow as tf
 
 import tfblocks
-from tfblocks.decoding import Greedy
+from tfblocks.decoding import BeamSearch
 from tfblocks.serving import Translator
 from tfblocks.text import train_tokenizer
+from tfblocks.translation import engines
 
 pytestmark = pytest.mark.heavy  # an export: scheduled first
 
@@ -17,8 +18,9 @@ SENTENCE, TARGET = "今日のランチはカレーだ。", "Today's lunch is cur
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory):
-    """A tiny Translator's export (greedy, no XLA, with the `align` signature), loaded."""
+def exported(tmp_path_factory):
+    """The path of a tiny Translator's export (beam 2, no XLA, with the `align` and
+    `constrained` signatures)."""
     tokenizer = train_tokenizer([SENTENCE, TARGET] * 20, vocab_size=40)
     keras.utils.set_random_seed(0)  # module fixtures run before conftest's per-test seed
     hp = tfblocks.hparams(
@@ -27,10 +29,14 @@ def loaded(tmp_path_factory):
     )  # fmt: skip
     translator = Translator(
         tfblocks.build_transformer(hp), tokenizer, tokenizer, max_length=8,
-        search=Greedy(), jit_compile=False, alignments=True,
+        search=BeamSearch(2), jit_compile=False, alignments=True, constrained=True,
     )  # fmt: skip
-    path = translator.export(tmp_path_factory.mktemp("export") / "translator")
-    return tf.saved_model.load(str(path))
+    return translator.export(tmp_path_factory.mktemp("export") / "translator")
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    return tf.saved_model.load(str(exported))
 
 
 def test_signatures_refuse_other_ranks_naming_the_input(loaded):
@@ -44,6 +50,7 @@ def test_signatures_refuse_other_ranks_naming_the_input(loaded):
         ("score", {"source": scalar, "target": batch}, "source"),
         ("prefix", {"text": batch, "target_prefix": column}, "target_prefix"),
         ("align", {"source": column, "target": batch}, "source"),
+        ("constrained", {"text": column, "constraints": tf.constant([["a"], ["b"]])}, "text"),
     ]:
         with pytest.raises(tf.errors.InvalidArgumentError) as error:
             loaded.signatures[signature](**inputs)
@@ -69,3 +76,24 @@ def test_score_refuses_a_target_over_its_bound_naming_it(loaded):
         tf.errors.InvalidArgumentError, match=f"at most {MAX_SCORE_LENGTH} subwords"
     ):
         loaded.signatures["score"](source=tf.constant([SENTENCE]), target=tf.constant([too_long]))
+
+
+def test_the_constrained_signature_takes_phrases_as_strings(loaded):
+    constrained = loaded.signatures["constrained"]
+    out = constrained(text=tf.constant([SENTENCE, ""]), constraints=tf.constant([["curry"], [""]]))
+    assert b"curry" in out["translation"].numpy()[0] and out["translation"].numpy()[1] == b""
+    assert out["translations"].shape == [2, 1] and out["score"].numpy()[1] == 0.0
+    for constraints, words in [
+        (tf.constant(["curry"]), "`constraints` must be a 2-D batch of strings"),
+        (tf.constant([["curry " * 8]]), "`constraints`: a phrase may hold at most 7 subwords"),
+    ]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=words):
+            constrained(text=tf.constant([SENTENCE]), constraints=constraints)
+
+
+def test_tfblocks_translate_constraints_use_the_constrained_signature(exported):
+    translate, _ = engines.load_translate(exported, constraints=True, notice=lambda _: None)
+    out = translate([(SENTENCE, ["curry"]), ("", []), (SENTENCE, [])])
+    assert "curry" in out[0] and out[1] == "" and len(out) == 3, out
+    with pytest.raises(ValueError, match="`constrained` signature takes no target prefix"):
+        engines.load_translate(exported, constraints=True, prefix=True)

@@ -21,7 +21,10 @@ import pytest
 import tensorflow as tf
 
 from tests.scripts import ROOT, run_script
+from tfblocks.decoding import BeamSearch
 from tfblocks.models import load_preset
+from tfblocks.serving import Translator
+from tfblocks.text import load_phrasebook
 from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation import train_command as train_cli
 from tfblocks.translation import translate_command as translate_cli
@@ -168,6 +171,34 @@ def test_train_translate_and_evaluate(trained, tmp_path, monkeypatch, capsys):
     assert status == 2
     assert "vocab_size: the folder has 250, this run asks for 300" in err
     assert (run / "tokenizer.model").read_bytes() == before
+
+
+def test_constraints_hold_in_every_translation_of_the_trained_run(trained):
+    # 50 test sentences in one batch, translated by the module's trained model with
+    # constraints (phrases of their reference's words: one phrase of two words, two
+    # phrases, or none): each of the 2 best translations of a sentence holds every phrase
+    # of it. Step by step in Python: for this tiny model, tracing and compiling the
+    # search's loops costs far more than running them (--constraints itself:
+    # test_everyday_commands.py).
+    preset = load_preset(trained[0] / "model")
+    translator = Translator(preset.model, preset.tokenizer, preset.tokenizer,
+                            preset.hparams.max_length, search=BeamSearch(2),
+                            jit_compile=False, num_hypotheses=2)  # fmt: skip
+    pairs = load_phrasebook(size=2000)["test"][:50]
+    words = [[w for w in english.split() if w.isalpha()] for _, english in pairs]
+    phrases = [
+        [] if i % 5 == 0 else [" ".join(w[:2])] if i % 2 else [w[-1], w[0]]
+        for i, w in enumerate(words)
+    ]
+    assert sum(map(len, phrases)) > 50 and all(words)
+    tf.config.run_functions_eagerly(True)
+    try:
+        n_best = translator.n_best([japanese for japanese, _ in pairs], constraints=phrases)
+    finally:
+        tf.config.run_functions_eagerly(False)
+    assert [len(row) for row in n_best] == [2] * 50
+    for row, in_line in zip(n_best, phrases, strict=True):
+        assert all(phrase in h.text for h in row for phrase in in_line), (row, in_line)
 
 
 def npz(path):

@@ -234,6 +234,46 @@ def test_score_and_target_prefix_read_a_pipe(tmp_path, monkeypatch, capsys):
     assert targets.read_text(encoding="utf-8") == "x\ny\n"
 
 
+def test_constraints_reads_tab_separated_phrases_per_line(tmp_path, monkeypatch, capsys):
+    # A stand-in model writes what it was given: each line's phrases (tabs separate them,
+    # blank ones are dropped, an empty line gives none), with or without --target-prefix.
+    given, real = {}, engines.load_translate
+
+    def load_translate(*args, **kwargs):
+        given.update(kwargs)
+        return (lambda items: ["|".join(map(str, item)) for item in items]), "a stand-in"
+
+    monkeypatch.setattr(engines, "load_translate", load_translate)
+    source, constraints = tmp_path / "input.txt", tmp_path / "glossary.tsv"
+    source.write_text("bb\na\nc\n", encoding="utf-8")
+    constraints.write_text("curry\tToday's lunch\n\n \tbook\t\n", encoding="utf-8")
+    model = ("--model", tmp_path, "--input", source, "--constraints", constraints)
+    status, out, err = in_process(translate_cli, monkeypatch, capsys, *model)
+    assert status == 0, err
+    assert out == "bb|['curry', \"Today's lunch\"]\na|[]\nc|['book']\n"
+    assert given["constraints"] is True and given["prefix"] is False
+    starts = tmp_path / "starts.txt"
+    starts.write_text("P\n\nQ\n", encoding="utf-8")
+    status, out, err = in_process(translate_cli, monkeypatch, capsys, *model,
+                                  "--target-prefix", starts)  # fmt: skip
+    assert status == 0 and out.splitlines()[0] == "bb|P|['curry', \"Today's lunch\"]", err
+    # Refused in one line: a file of another line count; CTranslate2 (it has none, before
+    # any model loads); options that do not translate with them.
+    constraints.write_text("curry\n", encoding="utf-8")
+    status, _, err = in_process(translate_cli, monkeypatch, capsys, *model)
+    assert status == 2 and "--constraints=" in err and "has 1 lines but the input" in err, err
+    monkeypatch.setattr(engines, "load_translate", real)
+    for args, words in [
+        (("--engine", "ctranslate2"), "CTranslate2 has no lexical constraints"),
+        (("--sampling-topk", "5"), "--constraints need beam search: drop sampling"),
+        (("--replace-unknowns",), "drop --replace-unknowns or --constraints"),
+        (("--score", source), "--constraints does not apply"),
+        (("--interactive",), "--constraints (a file of as many lines"),
+    ]:
+        status, _, err = in_process(translate_cli, monkeypatch, capsys, *model, *args)
+        assert status == 2 and words in err.strip().splitlines()[-1], (args, err)
+
+
 def test_evaluate_writes_its_translations_with_output(tmp_path, monkeypatch, capsys):
     seen = []
 

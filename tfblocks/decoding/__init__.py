@@ -1,7 +1,8 @@
 """Decoding: search strategies over a step function, and the model's step function.
 
-One strategy a module: `greedy` (`Greedy`), `sampling` (`Sampling`) and `beam_search`
-(t2t `BeamSearch`, with its `length_penalty`), on the base `SearchStrategy` (`base`);
+One strategy a module: `greedy` (`Greedy`), `sampling` (`Sampling`), `beam_search`
+(t2t `BeamSearch`, with its `length_penalty`) and `constrained` (`ConstrainedBeamSearch`:
+results that hold given target phrases), on the base `SearchStrategy` (`base`);
 `dropping` runs greedy and beam search with finished sentences leaving the batch. The
 strategies know nothing of the model. `Decoder` builds a `tfblocks.Transformer`'s step
 function (encoder once, K/V caches) and runs any of them, passed as the search:
@@ -23,6 +24,7 @@ Example:
 
 from tfblocks.decoding.base import SearchStrategy
 from tfblocks.decoding.beam_search import BeamSearch, length_penalty
+from tfblocks.decoding.constrained import ConstrainedBeamSearch
 from tfblocks.decoding.decoder import Decoder
 from tfblocks.decoding.ensemble import Ensemble
 from tfblocks.decoding.greedy import Greedy
@@ -30,6 +32,7 @@ from tfblocks.decoding.sampling import Sampling
 
 __all__ = [
     "BeamSearch",
+    "ConstrainedBeamSearch",
     "Decoder",
     "Ensemble",
     "Greedy",

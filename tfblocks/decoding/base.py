@@ -142,23 +142,30 @@ def _check_prefix(prefix, start_ids):
     integer ids with a row per start id."""
     if prefix is None:
         return ()
-    prefix = tf.convert_to_tensor(prefix)
-    if not prefix.dtype.is_integer or prefix.shape.rank not in (None, 2):
-        raise ValueError(
-            "`prefix` must hold integer token ids [batch, length], got dtype "
-            f"{prefix.dtype.name} and shape {prefix.shape}."
-        )
-    if prefix.shape.rank is None:  # a traced tensor: the loops need its rank
-        prefix = tf.ensure_shape(prefix, [None, None])
-    rows = (prefix.shape[0] if prefix.shape.rank else None, start_ids.shape[0])
-    if None not in rows and rows[0] != rows[1]:
-        raise ValueError(
-            f"`prefix` must hold a row per start id ({rows[1]}), got prefix of shape "
-            f"{prefix.shape}."
-        )
-    if prefix.shape.rank == 2 and prefix.shape[1] == 0:
+    prefix = check_id_rows("prefix", prefix, ("batch", "length"), start_ids)
+    if prefix.shape[1] == 0:
         return ()
     return tf.cast(prefix, tf.int32)
+
+
+def check_id_rows(name, ids, axes, start_ids):
+    """`ids` as a tensor of integer ids with the `axes` (names, e.g. `("batch",
+    "length")`) and a row per start id (`start_ids` `[B]`), else a ValueError naming it
+    (`name`); the rank of a traced tensor of unknown rank is set (the loops need it)."""
+    ids = tf.convert_to_tensor(ids)
+    if not ids.dtype.is_integer or ids.shape.rank not in (None, len(axes)):
+        raise ValueError(
+            f"`{name}` must hold integer token ids [{', '.join(axes)}], got dtype "
+            f"{ids.dtype.name} and shape {ids.shape}."
+        )
+    if ids.shape.rank is None:
+        ids = tf.ensure_shape(ids, [None] * len(axes))
+    rows = (ids.shape[0], start_ids.shape[0])
+    if None not in rows and rows[0] != rows[1]:
+        raise ValueError(
+            f"`{name}` must hold a row per start id ({rows[1]}), got {name} of shape {ids.shape}."
+        )
+    return ids
 
 
 def _check_dropping(drop_finished, context, jit_compile):

@@ -154,20 +154,50 @@ class _Beam(Pieces):
         final = tf.logical_and(flags[:, 0], loop.finished_scores[:, 0] >= best_alive)
         return tf.logical_and(final, flags[:, n - 1])
 
+    def regroup(self, loop, x):
+        """`x` `[B·K, ...]` as `[B, K, ...]` (B: the sentences in `loop`)."""
+        shape = [self.size(loop), self.beam, *(dim(x, a) for a in range(1, x.shape.rank))]
+        return tf.reshape(x, shape)
+
+    def flatten(self, loop, x):
+        """`x` `[B, K, ...]` as `[B·K, ...]`."""
+        shape = [self.size(loop) * self.beam, *(dim(x, a) for a in range(2, x.shape.rank))]
+        return tf.reshape(x, shape)
+
+    def step_log_probs(self, loop, context):
+        """`(log_probs [B, K, V], new state)`: the step function's log-probabilities of
+        the next token (the prefix's forced where it lasts) and its new state."""
+        logits, new_state = self.logits(loop, context)  # [B·K, V]
+        log_probs = self.regroup(loop, tf.nn.log_softmax(logits))
+        return _force(log_probs, loop.index, loop.prefix, self.pad_id), new_state
+
+    def reorder(self, loop, state, parents):
+        """The rows `parents` `[B, K]` (beams of each sentence) of `state`'s nest."""
+        return tf.nest.map_structure(
+            lambda x: self.flatten(loop, tf.gather(self.regroup(loop, x), parents, batch_dims=1)),
+            state,
+        )
+
+    def finish(self, loop, seqs, scores, is_eos):
+        """`(finished_seq, finished_scores, finished_flags)`: the K best of the finished
+        hypotheses and of the candidates `seqs` `[B, M, L]` that ended (`is_eos` `[B, M]`,
+        length-penalized `scores`)."""
+        all_seq = tf.concat([loop.finished_seq, seqs], axis=1)  # [B, K + M, L]
+        all_scores = tf.concat([loop.finished_scores, tf.where(is_eos, scores, NEG_INF)], axis=1)
+        all_flags = tf.concat([loop.finished_flags, is_eos], axis=1)
+        finished_scores, best = tf.math.top_k(all_scores, k=self.beam)  # [B, K]
+        return (
+            tf.gather(all_seq, best, batch_dims=1),
+            finished_scores,
+            tf.gather(all_flags, best, batch_dims=1),
+        )
+
     def step(self, loop, context):
         """One step: every beam extended by one token (its prefix's, while that lasts)."""
         beam, i = self.beam, loop.index
         batch = dim(loop.alive_seq, 0)
-
-        def regroup(x):  # [B·K, ...] -> [B, K, ...]
-            return tf.reshape(x, [batch, beam, *(dim(x, a) for a in range(1, x.shape.rank))])
-
-        def flatten(x):  # [B, K, ...] -> [B·K, ...]
-            return tf.reshape(x, [batch * beam, *(dim(x, a) for a in range(2, x.shape.rank))])
-
-        logits, new_state = self.logits(loop, context)  # [B·K, V]
-        vocab = tf.shape(logits)[-1]
-        step_log_probs = _force(regroup(tf.nn.log_softmax(logits)), i, loop.prefix, self.pad_id)
+        step_log_probs, new_state = self.step_log_probs(loop, context)  # [B, K, V]
+        vocab = tf.shape(step_log_probs)[-1]
         log_probs = step_log_probs + loop.alive_log_probs[:, :, None]  # [B, K, V]
         penalty = length_penalty(i + 1, self.alpha)
         flat_scores = tf.reshape(log_probs / penalty, [batch, -1])  # [B, K·V]
@@ -184,26 +214,19 @@ class _Beam(Pieces):
         _, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_scores), k=beam)  # [B, K]
         alive_log_probs = tf.where(is_eos, NEG_INF, top_log_probs)  # [B, 2K]
         parents = tf.gather(origin, keep, batch_dims=1)  # [B, K]
-        reordered = tf.nest.map_structure(
-            lambda x: flatten(tf.gather(regroup(x), parents, batch_dims=1)), new_state
-        )
-
         # EOS-ended extensions compete with the finished ones for K slots.
-        all_seq = tf.concat([loop.finished_seq, top_seq], axis=1)  # [B, 3K, L]
-        all_scores = tf.concat(
-            [loop.finished_scores, tf.where(is_eos, top_scores, NEG_INF)], axis=1
+        finished_seq, finished_scores, finished_flags = self.finish(
+            loop, top_seq, top_scores, is_eos
         )
-        all_flags = tf.concat([loop.finished_flags, is_eos], axis=1)
-        finished_scores, best = tf.math.top_k(all_scores, k=beam)  # [B, K]
         return BeamState(
             index=i + 1,
-            last=flatten(tf.gather(token, keep, batch_dims=1))[:, None],  # [B·K, 1]
-            state=reordered,
+            last=self.flatten(loop, tf.gather(token, keep, batch_dims=1))[:, None],  # [B·K, 1]
+            state=self.reorder(loop, new_state, parents),
             alive_seq=tf.gather(top_seq, keep, batch_dims=1),
             alive_log_probs=tf.gather(alive_log_probs, keep, batch_dims=1),
-            finished_seq=tf.gather(all_seq, best, batch_dims=1),
+            finished_seq=finished_seq,
             finished_scores=finished_scores,
-            finished_flags=tf.gather(all_flags, best, batch_dims=1),
+            finished_flags=finished_flags,
             prefix=loop.prefix,
         )
 
@@ -233,17 +256,18 @@ class _Beam(Pieces):
         return ids, scores
 
     def select(self, loop, context, pick):
-        """The sentences `pick` `[n]` of `loop` and their rows of `context`."""
+        """The sentences `pick` `[n]` of `loop` and their rows of `context` (any loop
+        state whose fields after `index`, `last` and `state` are by sentence)."""
         rows = tf.reshape(pick[:, None] * self.beam + tf.range(self.beam)[None], [-1])
         by_row = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, rows), nest)  # noqa: E731
         by_sentence = lambda nest: tf.nest.map_structure(lambda x: tf.gather(x, pick), nest)  # noqa: E731
-        loop = BeamState(
+        loop = type(loop)(
             index=loop.index,
             last=tf.gather(loop.last, rows),
             state=by_row(loop.state),
             **{
                 field: by_sentence(getattr(loop, field))  # the prefix may be () (none)
-                for field in BeamState._fields
+                for field in loop._fields
                 if field not in ("index", "last", "state")
             },
         )

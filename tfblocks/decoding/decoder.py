@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks.decoding.base import NEG_INF, check_search
+from tfblocks.decoding.constrained import ConstrainedBeamSearch, check_phrases
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.transformer import padding_mask, shift_right
 
@@ -204,7 +205,15 @@ class Decoder:
 
     # The one entry: any search strategy ----------------------------------------------------
 
-    def decode(self, search, source_ids=None, prefix=None, extra_length=None, num_hypotheses=None):
+    def decode(
+        self,
+        search,
+        source_ids=None,
+        prefix=None,
+        extra_length=None,
+        num_hypotheses=None,
+        constraints=None,
+    ):
         """Decodes with `search` (a `tfblocks.decoding.SearchStrategy`).
 
         Args:
@@ -219,6 +228,9 @@ class Decoder:
             extra_length: None, or t2t's `extra_length` (see `decode_length`).
             num_hypotheses: None, or N results per sentence, best first: a beam
                 search's N best (N at most its `beam_size`) or N samples.
+            constraints: None, or int `[B, C, T]` target phrases each finished result
+                holds, each 0-padded on the right (a row of PAD constrains nothing), for
+                a `ConstrainedBeamSearch` (`tfblocks.decoding.constrained`).
 
         Returns:
             `(ids [B, L], scores [B])`, L = `decode_length(source_ids, extra_length)`:
@@ -226,8 +238,9 @@ class Decoder:
             the strategy's. With `num_hypotheses=N`: `(ids [B, N, L], scores [B, N])`.
 
         Raises:
-            ValueError: `source_ids` or `prefix` is not a 2-D tensor of an integer dtype
-                (a float id is refused, never truncated), or, where its values are known
+            ValueError: `constraints` without a `ConstrainedBeamSearch`, or not 3-D
+                integer ids; `source_ids` or `prefix` is not a 2-D tensor of an integer
+                dtype (a float id is refused, never truncated), or, where its values are known
                 (eagerly, or a constant), holds an id outside `[0, vocab_size)`. Inside a
                 traced function (a `tf.function`, a SavedModel's signature) the values
                 are not known, so only the dtype and rank are checked: there an id out
@@ -241,9 +254,15 @@ class Decoder:
         prefix = _check_ids("prefix", prefix, self.model.vocab_size)
         if extra_length is not None:
             _checks.check_non_negative_int("extra_length", extra_length)
+        constraints = _check_constraints(
+            constraints,
+            search,
+            self.model.vocab_size,
+            self._static_length(source_ids, extra_length),
+        )
         traced = tuple(getattr(search, name) for name in search.traced_args)
 
-        def run(source_ids, prefix, *traced):
+        def run(source_ids, prefix, constraints, *traced):
             chosen = search.replace(**dict(zip(search.traced_args, traced, strict=True)))
             length = self.decode_length(source_ids, extra_length)
             step_fn, state = self.step_function(
@@ -255,20 +274,27 @@ class Decoder:
             start = _start_ids(source_ids, prefix)
             return chosen.search(
                 step_fn, state, start, length, EOS_ID, PAD_ID, **self._growth(),
-                num_hypotheses=num_hypotheses, prefix=prefix,
+                num_hypotheses=num_hypotheses, prefix=prefix, **_phrases(constraints),
             )  # fmt: skip
 
-        def dropping(state, context, length, start, prefix):
+        def dropping(state, context, length, start, prefix, constraints):
             return search.search(
                 self.step, state, start, length, EOS_ID, PAD_ID, **self._growth(),
                 context=context, drop_finished=True, jit_compile=self.jit_compile,
-                num_hypotheses=num_hypotheses, prefix=prefix,
+                num_hypotheses=num_hypotheses, prefix=prefix, **_phrases(constraints),
             )  # fmt: skip
 
         key = (search.key(), extra_length, num_hypotheses)
         if self.drop_finished and source_ids is not None and search.can_drop_finished:
-            return self._dropping(key, run, dropping, source_ids, prefix, extra_length)
-        return self._run(key, run, source_ids, prefix, *traced)
+            return self._dropping(key, run, dropping, source_ids, prefix, constraints, extra_length)
+        return self._run(key, run, source_ids, prefix, constraints, *traced)
+
+    def _static_length(self, source_ids, extra_length):
+        """`decode_length` as an int where the source's shape gives it, else None."""
+        if extra_length is None or source_ids is None:
+            return self.max_length
+        width = source_ids.shape[1]
+        return None if width is None else min(self.max_length, width + extra_length)
 
     def score(self, source_ids, target_ids):
         """Log-probabilities `[B, T]` of each target token given its source and the
@@ -329,31 +355,35 @@ class Decoder:
         log_probs = chosen - tf.reduce_logsumexp(logits, axis=-1)  # [B, T]
         return tf.where(tf.not_equal(target_ids, PAD_ID), log_probs, 0.0)
 
-    def _dropping(self, key, run, searcher, source_ids, prefix, extra_length):
-        """A search over `source_ids` (and a target `prefix`, or None) whose finished
-        sentences leave the batch: `searcher(state, context, length, start_ids, prefix)`
-        after the encoder and the initial state (compiled apart: the search's own loop is
-        not; the prefix is in its loop state, which shrinks with the batch), or, for one
-        sentence (nothing can leave early), the one compiled loop `run(source_ids, prefix)`."""
+    def _dropping(self, key, run, searcher, source_ids, prefix, constraints, extra_length):
+        """A search over `source_ids` (and a target `prefix` and `constraints`, or None)
+        whose finished sentences leave the batch: `searcher(state, context, length,
+        start_ids, prefix, constraints)` after the encoder and the initial state (compiled
+        apart: the search's own loop is not; the prefix and the phrases are in its loop
+        state, which shrinks with the batch), or, for one sentence (nothing can leave
+        early), the one compiled loop `run(source_ids, prefix, constraints)`."""
 
         def initial(source_ids, prefix):
             length = self.decode_length(source_ids, extra_length)
             return self.initial_state(source_ids, prefix, max_length=self._cache(length))
 
-        def dropping(source_ids, prefix):
+        def dropping(source_ids, prefix, constraints):
             prepare = self._function(("initial", extra_length), initial, self.jit_compile)
             state, context = prepare(source_ids, prefix)
             length = self.decode_length(source_ids, extra_length)
-            return searcher(state, context, length, _start_ids(source_ids, None), prefix)
+            start = _start_ids(source_ids, None)
+            return searcher(state, context, length, start, prefix, constraints)
 
-        def one_or_many(source_ids, prefix):
+        def one_or_many(source_ids, prefix, constraints):
             return tf.cond(
                 tf.shape(source_ids)[0] > 1,
-                lambda: dropping(source_ids, prefix),
-                lambda: self._run(key, run, source_ids, prefix),
+                lambda: dropping(source_ids, prefix, constraints),
+                lambda: self._run(key, run, source_ids, prefix, constraints),
             )
 
-        return self._run((*key, "dropping"), one_or_many, source_ids, prefix, jit_compile=False)
+        return self._run(
+            (*key, "dropping"), one_or_many, source_ids, prefix, constraints, jit_compile=False
+        )
 
     def _cache(self, length):
         """The initial cache length for a search of at most `length` tokens."""
@@ -395,9 +425,9 @@ def allowed_logits(logits):
     return tf.where(never, NEG_INF, logits)
 
 
-def _check_ids(name, ids, vocab_size):
+def _check_ids(name, ids, vocab_size, rank=2):
     """`ids` as a tensor, refused (ValueError naming `name` and the value) unless it is a
-    2-D integer tensor whose known values lie in `[0, vocab_size)`; None stays None."""
+    `rank`-D integer tensor whose known values lie in `[0, vocab_size)`; None stays None."""
     if ids is None:
         return None
     ids = tf.convert_to_tensor(ids)
@@ -406,8 +436,9 @@ def _check_ids(name, ids, vocab_size):
             f"`{name}` must hold integer token ids, got dtype {ids.dtype.name}: "
             f"{name}={_preview(tf.get_static_value(ids), ids)}."
         )
-    if ids.shape.rank not in (None, 2):
-        raise ValueError(f"`{name}` must be 2-D [batch, length], got {name} of shape {ids.shape}.")
+    if ids.shape.rank not in (None, rank):
+        axes = "[batch, length]" if rank == 2 else "[batch, phrases, length]"
+        raise ValueError(f"`{name}` must be {rank}-D {axes}, got {name} of shape {ids.shape}.")
     values = tf.get_static_value(ids)  # None in a traced function: not known yet
     if values is not None:
         bad = np.argwhere((values < 0) | (values >= vocab_size))
@@ -418,6 +449,31 @@ def _check_ids(name, ids, vocab_size):
                 f"{name}[{', '.join(map(str, where))}]={values[where].item()!r}."
             )
     return ids
+
+
+def _check_constraints(constraints, search, vocab_size, max_length):
+    """`constraints` as a tensor (None stays None), refused (ValueError) unless `search`
+    is a `ConstrainedBeamSearch` and they are 3-D integer ids whose known values lie in
+    `[0, vocab_size)` and make phrases that fit in `max_length` (an int, or a tensor:
+    not checked) with EOS (`check_phrases`). The search checks the phrases again when
+    their values are known there (not inside the decoder's compiled function)."""
+    if constraints is None:
+        return None
+    if not isinstance(search, ConstrainedBeamSearch):
+        raise ValueError(
+            f"`constraints` need a tfblocks.decoding.ConstrainedBeamSearch, got search={search!r}."
+        )
+    constraints = _check_ids("constraints", constraints, vocab_size, rank=3)
+    values = tf.get_static_value(constraints)
+    if values is not None:
+        check_phrases(values, max_length, EOS_ID, PAD_ID)
+    return constraints
+
+
+def _phrases(constraints):
+    """The `constraints=` keyword of a search call (none without constraints, so that
+    the other strategies, which take none, can be called alike)."""
+    return {} if constraints is None else {"constraints": constraints}
 
 
 def _preview(values, tensor):

@@ -487,21 +487,24 @@ class CTranslate2Translator:
             return [r.hypotheses for r in results], [r.scores for r in results]
         return [r.hypotheses[0] for r in results], [r.scores[0] for r in results]
 
-    def __call__(self, texts, target_prefix=None):
+    def __call__(self, texts, target_prefix=None, constraints=None):
         """Translations of `texts` (a list of str), a list of str; with `target_prefix`
-        (as many str), each starts with its prefix ("" forces nothing)."""
-        return [row[0].text for row in self._search(texts, 1, target_prefix)]
+        (as many str), each starts with its prefix ("" forces nothing). `constraints`
+        are refused (`NO_CONSTRAINTS`)."""
+        return [row[0].text for row in self._search(texts, 1, target_prefix, constraints)]
 
-    def n_best(self, texts, target_prefix=None):
+    def n_best(self, texts, target_prefix=None, constraints=None):
         """The `num_hypotheses` best translations of each of `texts` (a list of str), as
         `tfblocks.Translator.n_best` returns them: a list per text of
         `Hypothesis(text, score)`, best first (CTranslate2's scores; a blank text gets
-        `("", 0.0)` each time); `target_prefix` as for calling it."""
-        return self._search(texts, self.num_hypotheses, target_prefix)
+        `("", 0.0)` each time); `target_prefix` and `constraints` as for calling it."""
+        return self._search(texts, self.num_hypotheses, target_prefix, constraints)
 
-    def _search(self, texts, n, target_prefix=None):
+    def _search(self, texts, n, target_prefix=None, constraints=None):
         """`n` `Hypothesis` per text. A blank line (only Unicode whitespace: what
         `str.strip()` removes, the SavedModel's `BLANK`) is not translated: it gets ""."""
+        if constraints is not None:
+            raise ValueError(NO_CONSTRAINTS)
         texts = _texts("texts", texts)
         if target_prefix is not None:
             target_prefix = _texts("target_prefix", target_prefix)
@@ -592,6 +595,14 @@ class CTranslate2Translator:
         if per_token:
             return values
         return np.array([v.sum() for v in values], np.float32)
+
+
+# Why `constraints` are refused: CTranslate2's decoding has no lexical constraints.
+NO_CONSTRAINTS = (
+    "CTranslate2 has no lexical constraints (its Translator takes no phrases a translation "
+    "must hold): translate with constraints with tfblocks.serving.Translator (tfblocks-"
+    "translate --engine tensorflow, the default)."
+)
 
 
 def _check_same_length(first, second):

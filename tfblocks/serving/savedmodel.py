@@ -23,9 +23,14 @@ are
                                        "scores": tf.float32 [None, K]}
     align(source: tf.string [None], target: tf.string [None])
         -> {"alignment": tf.string [None]}
+    constrained(text: tf.string [None], constraints: tf.string [None, C])
+        -> {"translation": tf.string [None], "score": tf.float32 [None],
+            "translations": tf.string [None, K], "scores": tf.float32 [None, K]}
 
 (`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `align`, word alignments in
-Pharaoh format (`tfblocks.decoding.alignment`), only with `Translator(alignments=True)`.)
+Pharaoh format (`tfblocks.decoding.alignment`), only with `Translator(alignments=True)`;
+`constrained`, translations that hold each row's target phrases (`""` pads a row), only
+with `Translator(constrained=True)`: `tfblocks.serving.constraints`.)
 
 Input handling: a source longer than `max_length` subwords is truncated to its first
 `max_length - 1` subwords plus EOS; a blank string (empty, or only Unicode whitespace:
@@ -73,6 +78,14 @@ from tfblocks import _checks
 from tfblocks.decoding import BeamSearch, alignment
 from tfblocks.ids import EOS_ID, PAD_ID
 from tfblocks.serving import unknowns
+from tfblocks.serving.constraints import (
+    CONSTRAINTS,
+    check_phrase_lengths,
+    constrained_search,
+    encode_phrases,
+    phrase_batch,
+    phrase_table,
+)
 from tfblocks.serving.hypothesis import Hypothesis
 from tfblocks.serving.text_module import (
     TEXT,
@@ -172,6 +185,8 @@ class Translator(TextModule):
             front of each); None: the sources are taken as they are (tagged or not).
         multilingual: the SavedModel also has a `target` signature whose
             `target_lang` input (a code per text) names each text's target language.
+        constrained: the SavedModel also has a `constrained` signature (calls with
+            `constraints=` work either way); `search` must be a beam search.
         name: the module's name.
 
     Besides translating (`translator(texts)`), it returns the n best translations
@@ -181,7 +196,11 @@ class Translator(TextModule):
     each translation starts with its prefix's subwords (forced), then decodes freely; an
     empty prefix forces nothing. With `replace_unknowns=True` both replace each unknown
     subword (`<unk>`) of a translation by the source word it is aligned to
-    (`tfblocks.serving.unknowns`; not for an Ensemble).
+    (`tfblocks.serving.unknowns`; not for an Ensemble). Both also take `constraints`, a
+    list of target phrases per text (`[["curry"], []]`): each translation holds each of
+    its text's phrases (a `tfblocks.decoding.ConstrainedBeamSearch` with the options of
+    `search`, which must be a beam search; without constraints it translates as `search`
+    does; not with `replace_unknowns`).
 
     Example (training elided; any `build_transformer` model works):
 
@@ -218,6 +237,7 @@ class Translator(TextModule):
         alignments=False,
         target_lang=None,
         multilingual=False,
+        constrained=False,
         name=None,
     ):
         _checks.require_tensorflow("Translator")
@@ -247,6 +267,9 @@ class Translator(TextModule):
         self.alignments = _checks.check_bool("alignments", alignments)
         self.target_lang = None if target_lang is None else target_tag(target_lang)[2:-1]
         self.multilingual = _checks.check_bool("multilingual", multilingual)
+        self.constrained = _checks.check_bool("constrained", constrained)
+        if self.constrained:
+            constrained_search(self.search)  # a beam search, else a ValueError naming it
         layers = getattr(model, "num_decoder_layers", None)  # None: an Ensemble
         if layers is None and (alignments or alignment_layer is not None):
             raise ValueError(
@@ -302,31 +325,80 @@ class Translator(TextModule):
             signatures["align"] = self._optional("align", self._align, [_SOURCE, _TARGET])
         if self.multilingual:
             signatures["target"] = self.serve_target
+        if self.constrained:
+            signatures["constrained"] = self._constrained_signature()
         return signatures
 
-    def __call__(self, texts, target_prefix=None, replace_unknowns=False, target_lang=None):
+    def export_litert(self, path, quantization=None, beam_size=None):
+        """Writes this translator as one LiteRT (TFLite) file, strings in and out:
+        `serving_default(text) -> {"translation", "score"}`, for the `ai-edge-litert`
+        interpreter on a phone or in Python (`tfblocks.serving.litert`).
+
+        Args:
+            path: the `.tflite` file to write (replaced if it exists; a failed export
+                leaves nothing).
+            quantization: None (float32 weights), `"dynamic"` (int8 weights) or
+                `"float16"`.
+            beam_size: None for this translator's search (greedy or beam search), or
+                the beam size of the file's beam search (1: greedy search).
+
+        Returns:
+            `path`, absolute.
+
+        Raises:
+            ValueError: before anything is written, for an Ensemble, a sampling
+                search, a `max_length` beyond the model's position table, or an
+                unknown `quantization`.
+        """
+        from tfblocks.serving.litert import export_litert
+
+        return export_litert(self, path, quantization=quantization, beam_size=beam_size)
+
+    def __call__(
+        self, texts, target_prefix=None, replace_unknowns=False, constraints=None,
+        target_lang=None,
+    ):  # fmt: skip
         """Translations of `texts` (a list of str or a 1-D string tensor), a string
         tensor; with `target_prefix` (as many str), each starts with its prefix; with
         `replace_unknowns`, the first of `n_best(..., replace_unknowns=True)`'s; with
-        `target_lang` (a code), into that language (the model's tag `<2xx>`)."""
+        `constraints` (a list of str phrases per text), each holds its text's phrases;
+        with `target_lang` (a code), into that language (the model's tag `<2xx>`)."""
         if target_lang is not None:
-            if target_prefix is not None or replace_unknowns:
+            if target_prefix is not None or replace_unknowns or constraints is not None:
                 raise ValueError(
-                    "`target_lang` translates plainly: not with `target_prefix` or "
-                    f"`replace_unknowns`, got target_lang={target_lang!r}."
+                    "`target_lang` translates plainly: not with `target_prefix`, "
+                    f"`replace_unknowns` or `constraints`, got target_lang={target_lang!r}."
                 )
             texts = check_text_batch(texts)
             language = target_tag(target_lang)[2:-1]
             return self.serve_target(texts, tf.fill(tf.shape(texts), language))["translation"]
         if replace_unknowns:
-            best = [row[0].text for row in self.n_best(texts, target_prefix, True)]
+            best = [row[0].text for row in self.n_best(texts, target_prefix, True, constraints)]
             return tf.constant(best, tf.string)
-        if target_prefix is None:
+        if target_prefix is None and constraints is None:
             return super().__call__(texts)
-        texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
-        return self.serve_prefix(texts, target_prefix)["translation"]
+        return self._translate(texts, target_prefix, constraints)["translation"]
 
-    def n_best(self, texts, target_prefix=None, replace_unknowns=False):
+    def _translate(self, texts, target_prefix, constraints):
+        """The `prefix` signature's outputs for `texts` with a `target_prefix` and/or
+        `constraints` (see `n_best`), checked here (a ValueError naming the argument)."""
+        if target_prefix is None:
+            texts = check_text_batch(texts)
+        else:
+            texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
+        if constraints is None:
+            return self.serve_prefix(texts, target_prefix)
+        constrained_search(self.search)  # a beam search, else a ValueError naming it
+        table = phrase_table(constraints, texts.shape[0])
+        check_phrase_lengths(self.target_tokenizer, table, self.max_length)
+        if target_prefix is None:
+            return self.serve_constrained(texts, table)
+        with_prefix = self._optional(
+            "constrained_prefix", self._constrained_prefix, [TEXT, CONSTRAINTS, _TARGET_PREFIX]
+        )
+        return with_prefix(texts, table, target_prefix)
+
+    def n_best(self, texts, target_prefix=None, replace_unknowns=False, constraints=None):
         """The `num_hypotheses` best translations of each of `texts`, best first.
 
         Args:
@@ -336,11 +408,18 @@ class Translator(TextModule):
             replace_unknowns: replace each unknown subword of a translation by the
                 source word it is aligned to (`tfblocks.serving.unknowns`); the scores
                 stay those of the translation with `<unk>`.
+            constraints: None, or a list per text of str phrases each translation of
+                the text holds (`[]` constrains nothing; see `tfblocks.serving.constraints`).
 
         Returns:
             A list with, for each text, a list of `num_hypotheses` `Hypothesis(text,
             score)` (a blank text: as many `("", 0.0)`). The first is the translation
-            `translator(texts)` (with the same `target_prefix`) gives.
+            `translator(texts)` (with the same `target_prefix` and `constraints`) gives.
+
+        Raises:
+            ValueError: a `target_prefix` or `constraints` not one per text, a phrase
+                that is not a str or has `max_length` subwords or more, or `constraints`
+                with a search that is not a beam search.
         """
         if target_prefix is None:
             texts = check_text_batch(texts)
@@ -348,12 +427,17 @@ class Translator(TextModule):
             texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
         if texts.shape[0] == 0:
             return []
+        if replace_unknowns and constraints is not None:
+            raise ValueError(
+                "`replace_unknowns` and `constraints` cannot be combined: a replaced <unk> "
+                "could break a phrase; give one of them."
+            )
         if replace_unknowns:
             out = self._replacing(texts, target_prefix)
-        elif target_prefix is None:
+        elif target_prefix is None and constraints is None:
             out = self.serve_n_best(texts)
         else:
-            out = self.serve_prefix(texts, target_prefix)
+            out = self._translate(texts, target_prefix, constraints)
         translations = [[t.decode("utf-8") for t in row] for row in out["translations"].numpy()]
         if replace_unknowns:
             sources = [t.decode("utf-8") for t in texts.numpy()]
@@ -483,16 +567,46 @@ class Translator(TextModule):
         out = self._n_best(text, self.encode_prefix(target_prefix))
         return {"translation": out["translations"][:, 0], "score": out["scores"][:, 0], **out}
 
-    def _n_best(self, text, prefix=None, replacing=False):
+    def serve_constrained(self, text, constraints):
+        """The `constrained` signature: each translation holds the phrases of its row of
+        `constraints` (`tf.string [B, C]`, "" for none): `{"translation" [B], "score" [B],
+        "translations" [B, K], "scores" [B, K]}` as the `prefix` signature's."""
+        return self._constrained_signature()(text, constraints)
+
+    def _constrained_signature(self):
+        return self._optional("constrained", self._constrained_prefix, [TEXT, CONSTRAINTS])
+
+    def _constrained_prefix(self, text, constraints, target_prefix=None):
+        """`serve_constrained`, each translation also starting with its `target_prefix`
+        (None: none)."""
+        text = batch_input(text, "text")
+        constraints = phrase_batch(constraints, "constraints")
+        _check_same_batch(text, constraints, ("text", "constraints"))
+        if target_prefix is not None:
+            target_prefix = batch_input(target_prefix, "target_prefix")
+            _check_same_batch(text, target_prefix, ("text", "target_prefix"))
+            target_prefix = self.encode_prefix(target_prefix)
+        phrases = encode_phrases(self.target_tokenizer, constraints, self.max_length)
+        out = self._n_best(text, target_prefix, phrases)
+        return {"translation": out["translations"][:, 0], "score": out["scores"][:, 0], **out}
+
+    def _n_best(self, text, prefix=None, phrases=None, replacing=False):
         """`{"translations", "scores"}` `[B, num_hypotheses]` of `text`, each translation
-        starting with its row of `prefix` ids (None: no prefix); `replacing` adds their
+        starting with its row of `prefix` ids (None: no prefix) and holding the phrases
+        of its row of `phrases` ids `[B, C, T]` (None: none); `replacing` adds their
         `"ids"` `[B, K, L]` and each id's `"aligned"` source subword `[B, K, L]`."""
         k = self.num_hypotheses
         text = batch_input(text, "text")  # the `n_best` signature's input
         blank = blank_lines(text)
         source = self.encode_source(tf.where(blank, "", text))
+        search = self.search if phrases is None else constrained_search(self.search)
         ids, scores = self._decoder.decode(
-            self.search, source, prefix, extra_length=self.extra_length, num_hypotheses=k
+            search,
+            source,
+            prefix,
+            extra_length=self.extra_length,
+            num_hypotheses=k,
+            constraints=phrases,
         )  # [B, K, L], [B, K]
         texts = self.target_tokenizer.detokenize(tf.reshape(ids, [-1, tf.shape(ids)[2]]))
         texts = tf.reshape(texts, [-1, k])  # [B, K]

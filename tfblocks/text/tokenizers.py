@@ -102,10 +102,7 @@ class SubwordTokenizer(tf.Module):
         Returns:
             A 1-D string tensor `[batch]`.
         """
-        # [B, T]: True up to (not including) the first EOS of each row.
-        before_eos = tf.math.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1) == 0
-        keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
-        keep &= ids < self.vocabulary_size
+        keep = kept_ids(ids, self.vocabulary_size)
         return self._sentencepiece().detokenize(tf.ragged.boolean_mask(ids, keep))
 
     def save(self, path):
@@ -118,6 +115,19 @@ class SubwordTokenizer(tf.Module):
         """Reads a tokenizer written by `save` (or any SentencePiece `.model` with our ids)."""
         with open(path, "rb") as f:
             return cls(f.read(), name=os.path.splitext(os.path.basename(os.fspath(path)))[0])
+
+
+def kept_ids(ids, vocabulary_size):
+    """Which of `ids` `[B, T]` `detokenize` turns into text: `tf.bool [B, T]`, True before
+    each row's first EOS except at PAD, BOS and ids a vocabulary of `vocabulary_size`
+    lacks.
+
+    >>> kept_ids(tf.constant([[3, 5, 9, 1, 6, 0]]), 8).numpy().tolist()
+    [[False, True, False, False, False, False]]
+    """
+    before_eos = tf.math.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32), axis=1) == 0
+    keep = before_eos & tf.not_equal(ids, PAD_ID) & tf.not_equal(ids, BOS_ID)
+    return keep & (ids < vocabulary_size)
 
 
 def train_tokenizer(

@@ -50,21 +50,26 @@ def load_translate(
     alignments=False,
     search=None,
     replace_unknowns=False,
+    constraints=False,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
     `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first),
     or with `alignments`, `translate(list[str]) -> list[(translation, alignment)]` (the
     word alignment in Pharaoh format, `Translator.align`; a SavedModel's `align`
     signature). With `prefix`, `translate` takes `(text, target_prefix)` pairs instead of
-    texts: each translation starts with its prefix ("" forces nothing).
+    texts: each translation starts with its prefix ("" forces nothing); with
+    `constraints`, `(text, phrases)` pairs (phrases: a list of str each translation holds,
+    `Translator(..., constraints=...)`); with both, `(text, target_prefix, phrases)`.
 
     A run folder or preset is preferred to its SavedModel (its beam size can be set, and
     Keras' safe mode loads it); a SavedModel translates with the beam it was exported
     with (`beam_size` must then be None, and `stop_early` False), and `notice(message)`
     is called first with a line saying that it runs its own graph; for `n_best` it needs
     an `n_best` signature of at least K (`prefix`: its `prefix` signature; `alignments`:
-    its `align` signature). Raises ValueError naming `path` when nothing there can
-    translate, and naming `--n-best` when K is more than the beam keeps.
+    its `align` signature; `constraints`: its `constrained` signature, without `prefix`).
+    Raises ValueError naming `path` when nothing there can translate, naming `--n-best`
+    when K is more than the beam keeps, and for `constraints` with CTranslate2 (it has
+    none), with sampling or with `replace_unknowns`.
 
     `search`, a `tfblocks.decoding.Sampling` (`console.sampling_search`), decodes instead
     of the beam (`n_best` K: K samples), and `replace_unknowns` replaces each `<unk>` of
@@ -75,6 +80,12 @@ def load_translate(
         raise ValueError(f"`--n-best` must be a positive integer, got --n-best={n_best!r}.")
     if alignments and n_best is not None:
         raise ValueError("`--alignments` aligns the best translation only; drop --n-best.")
+    for flag, value in (
+        ("sampling (--sampling-*)", search),
+        ("--replace-unknowns", replace_unknowns),
+    ):
+        if constraints and value:
+            raise ValueError(f"--constraints need beam search: drop {flag} or --constraints.")
     kind, found = _find(path, max_length, engine)
     _check_preset_only(path, kind, search, replace_unknowns)
     beam, count = beam_size or 4, n_best or 1
@@ -83,6 +94,10 @@ def load_translate(
             f"`--n-best` must be at most the beam size {beam}, got --n-best={n_best}; "
             f"give --beam-size {n_best} or more."
         )
+    if kind == "ctranslate2" and constraints:
+        from tfblocks.serving.ctranslate2 import NO_CONSTRAINTS  # needs no ctranslate2
+
+        raise ValueError(f"--constraints: {NO_CONSTRAINTS}")
     if kind in ("ctranslate2", "preset"):
         if kind == "ctranslate2":
             from tfblocks.serving import ctranslate2 as ct2  # the optional extra
@@ -96,6 +111,10 @@ def load_translate(
 
             decoding = f"beam {beam}" if search is None else repr(search)
             search = search or beam_or_greedy(beam, alpha, stop_early)
+            if constraints:  # a beam search of any width, so a beam of 1 too
+                from tfblocks.decoding import ConstrainedBeamSearch
+
+                search = ConstrainedBeamSearch(beam, alpha, stop_early)
             translator, length = _preset_translator(found, max_length, search, count)
             what = f"{_described(found)} ({decoding}, max_length {length})"
         translate = translator.n_best if n_best is not None else _strings(translator)
@@ -103,22 +122,30 @@ def load_translate(
             translate = _replacing(translator, n_best is not None)
         if alignments:
             translate = _aligned(translate, translator.align)
-        return _with_prefix(translate, prefix), what
+        return _with_inputs(translate, prefix, constraints), what
     if beam_size is not None or max_length is not None or stop_early:
         raise ValueError(
             f"--model={path!r} is a SavedModel: its beam size, stopping rule and max_length "
             "were fixed at export; drop --beam-size/--stop-early/--max-length or give the "
             "run folder."
         )
-    return _saved_translate(found, path, notice, n_best, prefix, alignments)
+    if constraints and prefix:
+        raise ValueError(
+            f"--model={path!r} is a SavedModel: its `constrained` signature takes no target "
+            "prefix; drop --target-prefix or give the run folder."
+        )
+    return _saved_translate(found, path, notice, n_best, prefix, alignments, constraints)
 
 
-def _saved_translate(found, path, notice, n_best, prefix, alignments):
+def _saved_translate(found, path, notice, n_best, prefix, alignments, constraints=False):
     """`load_translate`'s `(translate, description)` of the SavedModel `found`, through
     the signatures its options need (the SavedModel loaded once)."""
     from tfblocks.serving import Hypothesis
+    from tfblocks.serving.constraints import phrase_table
 
-    if prefix:
+    if constraints:
+        main = ("constrained", "translations", "Translator(constrained=True)'s export")
+    elif prefix:
         main = ("prefix", "translations", "a newer tfblocks")
     elif n_best is None:
         main = ("serving_default", "translation", "a tfblocks.Translator export")
@@ -136,9 +163,11 @@ def _saved_translate(found, path, notice, n_best, prefix, alignments):
                 f"returns, got --n-best={n_best}."
             )
 
-    def translate(lines, target_prefix=None):
+    def translate(lines, target_prefix=None, constraints=None):
         texts = _strings_in(lines)
-        if prefix:
+        if constraints is not None:
+            out = serve(text=texts, constraints=phrase_table(constraints, len(lines)))
+        elif prefix:
             out = serve(text=texts, target_prefix=_strings_in(target_prefix))
         else:
             out = serve(text=texts)
@@ -160,7 +189,7 @@ def _saved_translate(found, path, notice, n_best, prefix, alignments):
 
         translate = _aligned(translate, align)
     what = f"SavedModel {found}" + ("" if n_best is None else " (n_best)")
-    return _with_prefix(translate, prefix), what
+    return _with_inputs(translate, prefix, constraints), what
 
 
 def _check_preset_only(path, kind, search, replace_unknowns):
@@ -375,11 +404,12 @@ def _decoded(tensor):
 
 
 def _strings(translator):
-    """`translate(list[str], target_prefix=None) -> list[str]` of a `Translator` (or a
-    `CTranslate2Translator`, whose results are lists already)."""
+    """`translate(list[str], **options) -> list[str]` of a `Translator` (or a
+    `CTranslate2Translator`, whose results are lists already); the options are
+    `target_prefix` and `constraints`."""
 
-    def translate(lines, target_prefix=None):
-        out = translator(lines, target_prefix=target_prefix)
+    def translate(lines, **options):
+        out = translator(lines, **options)
         return out if isinstance(out, list) else _decoded(out)
 
     return translate
@@ -408,19 +438,19 @@ def _aligned(translate, align):
     return translate_and_align
 
 
-def _with_prefix(translate, prefix):
-    """`translate(texts, target_prefix=...)` as a function of `(text, prefix)` pairs
-    (with `prefix`), or of texts."""
-    if not prefix:
+def _with_inputs(translate, prefix, constraints):
+    """`translate(texts, target_prefix=..., constraints=...)` as a function of tuples
+    `(text, target prefix, phrases)` holding the inputs given (`prefix`, `constraints`),
+    in that order, or of texts when neither is."""
+    names = [name for name, given in (("target_prefix", prefix), ("constraints", constraints))
+             if given]  # fmt: skip
+    if not names:
         return translate
 
-    def translate_pairs(pairs):
-        texts, prefixes = _unzip(pairs)
-        return translate(texts, target_prefix=prefixes)
+    def translate_tuples(items):
+        texts = [item[0] for item in items]
+        options = {name: [list(item[1 + i]) if name == "constraints" else item[1 + i]
+                          for item in items] for i, name in enumerate(names)}  # fmt: skip
+        return translate(texts, **options)
 
-    return translate_pairs
-
-
-def _unzip(pairs):
-    """`(firsts, seconds)` lists of a list of pairs (two empty lists for none)."""
-    return [a for a, _ in pairs], [b for _, b in pairs]
+    return translate_tuples

@@ -2,6 +2,7 @@
 
     tfblocks-export ctranslate2 --model runs/enja --output runs/enja/ctranslate2
     tfblocks-translate --model runs/enja --engine ctranslate2 < input.ja
+    tfblocks-export litert --model runs/enja --output enja.tflite --quantization dynamic
 
 `ctranslate2` converts the model of a run folder (its `model/` preset, as `tfblocks-train`
 and `tfblocks-import` write it, or a preset folder itself) with its tokenizer(s) into a
@@ -12,9 +13,16 @@ integers or 16-bit floats (default: float32). `--output` must not exist: the fol
 written beside it and renamed into place when complete, so a refused or failed export
 leaves nothing behind, and nothing already there is replaced.
 
+`litert` writes one LiteRT (TFLite) file that translates strings to strings on a phone
+or with the `ai-edge-litert` interpreter (`Translator.export_litert`; `pip install
+tfblocks[litert]` to run it): beam search of `--beam-size` (default 4, the SavedModel's;
+1: greedy), weights in float32, int8 (`--quantization dynamic`) or float16. `--output`
+must not exist either.
+
 Examples:
   tfblocks-export ctranslate2 --model runs/enja --output runs/enja/ctranslate2
   tfblocks-export ctranslate2 --model runs/enja --output enja-int8 --quantization int8
+  tfblocks-export litert --model runs/enja --output enja.tflite --beam-size 1
 """
 
 import os
@@ -25,6 +33,8 @@ from tfblocks.translation.console import add_verbose_argument, command_parser, r
 # `--quantization` of `ctranslate2`: CTranslate2's weight types offered on the command line
 # (`export_ctranslate2` takes the others too). None: float32, as the model holds them.
 QUANTIZATIONS = ("int8", "int8_float32", "float16")
+# `--quantization` of `litert` (`tfblocks.serving.litert.QUANTIZATIONS`; None: float32).
+LITERT_QUANTIZATIONS = ("dynamic", "float16")
 # The positions the written timing-signal table covers at least (`export_ctranslate2`'s
 # `max_positions`; more when the run's `max_length` is longer).
 MIN_POSITIONS = 1024
@@ -59,6 +69,38 @@ def parser():
         "float16 (default: float32)",
     )
     add_verbose_argument(ctranslate2)
+    litert = formats.add_parser(
+        "litert",
+        help="one LiteRT (TFLite) file, strings in and out, for phones",
+        description="Write the model of a run folder as one LiteRT file that translates "
+        "strings (its SentencePiece tokenizer and beam search inside).",
+    )
+    litert.add_argument(
+        "--model",
+        required=True,
+        metavar="RUN",
+        help="a run folder of tfblocks-train or tfblocks-import (its model/), or a preset",
+    )
+    litert.add_argument(
+        "--output",
+        required=True,
+        metavar="FILE",
+        help="the .tflite file to write (must not exist)",
+    )
+    litert.add_argument(
+        "--quantization",
+        choices=LITERT_QUANTIZATIONS,
+        default=None,
+        help="store the weights as int8 (dynamic) or float16 (default: float32)",
+    )
+    litert.add_argument(
+        "--beam-size",
+        type=int,
+        default=4,
+        metavar="N",
+        help="the file's beam size (default 4, as the run's SavedModel; 1: greedy search)",
+    )
+    add_verbose_argument(litert)
     return main_parser
 
 
@@ -81,12 +123,12 @@ def preset_folder(run):
     )
 
 
-def check_output(output):
-    """Refuses an `--output` that exists (nothing is replaced) or names no folder."""
+def check_output(output, kind="folder"):
+    """Refuses an `--output` that exists (nothing is replaced) or names no `kind`."""
     if not output.strip():
-        raise ValueError(f"--output must name a new folder, got --output={output!r}")
+        raise ValueError(f"--output must name a new {kind}, got --output={output!r}")
     if os.path.lexists(output):
-        raise ValueError(f"--output={output!r} exists; choose a new folder (nothing is replaced)")
+        raise ValueError(f"--output={output!r} exists; choose a new {kind} (nothing is replaced)")
 
 
 def to_ctranslate2(args):
@@ -111,10 +153,34 @@ def to_ctranslate2(args):
     return written
 
 
+def to_litert(args):
+    """`tfblocks-export litert`: returns the written file, absolute."""
+    preset = preset_folder(args.model)
+    check_output(args.output, "file")
+    if args.beam_size < 1:
+        raise ValueError(f"--beam-size must be at least 1, got --beam-size={args.beam_size}")
+    from tfblocks.models import load_preset, load_target_tokenizer
+    from tfblocks.serving import Translator
+
+    weights = {None: "float32", "dynamic": "int8"}.get(args.quantization, args.quantization)
+    print(f"exporting {preset} to LiteRT ({weights} weights)", file=sys.stderr)
+    model, tokenizer, hp = load_preset(preset)
+    target_tokenizer = load_target_tokenizer(preset) or tokenizer
+    max_length = hp.max_length if hp is not None else 256  # as tfblocks-translate reads it
+    translator = Translator(model, tokenizer, target_tokenizer, max_length)
+    written = translator.export_litert(
+        args.output, quantization=args.quantization, beam_size=args.beam_size
+    )
+    print(f"wrote {written}", file=sys.stderr)
+    return written
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.format == "ctranslate2":
         return to_ctranslate2(args)
+    if args.format == "litert":
+        return to_litert(args)
     raise ValueError(f"unknown format {args.format!r}")  # argparse's choices keep it out
 
 

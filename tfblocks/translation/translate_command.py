@@ -13,7 +13,10 @@ as whitespace separates them). With `--score TARGETS` it translates nothing: it 
 log-probability of each line of TARGETS given the input's line, one number per line.
 With `--target-prefix FILE` the translation of each line starts with the words of the
 same line of FILE (interactive translation, terminology); an empty line forces nothing.
-`--score` and `--target-prefix` read a file or a pipe (`--score <(cut -f2 pairs.tsv)`).
+With `--constraints FILE` each translation holds the phrases of the same line of FILE
+(separated by tabs; an empty line constrains nothing), found by constrained beam search.
+`--score`, `--target-prefix` and `--constraints` read a file or a pipe
+(`--score <(cut -f2 pairs.tsv)`).
 With `--replace-unknowns` each unknown subword (`<unk>`) of a translation becomes the
 source word its cross-attention points at (in text written without spaces, such as
 Japanese, the source subword's own characters). `--sampling-topk K`, `--sampling-topp P`
@@ -37,6 +40,7 @@ Examples:
   tfblocks-translate --model runs/enja --n-best 4 --input test.ja --output test.nbest
   tfblocks-translate --model runs/enja --input test.ja --score test.en --output test.scores
   tfblocks-translate --model runs/enja --input test.ja --target-prefix starts.en
+  tfblocks-translate --model runs/enja --input test.ja --constraints glossary.tsv
   tfblocks-translate --model runs/enja --model runs/enja-seed2 --input test.ja
   tfblocks-translate --model runs/enja --alignments --input test.ja --output test.aligned
   tfblocks-translate --model runs/enja --interactive --beam-size 1
@@ -114,6 +118,12 @@ def parse_args(argv=None):
         "FILE (forced), then decode freely; an empty line forces nothing",
     )
     parser.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help="make the translation of each input line hold the phrases of the same line of "
+        "FILE (tab-separated target phrases; an empty line constrains nothing)",
+    )
+    parser.add_argument(
         "--interactive",
         action="store_true",
         help="translate each line as soon as it is read and write its translation at once "
@@ -160,6 +170,7 @@ def check_output_arguments(parser, args):
                 ("--beam-size", args.beam_size),
                 ("--stop-early", args.stop_early or None),
                 ("--target-prefix", args.target_prefix),
+                ("--constraints", args.constraints),
                 ("--replace-unknowns", args.replace_unknowns or None),
             )
             if value is not None
@@ -171,7 +182,11 @@ def check_output_arguments(parser, args):
             "--interactive writes each translation to standard output as soon as it is done: "
             f"drop --output={args.output!r}"
         )
-    for flag, value in (("--score", args.score), ("--target-prefix", args.target_prefix)):
+    for flag, value in (
+        ("--score", args.score),
+        ("--target-prefix", args.target_prefix),
+        ("--constraints", args.constraints),
+    ):
         if args.interactive and value is not None:
             parser.error(
                 f"--interactive translates each line as it comes: {flag} (a file of as many "
@@ -272,7 +287,11 @@ def _n_best_lines(index, hypotheses):
 
 def main(argv=None):
     args = parse_args(argv)
-    reads = (("--score", args.score), ("--target-prefix", args.target_prefix))
+    reads = (
+        ("--score", args.score),
+        ("--target-prefix", args.target_prefix),
+        ("--constraints", args.constraints),
+    )
     check_paths(args.input, args.output, args.overwrite, reads)  # before TensorFlow loads
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
@@ -299,17 +318,22 @@ def main(argv=None):
         items, doing, length = list(zip(lines, targets, strict=True)), "scoring", _pair_length
     else:
         prefix = args.target_prefix is not None
+        constraints = args.constraints is not None
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
             n_best=args.n_best, stop_early=args.stop_early, prefix=prefix,
-            alignments=args.alignments, **search_options(args),
+            alignments=args.alignments, constraints=constraints, **search_options(args),
         )  # fmt: skip
         items, doing, length = lines, "translating", len
+        columns = [lines]
         if prefix:
-            prefixes = _read_aligned(
-                args, "--target-prefix", args.target_prefix, len(lines), languages[1]
+            columns.append(
+                _read_aligned(args, "--target-prefix", args.target_prefix, len(lines), languages[1])
             )
-            items, length = list(zip(lines, prefixes, strict=True)), _source_length
+        if constraints:
+            columns.append(_read_phrases(args, len(lines), languages[1]))
+        if len(columns) > 1:
+            items, length = list(zip(*columns, strict=True)), _source_length
     print(f"{doing} {len(lines)} lines with {what}", file=sys.stderr)
 
     def progress(done, total):
@@ -366,11 +390,11 @@ def _interactive(args):
         return False
 
 
-def _read_aligned(args, flag, path, count, language=None):
+def _read_aligned(args, flag, path, count, language=None, japanese_spaces="auto"):
     """The lines of `path` (the file of `flag`, target-side text), one per input line, read
     as tfblocks-evaluate reads `--ref` (the run's target `language`, or the *.ja rule, no
-    advice); a ValueError naming both when the counts differ."""
-    lines = read_input(path, "auto", advise=False, language=language)
+    advice; or as `japanese_spaces` says); a ValueError naming both when the counts differ."""
+    lines = read_input(path, japanese_spaces, advise=False, language=language)
     if len(lines) != count:
         name = "standard input" if args.input is None else repr(args.input)
         raise ValueError(
@@ -378,6 +402,21 @@ def _read_aligned(args, flag, path, count, language=None):
             "give one line per input line"
         )
     return lines
+
+
+def _read_phrases(args, count, language=None):
+    """The phrases of each line of `--constraints` (tab-separated; blank ones dropped), one
+    list per input line, read as `--target-prefix` is (`_read_aligned`), pre-tokenized
+    Japanese joined phrase by phrase (joining the line would join its tabs too)."""
+    from tfblocks.text import remove_japanese_spaces
+
+    path = args.constraints
+    lines = _read_aligned(args, "--constraints", path, count, japanese_spaces="keep")
+    join = language == "ja" or (language is None and str(path).endswith(".ja"))
+    return [
+        [remove_japanese_spaces(p) if join else p for p in line.split("\t") if p.strip()]
+        for line in lines
+    ]
 
 
 # The most characters of a `--score` target: it is scored whole, never cut (as a source
@@ -396,9 +435,10 @@ def _check_score_lengths(path, targets):
             )
 
 
-def _source_length(pair):
-    """The characters of a (text, target prefix) pair's text: batches go by the text."""
-    return len(pair[0])
+def _source_length(item):
+    """The characters of a (text, target prefix and/or phrases) tuple's text: batches go
+    by the text."""
+    return len(item[0])
 
 
 def _pair_length(pair):
