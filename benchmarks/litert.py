@@ -39,13 +39,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: tiny model, 4 sentences, greedy, 2 engines")  # fmt: skip
-    parser.add_argument("--data", default=serve.DATA, help="the small_parallel_enja directory")
-    parser.add_argument("--preset", help="load this tfblocks preset instead of training")
-    parser.add_argument("--save-preset", help="save the trained model here")
-    parser.add_argument("--hparams", default="transformer_small")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--train-minutes", type=float, default=5.0)
-    parser.add_argument("--max-length", type=int, default=64, help="the serving max_length")
+    serve.add_model_arguments(parser)
     parser.add_argument("--sentences", type=int, default=200, help="test sentences timed")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=1)

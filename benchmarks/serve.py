@@ -134,11 +134,8 @@ COLD_ENGINES = (
 CACHED = ("SavedModel XLA cache", "SavedModel cache+no Grappler")
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: tiny model, 1 training step, 4 phrasebook sentences, "
-                        "beam 4 at batch 32 only, 4 engines, 1 round")  # fmt: skip
+def add_model_arguments(parser):
+    """The model the serving benchmarks decode with: a preset, or one trained here."""
     parser.add_argument("--data", default=DATA, help="the small_parallel_enja directory")
     parser.add_argument("--preset", help="load this tfblocks preset instead of training")
     parser.add_argument("--save-preset", help="save the trained model here")
@@ -146,6 +143,14 @@ def parse_args(argv=None):
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--train-minutes", type=float, default=5.0)
     parser.add_argument("--max-length", type=int, default=64, help="the serving max_length")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: tiny model, 1 training step, 4 phrasebook sentences, "
+                        "beam 4 at batch 32 only, 4 engines, 1 round")  # fmt: skip
+    add_model_arguments(parser)
     parser.add_argument("--sentences", type=int, default=500, help="test sentences used")
     parser.add_argument("--batch1-sentences", type=int, default=200,
                         help="sentences timed at batch 1 (the first N)")  # fmt: skip
