@@ -205,3 +205,33 @@ def test_drop_finished_argument():
         Greedy().search(
             step_fn, np.zeros(1, "int32"), np.array([3]), 4, context=(), drop_finished=1
         )
+
+
+@pytest.mark.parametrize("stop_early", [False, True])
+def test_a_sentence_result_does_not_depend_on_its_batch_mates(stop_early):
+    # Without drop_finished the loop runs until the last sentence is done; the sentences
+    # done before keep their n-best lists (and, with stop_early, their best) unchanged,
+    # so each sentence's result equals its result alone.
+    vocab, batch, length, beam = 9, 6, 12, 3
+    step_fn, _ = fake_model(vocab, 11)
+
+    def context_step(ids, index, state, context):
+        return step_fn(ids, index, (state + context) % HASH)
+
+    search = BeamSearch(beam_size=beam, alpha=0.6, stop_early=stop_early)
+    context = np.arange(batch, dtype="int32") * 37
+    start = np.full(batch, tfblocks.BOS_ID, "int32")
+
+    def run(rows):
+        return search.search(
+            context_step, np.zeros(len(rows), "int32"), start[rows], length, eos_id=1,
+            context=context[rows], num_hypotheses=beam,
+        )  # fmt: skip
+
+    ids, scores = run(np.arange(batch))
+    ended_at = (ids.numpy()[:, 0] > 0).sum(-1)
+    assert len(set(ended_at)) > 2  # the sentences end at different steps
+    for b in range(batch):
+        alone_ids, alone_scores = run(np.array([b]))
+        np.testing.assert_array_equal(ids.numpy()[b], alone_ids.numpy()[0], err_msg=str(b))
+        np.testing.assert_allclose(scores.numpy()[b], alone_scores.numpy()[0], rtol=1e-6)

@@ -8,7 +8,9 @@ when the *worst* finished score beats the best a live beam can reach; here the s
 stops when the *best* finished score does, which cannot change the returned (top)
 hypothesis and saves steps (for N hypotheses, once N have finished too).
 `BeamSearch(stop_early=True)` replaces that test by fairseq's and CTranslate2's rule: a
-sentence's search ends as soon as `beam_size` hypotheses have finished.
+sentence's search ends as soon as `beam_size` hypotheses have finished. A sentence whose
+search has ended keeps its hypotheses while the loop goes on for others (`keep_done`), so
+its result does not depend on its batch mates.
 
 A candidate whose log-probability is at or below `DEAD` (it took a token the step ruled
 out, or extends a beam that did: the K − 1 empty beams of the first step, the other
@@ -154,6 +156,20 @@ class _Beam(Pieces):
         final = tf.logical_and(flags[:, 0], loop.finished_scores[:, 0] >= best_alive)
         return tf.logical_and(final, flags[:, n - 1])
 
+    def keep_done(self, loop, new):
+        """`new` (the loop state after a step) with every sentence that was done in
+        `loop` unchanged: a sentence's hypotheses and scores do not depend on how long
+        its batch mates keep the loop going, as when `drop_finished` takes it out (else
+        its n-best list, and with `stop_early` its best, could still change)."""
+        done = self.done(loop)  # [B]
+
+        def keep(old, value):
+            where = tf.reshape(done, [-1] + [1] * (value.shape.rank - 1))
+            return tf.where(where, old, value)
+
+        by_sentence = [f for f in new._fields if f not in ("index", "last", "state", "prefix")]
+        return new._replace(**{f: keep(getattr(loop, f), getattr(new, f)) for f in by_sentence})
+
     def regroup(self, loop, x):
         """`x` `[B·K, ...]` as `[B, K, ...]` (B: the sentences in `loop`)."""
         shape = [self.size(loop), self.beam, *(dim(x, a) for a in range(1, x.shape.rank))]
@@ -218,7 +234,7 @@ class _Beam(Pieces):
         finished_seq, finished_scores, finished_flags = self.finish(
             loop, top_seq, top_scores, is_eos
         )
-        return BeamState(
+        new = BeamState(
             index=i + 1,
             last=self.flatten(loop, tf.gather(token, keep, batch_dims=1))[:, None],  # [B·K, 1]
             state=self.reorder(loop, new_state, parents),
@@ -229,6 +245,7 @@ class _Beam(Pieces):
             finished_flags=finished_flags,
             prefix=loop.prefix,
         )
+        return self.keep_done(loop, new)
 
     def result(self, loop):
         """`(ids [B, L], scores [B])` of every sentence of `loop`, or with `hypotheses=N`

@@ -295,7 +295,7 @@ class _ConstrainedBeam(_Beam):
         # EOS-ended candidates compete with the finished ones for K slots.
         finished_seq, finished_scores, finished_flags = self.finish(loop, seqs, scores, is_eos)
         kept = lambda x: tf.gather(x, keep, batch_dims=1)  # noqa: E731
-        return ConstrainedState(
+        new = ConstrainedState(
             index=i + 1,
             last=self.flatten(loop, kept(token))[:, None],  # [B·K, 1]
             state=self.reorder(loop, new_state, parents),
@@ -310,6 +310,7 @@ class _ConstrainedBeam(_Beam):
             partial=kept(partial),
             since=kept(since),
         )
+        return self.keep_done(loop, new)
 
 
 def check_constraints(constraints, start_ids, max_length, eos_id, pad_id):
