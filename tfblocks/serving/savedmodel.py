@@ -324,7 +324,7 @@ class Translator(TextModule):
         if self.alignments:
             signatures["align"] = self._optional("align", self._align, [_SOURCE, _TARGET])
         if self.multilingual:
-            signatures["target"] = self.serve_target
+            signatures["target"] = self.serve_target()
         if self.constrained:
             signatures["constrained"] = self._constrained_signature()
         return signatures
@@ -371,7 +371,7 @@ class Translator(TextModule):
                 )
             texts = check_text_batch(texts)
             language = target_tag(target_lang)[2:-1]
-            return self.serve_target(texts, tf.fill(tf.shape(texts), language))["translation"]
+            return self.serve_target()(texts, tf.fill(tf.shape(texts), language))["translation"]
         if replace_unknowns:
             best = [row[0].text for row in self.n_best(texts, target_prefix, True, constraints)]
             return tf.constant(best, tf.string)
@@ -530,10 +530,14 @@ class Translator(TextModule):
         """The `serving_default` signature: `{"translation", "score"}` for a batch."""
         return self._translate_text(text)
 
-    @tf.function(input_signature=[TEXT, _TARGET_LANG], autograph=False)
-    def serve_target(self, text, target_lang):
-        """The `target` signature (`multilingual`): `{"translation", "score"}` of each
-        text into its `target_lang` (a code such as `fr`; zero-shot directions too)."""
+    def serve_target(self):
+        """The `target` signature (`multilingual`), a `tf.function` made on first use (an
+        optional signature: `_optional`; a method, so that saving does not make it)."""
+        return self._optional("target", self._serve_target, [TEXT, _TARGET_LANG])
+
+    def _serve_target(self, text, target_lang):
+        """`{"translation", "score"}` of each text into its `target_lang` (a code such as
+        `fr`; zero-shot directions too)."""
         target_lang = batch_input(target_lang, "target_lang")
         _check_same_batch(batch_input(text, "text"), target_lang, ("text", "target_lang"))
         return self._translate_text(text, target_lang)
