@@ -46,10 +46,9 @@ def _trained(data, **overrides):
     return _TRAINED[key]
 
 
-def _train(data, **overrides):
-    pairs, tokenizer = data
-    keras.utils.set_random_seed(0)
-    hp = tfblocks.hparams(
+def _hparams(tokenizer, **overrides):
+    """The HParams of `_trained`'s models (`overrides` on top)."""
+    return tfblocks.hparams(
         "transformer_tiny",
         vocab_size=tokenizer.vocabulary_size,
         hidden_size=64,
@@ -58,6 +57,12 @@ def _train(data, **overrides):
         num_decoder_layers=1,
         **overrides,
     )
+
+
+def _train(data, **overrides):
+    pairs, tokenizer = data
+    keras.utils.set_random_seed(0)
+    hp = _hparams(tokenizer, **overrides)
     model = tfblocks.build_transformer(hp)
     tfblocks.compile_transformer(model, hp, jit_compile=False, learning_rate=1e-2)
     source = tokenizer.tokenize([s for s, _ in pairs]).to_tensor(shape=[None, MAX_LENGTH])

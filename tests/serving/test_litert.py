@@ -10,7 +10,7 @@ import pytest
 from ai_edge_litert import interpreter as litert  # the `litert` extra, part of `test`
 
 import tfblocks
-from tests.serving.test_ctranslate2 import _trained, data  # noqa: F401 (a fixture)
+from tests.serving.test_ctranslate2 import _hparams, _trained, data  # noqa: F401 (a fixture)
 from tfblocks.decoding import Greedy, Sampling
 from tfblocks.models import save_preset
 from tfblocks.serving import Translator
@@ -105,15 +105,7 @@ def test_greedy_float32_and_int8_from_the_command(data, texts, tmp_path):  # noq
     translations, _ = _run(float32, texts)
     assert translations == [t.decode("utf-8") for t in greedy(texts).numpy()]
 
-    hp = tfblocks.hparams(
-        "transformer_tiny",
-        vocab_size=tokenizer.vocabulary_size,
-        hidden_size=64,
-        filter_size=128,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        max_length=MAX_LENGTH,
-    )  # fmt: skip: `_trained`'s
+    hp = _hparams(tokenizer, max_length=MAX_LENGTH)  # `_trained`'s architecture
     save_preset(model, tokenizer, tmp_path / "run" / "model", hp)
     argv = ["litert", "--model", str(tmp_path / "run"), "--output", str(tmp_path / "i8.tflite")]
     int8 = export_command.main([*argv, "--quantization", "dynamic", "--beam-size", "1"])
