@@ -94,6 +94,7 @@ def test_early_stopping_keeps_the_best_epoch_and_a_tie_the_later_one(job, tmp_pa
     assert report["epochs"] == 2 and bleu[0] == bleu[1]
     assert report["best_epoch"] == 2  # the tie: the later epoch's weights
     assert all("dev_bleu" in h and "dev_chrf" in h for h in report["history"])
+    assert all(h["seconds"] > 0 and h["dev_seconds"] > 0 for h in report["history"])
     assert report["final_weights"] == "best (epoch 2)"
     assert_same_weights(folder.join("best.npz"), folder.join("checkpoints", "epoch-0002.npz"))
 

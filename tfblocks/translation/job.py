@@ -35,10 +35,11 @@ here is what it does with it:
   (Keras), plus dev BLEU and chrF (sacrebleu; BLEU tokenized for the target language or
   as `bleu_tokenize` says, `evaluation.choose_bleu_tokenize`) of greedy translations of up
   to `dev_sentences` dev sentences with the cached decoder, in the progress output and
-  TensorBoard. `early_stopping` stops after that many epochs without a higher dev BLEU;
-  the best epoch's weights are kept and become the final model. When dev BLEU ties, the
-  later epoch is the best (its weights had more training); early stopping still counts
-  from the last epoch that raised the BLEU.
+  TensorBoard. Each epoch's history record also holds its training seconds (`seconds`)
+  and those of its dev BLEU (`dev_seconds`, not training time). `early_stopping` stops
+  after that many epochs without a higher dev BLEU; the best epoch's weights are kept and
+  become the final model. When dev BLEU ties, the later epoch is the best (its weights
+  had more training); early stopping still counts from the last epoch that raised the BLEU.
 - `average_last=K` averages the last K epochs' weights (t2t `avg_checkpoints`) and keeps
   the average when its dev BLEU is at least the best single epoch's.
 - `ema_decay` keeps a moving average of the weights during training; the run's weights
@@ -573,15 +574,18 @@ class TrainingJob:
             folder.commit(self.model, progress, keep=keep, weights={})  # the time only
             return "time limit"
         weights = self.sync_weights()  # the serving model's now: dev BLEU and the .npz files
-        logs = dict(logs)
+        logs = dict(logs, seconds=elapsed)
         if self.dev_pairs:
+            start = time.perf_counter()
             logs.update(self._dev_scores())
+            logs["dev_seconds"] = time.perf_counter() - start
             with self.writer.as_default():  # epoch_bleu, epoch_chrf (each direction's too)
                 for key in [k for k in logs if k.startswith(("dev_bleu", "dev_chrf"))]:
                     tf.summary.scalar(f"epoch_{key[4:]}", logs[key], step=epoch)
             self.writer.flush()
             self.log(f"epoch {epoch + 1}: dev BLEU {logs['dev_bleu']} chrF {logs['dev_chrf']} "
-                     f"({self._dev_count()}, greedy){self._per_pair(logs, 'dev_')}")  # fmt: skip
+                     f"({self._dev_count()}, greedy, {logs['dev_seconds']:.1f} s)"
+                     f"{self._per_pair(logs, 'dev_')}")  # fmt: skip
         progress["epochs"] = epoch + 1
         progress["history"].append({"epoch": epoch + 1, **logs})
         best = bool(self.dev_pairs) and _record_bleu(progress, logs["dev_bleu"], epoch + 1)
