@@ -63,7 +63,7 @@ def plot_curves(path, history, best_epoch=None, averaged_epochs=None, title=None
         if axes.get_legend_handles_labels()[0]:
             axes.legend()
     loss_axes.set_ylabel("loss (label-smoothed cross-entropy)")
-    score_axes.set_ylabel("score")
+    score_axes.set_ylabel("score (greedy translations of the dev sentences)")
     if title:
         figure.suptitle(title)
     return replace_file(path, lambda tmp: figure.savefig(tmp, format="png", dpi=100), ".png")
