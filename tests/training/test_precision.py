@@ -1,5 +1,5 @@
-"""`training_execution`: the dtype policy and XLA choice of each shapes and policy, and
-bad input."""
+"""`resolve_dtype_policy` and `training_execution`: what "auto" picks for a step with or
+without XLA, the dtype policy and XLA choice of each shapes and policy, and bad input."""
 
 import pytest
 import tensorflow as tf
@@ -23,6 +23,26 @@ def machine(monkeypatch):
         )
 
     return pretend
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
+def test_explicit_policies_resolve_to_themselves(policy):
+    assert precision.resolve_dtype_policy(policy) == policy
+    assert precision.resolve_dtype_policy(policy, jit_compile=True) == policy
+
+
+@pytest.mark.parametrize(
+    "bf16_cpu, jit_compile, accelerators, expected",
+    [
+        (True, False, [], "mixed_bfloat16"),  # a step without XLA on this CPU
+        (True, True, [], "float32"),  # XLA's CPU matmul is no faster in bfloat16
+        (False, False, [], "float32"),  # no bfloat16 instructions
+        (True, False, ["GPU:0"], "float32"),  # accelerators: the user chooses
+    ],
+)
+def test_auto_resolves_by_machine_and_xla(machine, bf16_cpu, jit_compile, accelerators, expected):
+    machine(bf16_cpu, accelerators)
+    assert precision.resolve_dtype_policy("auto", jit_compile=jit_compile) == expected
 
 
 @pytest.mark.parametrize("bf16_cpu", [False, True])
@@ -67,13 +87,15 @@ def test_cpu_flags_are_read_from_proc_cpuinfo():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "function, kwargs, match",
     [
-        ({"policy": "bfloat16"}, "policy='bfloat16'"),
-        ({"policy": None}, "policy=None"),
-        ({"shapes": "pack"}, "shapes='pack'"),
+        ("training_execution", {"policy": "bfloat16"}, "policy='bfloat16'"),
+        ("training_execution", {"shapes": "packed", "policy": None}, "policy=None"),
+        ("training_execution", {"shapes": "pack"}, "shapes='pack'"),
+        ("resolve_dtype_policy", {"policy": "bfloat16"}, "policy='bfloat16'"),
+        ("resolve_dtype_policy", {"policy": "auto", "jit_compile": 1}, "jit_compile=1"),
     ],
 )
-def test_bad_arguments(kwargs, match):
+def test_bad_arguments(function, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        precision.training_execution(**kwargs)
+        getattr(precision, function)(**kwargs)
