@@ -6,8 +6,9 @@ one without XLA.
 Usage: `python -m tests.training.mirrored_script` from the repository root. Prints one
 JSON line: the largest weight difference, the loss histories, the smoothed loss
 computed per replica vs on the whole batch, the same comparison of weights and their
-moving averages with gradient accumulation, and what `distribute_dataset` gives the two
-replicas (and one `fit` epoch on it).
+moving averages with gradient accumulation, what `distribute_dataset` gives the two
+replicas (and one `fit` epoch on it), and the weights after an epoch of packed rows on
+both setups.
 """
 
 import json
@@ -82,6 +83,7 @@ def main():
         json.dumps(
             {
                 "sharded": sharded_input(strategy, initial),
+                "packed": packed_rows(strategy, initial),
                 "replicas": strategy.num_replicas_in_sync,
                 "mirrored_jit_compile": bool(mirrored.jit_compile),
                 "single_jit_compile": bool(single.jit_compile),
@@ -149,6 +151,53 @@ def sharded_input(strategy, initial):
     result["loss"] = model.fit(data, epochs=1, verbose=0).history["loss"]
     result["stream"] = endless_input(strategy, model, pairs, tokenizer)
     return result
+
+
+def packed_rows(strategy, initial):
+    """One epoch of packed rows (`shapes="packed"`) on both setups: under the strategy as
+    the translation job gives them (`distribute_dataset`, 3 rows per replica) and on one
+    device, eagerly, in batches of the step's 6 rows. Neither compiles with XLA (as `auto`
+    trains packed rows on a CPU with bfloat16 instructions): per-replica XLA, whose
+    compilation would cost this most of its time, is compared with Keras' step in `main`.
+    Returns the steps of each, the features a replica got, the largest weight difference
+    and change."""
+    import keras
+    import numpy as np
+
+    from tests.fixtures import tiny_hparams, tiny_model
+    from tests.training.multi_worker_script import DigitTokenizer, text_pairs
+    from tfblocks.text import distribute_dataset, make_dataset
+
+    tokenizer, pairs = DigitTokenizer(), text_pairs(20, 24)
+    settings = {"batch_tokens": 60, "max_length": 10, "shuffle": False, "shapes": "packed"}
+    distributed = distribute_dataset(strategy, pairs, tokenizer, tokenizer, **settings)
+    whole = make_dataset(pairs, tokenizer, tokenizer, **settings)  # [6, 10] features
+    hp = tiny_hparams(24)
+    # Eager on one device: no step to trace for three tiny steps.
+    single = tiny_model(hp, weights=initial, jit_compile=False, learning_rate=1e-3,
+                        run_eagerly=True)  # fmt: skip
+    with strategy.scope():
+        mirrored = tiny_model(hp, weights=initial, jit_compile=False, learning_rate=1e-3)
+    # The steps each `fit` ran (not `optimizer.iterations`, which the end of a distributed
+    # dataset of unknown length can raise once more without an update).
+    steps = [[], []]
+    for model, data, seen in zip((single, mirrored), (whole, distributed), steps, strict=True):
+        counter = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs, s=seen: s.append(batch)
+        )
+        model.fit(data, epochs=1, verbose=0, shuffle=False, callbacks=[counter])
+    features = next(iter(distributed))[0]
+    local = strategy.experimental_local_results(features["inputs"])
+    weights = [m.get_weights() for m in (single, mirrored)]
+    return {
+        "steps": [len(seen) for seen in steps],
+        "features": sorted(features),
+        "replica_rows": [int(ids.shape[0]) for ids in local],
+        "weight_diff": max(float(np.abs(a - b).max()) for a, b in zip(*weights, strict=True)),
+        "weight_change": max(
+            float(np.abs(a - b).max()) for a, b in zip(weights[1], initial, strict=True)
+        ),
+    }
 
 
 def endless_input(strategy, model, pairs, tokenizer):

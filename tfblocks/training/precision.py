@@ -1,16 +1,23 @@
-"""Which dtype policy the translation job trains with: `"auto"` picks the faster one.
+"""How the translation job runs its training step: the dtype policy, and whether XLA
+compiles the step; `"auto"` picks the faster execution for the batches' shapes.
 
 On a CPU with bfloat16 dot-product instructions (`avx512_bf16` or AMX), TensorFlow's
 oneDNN matmul kernels run bfloat16 faster than float32, while XLA's CPU backend runs it
-slower (figures: docs/performance.md, "Measured design choices"). So a step *without*
-XLA, the translation job's default on variable-length batches, trains fastest under
-`mixed_bfloat16` (float32 variables, bfloat16 compute, float32 logits and loss); with
-XLA, or on an older CPU, float32 stays the default. GPUs and TPUs keep float32 unless
-asked (`mixed_float16` / `mixed_bfloat16`): this project has no figures for them.
+slower (figures: docs/performance.md, "Measured design choices"). Variable-length batches
+(`shapes="dynamic"`, the job's default) train without XLA, which would compile once per
+shape, and so under `mixed_bfloat16` there (float32 variables, bfloat16 compute, float32
+logits and loss). `"buckets"` and `"max_length"` compile with XLA and stay float32.
+Packed rows have one static shape and need no XLA to avoid retracing, so on such a CPU
+they train without XLA in `mixed_bfloat16` too: there, variable-length batches trained so
+beat packed rows in float32 under XLA (packed rows in `mixed_bfloat16` are not timed
+there yet). On a CPU without bfloat16 instructions packed rows keep XLA, whose float32
+step is the faster one once compiled. GPUs and TPUs keep float32 unless asked
+(`mixed_float16` / `mixed_bfloat16`): this project has no figures for them.
 """
 
 from tfblocks import _checks
 from tfblocks._cpu import cpu_flags
+from tfblocks.text.shapes import SHAPES
 
 POLICIES = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 # /proc/cpuinfo flags of x86 CPUs whose bfloat16 matmul oneDNN runs natively.
@@ -28,7 +35,7 @@ def cpu_has_bf16():
 
 
 def resolve_dtype_policy(policy="auto", jit_compile=False):
-    """The Keras dtype policy name `policy` stands for.
+    """The Keras dtype policy name `policy` stands for, for a step compiled with XLA or not.
 
     Args:
         policy: one of `POLICIES`. `"auto"` is `"mixed_bfloat16"` when the step runs
@@ -53,3 +60,33 @@ def resolve_dtype_policy(policy="auto", jit_compile=False):
     if not jit_compile and not accelerators and cpu_has_bf16():
         return "mixed_bfloat16"
     return "float32"
+
+
+def training_execution(shapes="dynamic", policy="auto"):
+    """The dtype policy of a training step on `shapes` batches, and whether XLA compiles it.
+
+    The translation job's one rule (the module docstring gives the measured reasons): a
+    step compiles with XLA when its batches have few shapes (`"buckets"`, `"max_length"`,
+    `"packed"`), not on `"dynamic"` ones, and `policy` resolves for that step
+    (`resolve_dtype_policy`). Except: packed rows under `"auto"`, where a step without
+    XLA would train in `"mixed_bfloat16"` (a CPU with bfloat16 instructions, no GPU or
+    TPU), train that way, without XLA. An explicit `policy` changes no XLA choice.
+
+    Args:
+        shapes: the training batches, one of `tfblocks.text.shapes.SHAPES`.
+        policy: one of `POLICIES`.
+
+    Returns:
+        `(policy_name, jit_compile)`: `"float32"`, `"mixed_bfloat16"` or
+        `"mixed_float16"`, and whether the step is compiled with XLA.
+
+    Example:
+    >>> training_execution("max_length", "auto"), training_execution("dynamic", "float32")
+    (('float32', True), ('float32', False))
+    """
+    _checks.check_choice("shapes", shapes, SHAPES)
+    xla = shapes != "dynamic"  # fixed shapes: one XLA program per shape
+    if shapes == "packed" and policy == "auto":
+        # One static shape: no retracing without XLA, so bfloat16 wins where it can.
+        xla = resolve_dtype_policy("auto", jit_compile=False) != "mixed_bfloat16"
+    return resolve_dtype_policy(policy, xla), xla

@@ -92,7 +92,7 @@ from tfblocks.training import compile_transformer, get_strategy
 from tfblocks.training.callbacks import EpochProgress, FiniteLoss, TimeLimit
 from tfblocks.training.lora import enable_lora
 from tfblocks.training.multi_worker import patch_keras
-from tfblocks.training.precision import resolve_dtype_policy
+from tfblocks.training.precision import training_execution
 from tfblocks.training.weights import (
     assign_weights,
     average_weights,
@@ -510,8 +510,7 @@ class TrainingJob:
         self.sharded = isinstance(self.strategy, SHARDED_INPUT)
         if self.sharded:
             patch_keras()  # Keras' `fit` on replicas' batches of different shapes
-        xla = options.shapes != "dynamic"  # fixed shapes: one XLA program per shape
-        self.policy = resolve_dtype_policy(options.dtype_policy, xla)
+        self.policy, xla = training_execution(options.shapes, options.dtype_policy)
         with self.strategy.scope():
             model = build_transformer(hp, dtype=self.policy)
             if init_weights is not None and not progress["epochs"]:
@@ -523,9 +522,9 @@ class TrainingJob:
         plain = self.policy == "float32" and options.ema_decay is None and not options.lora_rank
         self.serving = model if plain else float32_twin(hp, model)
         if options.dtype_policy == "auto" and self.policy != "float32":
-            self.log(f"training under {self.policy} (dtype_policy='auto': this CPU has "
-                     "bfloat16 instructions and the step runs without XLA); translating in "
-                     "float32")  # fmt: skip
+            self.log(f"training under {self.policy} without XLA (dtype_policy='auto': this "
+                     f"CPU has bfloat16 instructions, shapes={options.shapes!r}); translating "
+                     "in float32")  # fmt: skip
         if progress["epochs"]:
             self.folder.restore(model)  # weights, optimizer (built) and dropout seeds
             self.log(f"continuing {self.folder.path} after epoch {progress['epochs']}")

@@ -37,9 +37,11 @@ class TrainingOptions:
         shapes: the batches (`make_dataset(shapes=...)`): `"dynamic"` (length buckets,
             each batch padded to its longest pair), `"buckets"` (a few padded lengths),
             `"max_length"` (one shape) or `"packed"` (several pairs per row, one shape).
-            The fixed-shape modes compile the training step with XLA (once per shape).
-        dtype_policy: `"auto"` (`mixed_bfloat16` for a step without XLA on a CPU with
-            bfloat16 instructions, else float32; `tfblocks.training.precision`),
+            The fixed-shape modes compile the training step with XLA (once per shape),
+            except packed rows that `dtype_policy="auto"` trains in `mixed_bfloat16`.
+        dtype_policy: `"auto"` (`mixed_bfloat16` for a step without XLA, dynamic or
+            packed batches, on a CPU with bfloat16 instructions, else float32;
+            `tfblocks.training.precision.training_execution`),
             `"float32"`, `"mixed_bfloat16"` or `"mixed_float16"`. Only training uses it:
             dev BLEU, the returned model and its exports compute in float32.
         time_limit: seconds of training in this invocation (None = no limit).

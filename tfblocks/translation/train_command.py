@@ -131,15 +131,16 @@ def parse_args(argv=None):
         "--dtype-policy", dest="dtype_policy", default="auto",
         choices=POLICIES,
         help="Keras dtype policy of training (default auto: mixed_bfloat16 on a CPU with "
-        "bfloat16 instructions when the step runs without XLA, else float32); translation "
-        "and the export compute in float32",
+        "bfloat16 instructions when the step runs without XLA, as for dynamic and packed "
+        "batches there, else float32); translation and the export compute in float32",
     )  # fmt: skip
     parser.add_argument(
         "--shapes", default="dynamic", choices=SHAPES,
         help="the training batches: dynamic (length buckets, each batch padded to its longest "
         "pair; no XLA), buckets (a few padded lengths), max_length (one shape) or packed "
         "(several pairs per row of max_length, one shape, almost no padding); the fixed shapes "
-        "compile the training step with XLA",
+        "compile the training step with XLA, except packed rows under --dtype-policy auto on "
+        "a CPU with bfloat16 instructions (mixed_bfloat16 without XLA)",
     )  # fmt: skip
     parser.add_argument(
         "--max-train-minutes", type=float, default=None, help="stop training after this long"
