@@ -140,7 +140,8 @@ def parse_args(argv=None):
         "pair; no XLA), buckets (a few padded lengths), max_length (one shape) or packed "
         "(several pairs per row of max_length, one shape, almost no padding); the fixed shapes "
         "compile the training step with XLA, except packed rows under --dtype-policy auto on "
-        "a CPU with bfloat16 instructions (mixed_bfloat16 without XLA)",
+        "a CPU with bfloat16 instructions (mixed_bfloat16 without XLA); packed rows learned "
+        "more in a time-limited CPU run (benchmarks/README.md, enja.sh)",
     )  # fmt: skip
     parser.add_argument(
         "--max-train-minutes", type=float, default=None, help="stop training after this long"
