@@ -1,6 +1,7 @@
 """The translation job's batch shapes (`TrainingOptions(shapes=...)`, `tfblocks-train --shapes`)."""
 
 import dataclasses
+import re
 
 import keras
 import pytest
@@ -20,9 +21,20 @@ def job():
 def test_packed_rows_train_and_validate(job, tmp_path):
     splits, tokenizer, hp = job
     hp = dataclasses.replace(hp, learning_rate_warmup_steps=20, learning_rate_constant=1.0)
-    model, report = train(
-        RunFolder(tmp_path), splits, tokenizer, hp, options(4, shapes="packed"), log=print
+    printed = []
+    opts = options(4, shapes="packed")
+    model, report = train(RunFolder(tmp_path), splits, tokenizer, hp, opts, log=printed.append)
+    # What packing made of the train split: rows, batches of batch_tokens // max_length rows.
+    (line,) = [line for line in printed if line.startswith("packed rows:")]
+    found = re.fullmatch(
+        r"packed rows: ([\d,]+) rows of (\d+) positions, ([\d,]+) batches an epoch; padding: "
+        r"(\d+\.\d)% of the target positions, (\d+\.\d)% of the source positions",
+        line,
     )
+    assert found, line
+    rows, length, batches = (int(found[i].replace(",", "")) for i in (1, 2, 3))
+    assert length == hp.max_length and batches == -(-rows // (opts.batch_tokens // length))
+    assert 0 <= float(found[4]) < 100 and 0 <= float(found[5]) < 100
     losses = [epoch["loss"] for epoch in report["history"]]
     assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
     assert all(epoch["val_loss"] > 0 for epoch in report["history"])  # dev rows packed too

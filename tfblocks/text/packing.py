@@ -72,6 +72,44 @@ def pack_lengths(source_lengths, target_lengths, max_length):
     return row, source_offset, target_offset, segment
 
 
+def packing_summary(source_lengths, target_lengths, max_length, batch_tokens):
+    """How `batch_packed` packs pairs of these lengths, in their order: its rows, batches
+    and the share of their positions that are padding on each side.
+
+    Args:
+        source_lengths: int `[N]`, each pair's source length (<= `max_length`).
+        target_lengths: int `[N]`, each pair's target length (<= `max_length`).
+        max_length: the positions of a row, per side.
+        batch_tokens: the positions of a batch (`batch_tokens // max_length` rows).
+
+    Returns:
+        A dict: `rows`, `batches`, `source_padding` and `target_padding` (fractions of
+        the batches' positions, the last batch's all-PAD rows included).
+
+    Example:
+
+    >>> summary = packing_summary([3, 2, 2], [2, 3, 1], max_length=5, batch_tokens=10)
+    >>> summary["rows"], summary["batches"], round(summary["target_padding"], 2)
+    (2, 1, 0.4)
+    """
+    source_lengths = np.asarray(source_lengths, np.int64)
+    target_lengths = np.asarray(target_lengths, np.int64)
+    rows = sum(
+        int(pack_lengths(source_lengths[i : i + PACK_WINDOW],
+                         target_lengths[i : i + PACK_WINDOW], max_length)[0].max()) + 1
+        for i in range(0, len(source_lengths), PACK_WINDOW)
+    )  # fmt: skip
+    per_batch = batch_tokens // max_length
+    batches = -(-rows // per_batch)
+    positions = batches * per_batch * max_length
+    return {
+        "rows": rows,
+        "batches": batches,
+        "source_padding": 1.0 - float(source_lengths.sum()) / positions,
+        "target_padding": 1.0 - float(target_lengths.sum()) / positions,
+    }
+
+
 def _pack_window(sources, targets, max_length):
     """Packs a window of pairs (ragged `[N, (len)]` ids) into rows: a dict of `[R, max_length]`
     int32 features (`inputs`, `targets` and `PACKED_FEATURES`)."""
@@ -118,11 +156,8 @@ def batch_packed(pairs, options):
     source_lengths, target_lengths = options.source_lengths, options.target_lengths
     packed_rows = None  # a streamed corpus: not known
     if source_lengths is not None:
-        packed_rows = sum(
-            int(pack_lengths(source_lengths[i : i + PACK_WINDOW],
-                             target_lengths[i : i + PACK_WINDOW], max_length)[0].max()) + 1
-            for i in range(0, len(source_lengths), PACK_WINDOW)
-        )  # fmt: skip
+        summary = packing_summary(source_lengths, target_lengths, max_length, options.batch_tokens)
+        packed_rows = summary["rows"]
     dataset = pairs.ragged_batch(PACK_WINDOW).map(
         lambda sources, targets: _pack_window(sources, targets, max_length)
     )  # windows of [R, L] features

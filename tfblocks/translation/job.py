@@ -86,7 +86,9 @@ from tfblocks.models.preset import KIND
 from tfblocks.serving.savedmodel import Translator
 from tfblocks.text import distribute_dataset, make_dataset
 from tfblocks.text.corpus import StreamedPairs, sample_pairs
+from tfblocks.text.dataset import length_summary
 from tfblocks.text.multilingual import MixedPairs, train_multilingual_tokenizer
+from tfblocks.text.packing import packing_summary
 from tfblocks.text.phrasebook import RUNNING_EXAMPLE
 from tfblocks.training import compile_transformer, get_strategy
 from tfblocks.training.callbacks import EpochProgress, FiniteLoss, TimeLimit
@@ -471,6 +473,8 @@ class TrainingJob:
         self.progress = folder.progress()
         _check_steps_per_epoch(folder, self.progress, options.steps_per_epoch)
         self.build_model(init_weights)
+        if options.shapes == "packed" and not (self.stream or self.sharded) and self.mixed is None:
+            self.log(self._packing_line())
         self.dev = make_dataset(
             self.splits["dev"], tokenizer, self.target_tokenizer,
             batch_tokens=options.batch_tokens, max_length=hp.max_length, shuffle=False,
@@ -536,6 +540,22 @@ class TrainingJob:
                      f"{self.trainable:,} trainable parameters of "
                      f"{self.serving.count_params():,}")  # fmt: skip
         return model
+
+    def _packing_line(self):
+        """What packing makes of the train split, in words: its rows, batches and padding."""
+        max_length = self.hp.max_length
+        lengths = length_summary(
+            self.splits["train"], self.tokenizer, self.target_tokenizer, max_length
+        )
+        keep = np.array(lengths["keep"])
+        packed = packing_summary(
+            np.array(lengths["source_lengths"])[keep], np.array(lengths["target_lengths"])[keep],
+            max_length, self.options.batch_tokens,
+        )  # fmt: skip
+        return (f"packed rows: {packed['rows']:,} rows of {max_length} positions, "
+                f"{packed['batches']:,} batches an epoch; padding: "
+                f"{packed['target_padding']:.1%} of the target positions, "
+                f"{packed['source_padding']:.1%} of the source positions")  # fmt: skip
 
     def sync_weights(self):
         """The run's weights now, given to `serving`: `{path: array}` in the plain model's
