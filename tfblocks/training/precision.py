@@ -8,9 +8,9 @@ slower (figures: docs/performance.md, "Measured design choices"). Variable-lengt
 shape, and so under `mixed_bfloat16` there (float32 variables, bfloat16 compute, float32
 logits and loss). `"buckets"` and `"max_length"` compile with XLA and stay float32.
 Packed rows have one static shape and need no XLA to avoid retracing, so on such a CPU
-they train without XLA in `mixed_bfloat16` too: there, variable-length batches trained so
-beat packed rows in float32 under XLA (packed rows in `mixed_bfloat16` are not timed
-there yet). On a CPU without bfloat16 instructions packed rows keep XLA, whose float32
+they train without XLA in `mixed_bfloat16` too: there, variable-length batches trained
+that way beat packed rows in float32 under XLA (packed rows in `mixed_bfloat16` are not
+timed there yet). On a CPU without bfloat16 instructions packed rows keep XLA, whose float32
 step is the faster one once compiled. GPUs and TPUs keep float32 unless asked
 (`mixed_float16` / `mixed_bfloat16`): this project has no figures for them.
 """
