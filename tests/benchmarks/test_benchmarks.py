@@ -10,9 +10,10 @@ Their cost is start-up and tracing / XLA compilation, which keep one core busy, 
 background as soon as the first of them starts; each test waits for its own script. One
 at a time: `make test` already runs two test processes on the 2-core machine, and a
 second script beside them only made every process slower. The scripts in `ALONE`
-configure TensorFlow before it starts (threads) or start processes of their own, and each
-runs in its own Python; the others run one after another in one more Python
-(`run_together.py`: TensorFlow and keras-hub start once, not three times).
+start processes of their own, and each runs in its own Python; the others run one after
+another in two more Pythons (`run_together.py`: TensorFlow and keras-hub start once a
+group, not once a script), serve and litert, which set TensorFlow's threads before it
+starts, in the second.
 """
 
 import importlib.util
@@ -44,10 +45,12 @@ SCRIPTS = {
 
 
 # Each in a Python of its own: scaling, seq_scaling, corpus_scale, cli_startup and backends
-# start processes of their own, serve and litert set the thread counts before TensorFlow
-# starts.
-ALONE = ("scaling", "seq_scaling", "corpus_scale", "serve", "cli_startup", "backends", "litert")
-
+# start processes of their own.
+ALONE = ("scaling", "seq_scaling", "corpus_scale", "cli_startup", "backends")
+# The others share a Python in groups (`run_together.py`). serve and litert set the same
+# thread counts before TensorFlow starts (serve first; TensorFlow takes a repeated setting
+# of the same counts), so not in one with scripts that start TensorFlow first.
+GROUPS = (("accelerator_check", "input_shapes", "train_throughput"), ("serve", "litert"))
 
 # A test waits for the scripts queued before its own, shared ones for the whole group:
 # more than pyproject.toml's 600 s a test on a slow machine.
@@ -70,15 +73,16 @@ def outputs(request):
     names = [n for n in SCRIPTS if any(t.startswith(f"test_{n}_") for t in selected)]
     if importlib.util.find_spec("ctranslate2") is None and "serve" in names:
         names.remove("serve")  # its test skips
-    shared = [n for n in names if n not in ALONE]
+    groups = [[n for n in group if n in names] for group in GROUPS]
     pool = ThreadPoolExecutor(max_workers=1)
-    try:  # in the order the tests wait: scaling, then the shared group, then the others
+    try:  # in the order the tests wait: scaling, then the first group, then the others
         futures = {}
         for name in names:
             if name in ALONE:
                 futures[name] = pool.submit(run_script, *SCRIPTS[name], timeout=600)
-            elif shared and name == shared[0]:
-                futures.update(dict.fromkeys(shared, pool.submit(_run_together, shared)))
+            for group in groups:
+                if group and name == group[0]:
+                    futures.update(dict.fromkeys(group, pool.submit(_run_together, group)))
         yield futures
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
