@@ -60,11 +60,12 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "tfblocks-train=tfblocks.translation.train_command:run",
-            "tfblocks-translate=tfblocks.translation.translate_command:run",
-            "tfblocks-evaluate=tfblocks.translation.evaluate_command:run",
-            "tfblocks-import=tfblocks.translation.import_command:run",
-            "tfblocks-export=tfblocks.translation.export_command:run",
+            "tfblocks=tfblocks.cli.overview:run",
+            "tfblocks-train=tfblocks.cli.train:run",
+            "tfblocks-translate=tfblocks.cli.translate:run",
+            "tfblocks-evaluate=tfblocks.cli.evaluate:run",
+            "tfblocks-import=tfblocks.cli.import_:run",
+            "tfblocks-export=tfblocks.cli.export:run",
         ]
     },
     classifiers=[

@@ -57,8 +57,8 @@ def fit_to_first_step(self, *args, callbacks=None, **kwargs):
     return fit(self, *args, callbacks=[*(callbacks or []), FirstStep()], **kwargs)
 
 keras.Model.fit = fit_to_first_step
-from tfblocks.translation import train_command
-train_command.main(sys.argv[2:])
+from tfblocks.cli import train as train_cli
+train_cli.main(sys.argv[2:])
 print("FIRST_STEP null", flush=True)  # training ended without a step
 """
 

@@ -87,7 +87,7 @@ def build_engines(args, model, tokenizer, workdir):
     import tensorflow as tf
 
     import tfblocks
-    from tfblocks.translation.console import beam_or_greedy
+    from tfblocks.translation.searches import beam_or_greedy
 
     search = beam_or_greedy(args.beam_size)
     translator = tfblocks.Translator(model, tokenizer, tokenizer, args.max_length, search=search)

@@ -264,7 +264,7 @@ def build_engines(args, model, tokenizer, workdir):
     import tensorflow as tf
 
     import tfblocks
-    from tfblocks.translation.console import beam_or_greedy
+    from tfblocks.translation.searches import beam_or_greedy
 
     engines = {}
     # "SavedModel padded": sources padded to max_length, one cache of max_length
@@ -577,7 +577,7 @@ def cold_child(args):
 def measure_cold(args, model, tokenizer, workdir):
     """`--cold`: each engine's load and passes in fresh processes, `--rounds` times."""
     import tfblocks
-    from tfblocks.translation.console import beam_or_greedy
+    from tfblocks.translation.searches import beam_or_greedy
 
     search = beam_or_greedy(4, stop_early=args.stop_early)
     paths = {}
@@ -723,9 +723,9 @@ def write_marian_folder(folder, size, sentences, max_length, seed=0):
 def marian_base(args):
     """`--marian-base`: import time of a random transformer-base Marian folder, then its
     serving speed against CTranslate2 float32 on its export."""
+    from tfblocks.cli import import_ as import_cli
     from tfblocks.models import import_marian
     from tfblocks.text import load_phrasebook
-    from tfblocks.translation import import_command
 
     book = load_phrasebook()
     corpus = [side for pair in book["train"] for side in pair]
@@ -744,7 +744,7 @@ def marian_base(args):
         print(f"import_marian: {time.perf_counter() - start:.1f} s")
         start = time.perf_counter()
         run = os.path.join(workdir, "run")
-        import_command.main(["marian", folder, "--output", run, "--ctranslate2"])
+        import_cli.main(["marian", folder, "--output", run, "--ctranslate2"])
         print(f"tfblocks-import marian --ctranslate2 (run folder, SavedModel and CTranslate2 "
               f"exports): {time.perf_counter() - start:.1f} s")  # fmt: skip
         args.hparams = f"random Marian d {size['d']} {size['layers']}+{size['layers']} (imported)"

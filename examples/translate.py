@@ -19,7 +19,7 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from tfblocks.translation.train_command import run  # isort: skip  (first, so that TensorFlow loads quietly)
+from tfblocks.cli.train import run  # isort: skip  (first, so that TensorFlow loads quietly)
 
 if __name__ == "__main__":
     run()

@@ -1,5 +1,7 @@
 """The package's imports run one way: ground floor ← layers, text ← models ← training,
-decoding ← serving ← translation, and no module imports itself back through others.
+decoding ← serving ← translation ← cli, and no module imports itself back through others;
+nothing in the package imports the console commands (`tfblocks.cli`), and no file, class
+or function grows past the sizes a reader can hold.
 
 Read from the source with `ast` (no import side effects); imports inside functions count.
 """
@@ -18,6 +20,7 @@ STAGES = {
     "decoding": 3,
     "serving": 4,
     "translation": 5,
+    "cli": 6,  # the console commands: imported by their entry points only
 }
 TOP = len(STAGES) + 1  # `tfblocks/__init__.py`: the public API, imported by nothing inside
 
@@ -101,3 +104,48 @@ def test_the_checker_sees_a_wrong_way_import(tmp_path):
     assert place("tfblocks.models.transformer") == (2, "models")
     assert place("tfblocks._files") == (0, "_files")
     assert place("tfblocks") == (TOP, "tfblocks")
+
+
+def test_nothing_imports_the_console_commands():
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in graph().items()
+        for target in targets
+        if place(target)[1] == "cli" and place(module)[1] != "cli"
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+# The most lines a file, a class and a function of the package may have.
+MAX_FILE, MAX_CLASS, MAX_FUNCTION = 600, 400, 120
+
+
+def oversized(source, name):
+    """`(what, lines)` of the file `name` (its text `source`), its classes and functions
+    over the limits."""
+    found = []
+    if len(source.splitlines()) > MAX_FILE:
+        found.append((name, len(source.splitlines())))
+    for node in ast.walk(ast.parse(source)):
+        limit = {ast.ClassDef: MAX_CLASS, ast.FunctionDef: MAX_FUNCTION}.get(type(node))
+        size = node.end_lineno - node.lineno + 1 if limit else 0
+        if limit and size > limit:
+            found.append((f"{name}:{node.name}", size))
+    return found
+
+
+def test_no_file_class_or_function_is_oversized():
+    found = [
+        item
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for item in oversized(path.read_text(encoding="utf-8"), path.relative_to(PACKAGE))
+    ]
+    assert not found, "\n".join(f"{what}: {lines} lines" for what, lines in found)
+
+
+def test_the_size_check_sees_a_long_function_and_class():
+    body = "    x = 1\n" * MAX_FUNCTION
+    assert oversized("def f():\n" + body[10:], "ok.py") == []
+    assert oversized("def f():\n" + body, "f.py") == [("f.py:f", MAX_FUNCTION + 1)]
+    methods = "".join(f"    def m{i}(self):\n        pass\n" for i in range(MAX_CLASS // 2))
+    assert oversized("class C:\n" + methods, "c.py") == [("c.py:C", MAX_CLASS + 1)]

@@ -25,7 +25,8 @@ def console_script(argv=None):
     (True, False)
     """
     argv = sys.argv if argv is None else argv
-    return bool(argv) and os.path.basename(argv[0]).startswith("tfblocks-")
+    name = os.path.basename(argv[0]) if argv else ""
+    return name == "tfblocks" or name.startswith("tfblocks-")
 
 
 def public_names(package, homes):

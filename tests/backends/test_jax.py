@@ -120,7 +120,7 @@ def _command(code, returncode):
 
 def test_commands_run_on_tensorflow_under_a_jax_shell():
     done = _command(
-        "from tfblocks.translation.console import run_command\n"
+        "from tfblocks.cli.console import run_command\n"
         "run_command('tfblocks-x', lambda: print(__import__('keras').backend.backend()))",
         0,
     )
@@ -129,7 +129,7 @@ def test_commands_run_on_tensorflow_under_a_jax_shell():
 
 def test_command_refuses_when_keras_already_runs_on_jax():
     done = _command(
-        "import keras\nfrom tfblocks.translation.console import run_command\n"
+        "import keras\nfrom tfblocks.cli.console import run_command\n"
         "run_command('tfblocks-x', lambda: print('ran'))",
         2,
     )

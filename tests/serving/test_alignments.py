@@ -11,10 +11,10 @@ import tensorflow as tf
 
 import tfblocks
 from tests.layers import reference
+from tfblocks.cli import translate as translate_cli
 from tfblocks.decoding import Greedy, alignment
 from tfblocks.text import load_phrasebook, train_tokenizer
 from tfblocks.translation import engines
-from tfblocks.translation import translate_command as translate_cli
 
 MAX_LENGTH = 32  # no sentence here is cut
 PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")
@@ -190,7 +190,8 @@ def test_translate_command_alignments(parts, tmp_path, monkeypatch, capsys):
 
 def test_ctranslate2_alignments_equal_the_translators(parts, tmp_path):
     pytest.importorskip("ctranslate2")
-    from tfblocks.serving.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from tfblocks.serving.ctranslate2 import CTranslate2Translator
+    from tfblocks.serving.ctranslate2_export import export_ctranslate2
 
     model, tokenizer, _, translator = parts
     path = export_ctranslate2(model, tokenizer, tmp_path / "ct2")

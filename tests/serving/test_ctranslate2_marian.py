@@ -16,7 +16,8 @@ pytest.importorskip("ctranslate2")
 from tfblocks.decoding import Decoder, Greedy
 from tfblocks.ids import PAD_ID
 from tfblocks.models.marian import import_marian
-from tfblocks.serving.ctranslate2 import CTranslate2Translator, export_ctranslate2
+from tfblocks.serving.ctranslate2 import CTranslate2Translator
+from tfblocks.serving.ctranslate2_export import export_ctranslate2
 from tfblocks.serving.savedmodel import Translator
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "marian")
@@ -87,15 +88,16 @@ def test_stored_position_table_and_untied_softmax_are_exported(tmp_path):
 
 
 def test_translate_engine_ctranslate2_reads_an_imported_run(tmp_path):
-    from tfblocks.translation import import_command, translate_command
+    from tfblocks.cli import import_ as import_cli
+    from tfblocks.cli import translate as translate_cli
 
-    run = import_command.main(
+    run = import_cli.main(
         ["marian", os.path.join(DATA, "shared"), "--output", str(tmp_path / "run"), "--ctranslate2"]
     )
     assert os.path.isfile(os.path.join(run, "ctranslate2", "model.bin"))
     (tmp_path / "in.txt").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
     files = ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
-    translate_command.main(["--model", run, "--engine", "ctranslate2", "--beam-size", "1", *files])
+    translate_cli.main(["--model", run, "--engine", "ctranslate2", "--beam-size", "1", *files])
     got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
     imported = import_marian(os.path.join(DATA, "shared"))
     engine = CTranslate2Translator(os.path.join(run, "ctranslate2"), beam_size=1)

@@ -11,12 +11,13 @@ from ai_edge_litert import interpreter as litert  # the `litert` extra, part of 
 
 import tfblocks
 from tests.serving.test_ctranslate2 import _hparams, _trained, data  # noqa: F401 (a fixture)
+from tfblocks.cli import export as export_cli
 from tfblocks.decoding import Greedy, Sampling
 from tfblocks.models import save_preset
 from tfblocks.serving import Translator
 from tfblocks.serving.litert import custom_ops
 from tfblocks.text import load_phrasebook
-from tfblocks.translation import evaluation, export_command
+from tfblocks.translation import evaluation
 
 pytestmark = pytest.mark.heavy  # converts whole translators: scheduled first
 
@@ -108,14 +109,14 @@ def test_greedy_float32_and_int8_from_the_command(data, texts, tmp_path):  # noq
     hp = _hparams(tokenizer, max_length=MAX_LENGTH)  # `_trained`'s architecture
     save_preset(model, tokenizer, tmp_path / "run" / "model", hp)
     argv = ["litert", "--model", str(tmp_path / "run"), "--output", str(tmp_path / "i8.tflite")]
-    int8 = export_command.main([*argv, "--quantization", "dynamic", "--beam-size", "1"])
+    int8 = export_cli.main([*argv, "--quantization", "dynamic", "--beam-size", "1"])
     weights = 4 * model.count_params()  # float32 bytes
     assert os.path.getsize(float32) - os.path.getsize(int8) > 0.5 * weights
     references = [t for _, t in load_phrasebook(size=1000)["test"][:40]]
     bleu = [evaluation.score(_run(p, texts[:40])[0], references)["bleu"] for p in (float32, int8)]
     assert abs(bleu[0] - bleu[1]) <= 1.0, bleu
     with pytest.raises(ValueError, match="exists; choose a new file"):
-        export_command.main(argv)
+        export_cli.main(argv)
 
 
 def test_what_litert_cannot_hold_is_refused_before_writing(beam, tmp_path):

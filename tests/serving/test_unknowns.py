@@ -10,14 +10,14 @@ attention.
 import numpy as np
 import pytest
 
+from tests.cli.test_commands import in_process
 from tests.fixtures import tiny_hparams, tiny_model
-from tests.translation.test_commands import in_process
+from tfblocks.cli import translate as translate_cli
 from tfblocks.decoding import Ensemble, Greedy
 from tfblocks.ids import EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models import save_preset
 from tfblocks.serving import Translator, unknowns
 from tfblocks.text import load_phrasebook, train_tokenizer
-from tfblocks.translation import translate_command as translate_cli
 
 MAX_LENGTH = 4
 UNKNOWN = "\u2047"  # how SentencePiece writes `<unk>` (" ⁇ ")

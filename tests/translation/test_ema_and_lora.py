@@ -3,7 +3,7 @@
 With `ema_decay` the run's weights (checkpoints, `last.npz`, the final model) are the
 moving average, which the training state keeps and a continued run continues. (LoRA
 fine-tuning, `--lora-rank`, is tested with the commands, in test_commands.py, from the run
-trained there; on an imported model in test_import_command.py.)
+trained there; on an imported model in tests/cli/test_import.py.)
 """
 
 import numpy as np

@@ -6,14 +6,14 @@ import importlib.util
 
 import pytest
 
+from tests.cli.test_commands import in_process
 from tests.fixtures import random_unicode_lines, tiny_hparams, tiny_model
-from tests.translation.test_commands import in_process
+from tfblocks.cli import translate as translate_cli
 from tfblocks.decoding import Greedy
 from tfblocks.serving import Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 from tfblocks.text.corpus import split_lines
 from tfblocks.translation import engines
-from tfblocks.translation import translate_command as translate_cli
 
 MAX_LENGTH = 8
 
@@ -29,7 +29,8 @@ def translators(tmp_path_factory):
                             jit_compile=False)  # fmt: skip
     made = {"tensorflow": lambda lines: [t.decode("utf-8") for t in translator(lines).numpy()]}
     if importlib.util.find_spec("ctranslate2") is not None:  # the optional extra
-        from tfblocks.serving.ctranslate2 import CTranslate2Translator, export_ctranslate2
+        from tfblocks.serving.ctranslate2 import CTranslate2Translator
+        from tfblocks.serving.ctranslate2_export import export_ctranslate2
 
         path = export_ctranslate2(model, tokenizer, tmp_path_factory.mktemp("ct2") / "model")
         made["ctranslate2"] = CTranslate2Translator(

@@ -3,13 +3,13 @@
 import numpy as np
 import tensorflow as tf
 
+from tests.cli.test_commands import in_process
 from tests.fixtures import tiny_hparams, tiny_model
-from tests.translation.test_commands import in_process
+from tfblocks.cli import translate as translate_cli
 from tfblocks.decoding import BeamSearch, Ensemble
 from tfblocks.models import save_preset
 from tfblocks.serving import Translator
 from tfblocks.text import train_tokenizer
-from tfblocks.translation import translate_command as translate_cli
 
 LINES = ["Today's lunch is curry.", "", "curry today"]
 

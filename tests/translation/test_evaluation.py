@@ -13,9 +13,10 @@ import pytest
 import sacrebleu
 import tensorflow as tf
 
-from tests.translation.test_commands import FAST, in_process
-from tfblocks.translation import engines, evaluation, job, train_command
-from tfblocks.translation import evaluate_command as evaluate_cli
+from tests.cli.test_commands import FAST, in_process
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import train as train_cli
+from tfblocks.translation import engines, evaluation, job
 from tfblocks.translation.options import TrainingOptions
 
 # Translations and their references in Japanese, written without spaces as Japanese is.
@@ -130,10 +131,10 @@ def test_evaluate_scores_a_japanese_target_with_mecab(tmp_path, monkeypatch, cap
 
 
 def test_train_takes_bleu_tokenize_and_its_job_scores_and_records_with_it():
-    args = train_command.parse_args([*FAST, "--bleu-tokenize", "char"])
-    assert train_command.training_options(args).bleu_tokenize == "char"
+    args = train_cli.parse_args([*FAST, "--bleu-tokenize", "char"])
+    assert train_cli.training_options(args).bleu_tokenize == "char"
     with pytest.raises(SystemExit):  # argparse: not one of sacrebleu's
-        train_command.parse_args([*FAST, "--bleu-tokenize", "mecab"])
+        train_cli.parse_args([*FAST, "--bleu-tokenize", "mecab"])
     answers = dict(zip(map(str, range(len(HYPOTHESES))), HYPOTHESES, strict=True))
 
     def translator(sources):

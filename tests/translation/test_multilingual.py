@@ -10,10 +10,11 @@ import re
 import pytest
 import tensorflow as tf
 
-from tests.translation.test_commands import in_process
-from tfblocks.translation import evaluate_command as evaluate_cli
-from tfblocks.translation import targets, train_command
-from tfblocks.translation import translate_command as translate_cli
+from tests.cli.test_commands import in_process
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import train as train_cli
+from tfblocks.cli import translate as translate_cli
+from tfblocks.translation import targets
 
 pytestmark = pytest.mark.heavy  # one whole (tiny) run
 
@@ -70,7 +71,7 @@ def run(tmp_path_factory):
     write_pair(corpus, "xa", "xb", 400)
     write_pair(corpus, "xc", "xb", 400)
     output = root / "run"
-    metrics = train_command.main([
+    metrics = train_cli.main([
         "--pairs", PAIRS, "--corpus-dir", str(corpus), "--pair-temperature", "2",
         "--epochs", "7", "--vocab-size", "100", "--hparams-override", MODEL,
         "--batch-tokens", "128", "--beam-size", "1", "--dev-sentences", "10",
@@ -147,7 +148,7 @@ def test_evaluate_scores_a_direction_and_refuses_an_unknown_target(run, monkeypa
 )
 def test_pairs_options_are_refused_naming_the_flag(args, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        train_command.check_arguments(train_command.parse_args(list(args)))
+        train_cli.check_arguments(train_cli.parse_args(list(args)))
 
 
 def test_target_language_follows_the_run_folder(tmp_path):

@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from tests.translation.test_train_command import made_up_pairs
+from tests.cli.test_train import made_up_pairs
+from tfblocks.cli import train as train_cli
 from tfblocks.models.hparams import hparams, parse_overrides
-from tfblocks.translation import train_command
 from tfblocks.translation.options import TrainingOptions
 
 FIELDS = ("learning_rate_warmup_steps", "learning_rate_constant", "max_length")
@@ -19,7 +19,7 @@ FIELDS = ("learning_rate_warmup_steps", "learning_rate_constant", "max_length")
 
 def recipe(*flags):
     """`(preset, override_text)` of `tfblocks-train FLAGS`: what its run folder records."""
-    return train_command.training_options(train_command.parse_args(list(flags))).recipe()
+    return train_cli.training_options(train_cli.parse_args(list(flags))).recipe()
 
 
 def command_hparams(*flags):
@@ -61,7 +61,7 @@ def test_a_rerun_with_the_same_settings_asks_for_the_same_run():
 def test_help_shows_the_defaults(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "100")  # argparse wraps the help at this width
     with pytest.raises(SystemExit):
-        train_command.parse_args(["--help"])
+        train_cli.parse_args(["--help"])
     shown = " ".join(capsys.readouterr().out.split())
     assert "learning_rate_warmup_steps=200, learning_rate_constant=0.35, max_length=32" in shown
     assert "8000" in shown  # the preset's own warm-up, for comparison
@@ -95,7 +95,7 @@ def test_an_override_naming_no_schedule_field_still_learns(tmp_path, capsys):
         "layer_prepostprocess_dropout=0.0,attention_dropout=0.0,relu_dropout=0.0,max_length=16"
     )
     run = tmp_path / "run"
-    metrics = train_command.main(
+    metrics = train_cli.main(
         ["--source-lang", "xx", "--target-lang", "yy", "--corpus-dir", str(corpus),
          "--hparams-override", override, "--epochs", "2", "--batch-tokens", "128",
          "--vocab-size", "100", "--dev-sentences", "0", "--beam-size", "1",

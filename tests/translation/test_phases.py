@@ -9,13 +9,14 @@ import re
 
 import pytest
 
+from tests.cli.test_commands import TRAIN, in_process
+from tests.cli.test_train import made_up_pairs
 from tests.translation.run_job import options, parts, train
-from tests.translation.test_commands import TRAIN, in_process
-from tests.translation.test_train_command import made_up_pairs
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import train as train_cli
 from tfblocks.training.callbacks import TimeLimit
-from tfblocks.translation import evaluate_command as evaluate_cli
 from tfblocks.translation import job as job_module
-from tfblocks.translation import progress, train_command
+from tfblocks.translation import progress
 from tfblocks.translation.run_folder import RunFolder
 
 pytestmark = pytest.mark.heavy  # runs whole (tiny) jobs: scheduled first
@@ -111,7 +112,7 @@ def test_a_tsv_run_writes_its_held_out_rows_shows_its_phases_and_a_rerun_skips_t
     # Without a header naming xx and yy, the columns must be given: one line, nothing made.
     plain = _write_tsv(tmp_path / "plain.tsv", pairs, header=False)
     with pytest.raises(ValueError) as refused:
-        train_command.main([*command, "--tsv", str(plain)])
+        train_cli.main([*command, "--tsv", str(plain)])
     message = f"`--source-column` is needed: --tsv={str(plain)!r} has no first line naming 'xx'"
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
     assert not run.exists()
@@ -119,7 +120,7 @@ def test_a_tsv_run_writes_its_held_out_rows_shows_its_phases_and_a_rerun_skips_t
     # The header `id<TAB>yy<TAB>xx` gives the columns, and is not a pair.
     tsv = _write_tsv(tmp_path / "pairs.tsv", pairs, header=True)
     capsys.readouterr()
-    metrics = train_command.main([*command, "--tsv", str(tsv)])
+    metrics = train_cli.main([*command, "--tsv", str(tsv)])
     out = capsys.readouterr().out
     assert "pairs {'train': 392, 'dev': 4, 'test': 4}" in out
     held = run / "heldout"
@@ -155,7 +156,7 @@ def test_a_tsv_run_writes_its_held_out_rows_shows_its_phases_and_a_rerun_skips_t
     saved_model = run / "export" / "1" / "saved_model.pb"
     stamp = saved_model.stat().st_mtime_ns
     capsys.readouterr()
-    again = train_command.main([*command, "--tsv", str(tsv)])
+    again = train_cli.main([*command, "--tsv", str(tsv)])
     out = capsys.readouterr().out
     assert "test translation and export skipped" in out
     assert "translating the test split" not in out and "exporting the model" not in out

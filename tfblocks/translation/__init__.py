@@ -1,5 +1,4 @@
-"""The translation application: the training job (`job`), its run folder (`run_folder`),
-evaluation (sacrebleu is imported only here), translating in batches, the engines, and
-the console scripts `tfblocks-train`, `tfblocks-translate`, `tfblocks-evaluate`,
-`tfblocks-import` and `tfblocks-export` (`*_command.py`; each also runs as
-`python -m tfblocks.translation.NAME_command`)."""
+"""The translation application as a library, usable without argparse: the training job
+(`job` and its parts), its run folder (`run_folder`), its options (`options`), evaluation
+(sacrebleu is imported only here), translating in batches, the engines that load a run for
+translation. The console commands that drive it are `tfblocks.cli`."""

@@ -107,7 +107,7 @@ def load_translate(
             )
             what = f"CTranslate2 model {found} (beam {beam})"
         else:
-            from tfblocks.translation.console import beam_or_greedy
+            from tfblocks.translation.searches import beam_or_greedy
 
             decoding = f"beam {beam}" if search is None else repr(search)
             search = search or beam_or_greedy(beam, alpha, stop_early)

@@ -1,5 +1,5 @@
 """What a `TrainingJob` is asked to do: `TrainingOptions`, a frozen dataclass whose fields
-the `tfblocks-train` flags fill (`tfblocks.translation.train_command.training_options`),
+the `tfblocks-train` flags fill (`tfblocks.cli.train.training_options`),
 checked when it is made, and the recipe a run gets when it names none."""
 
 import dataclasses

@@ -9,16 +9,6 @@ zero-shot, translated all the same and reported as such.
 """
 
 
-def add_target_lang_argument(parser):
-    """Adds `--target-lang` to a command's `parser`."""
-    parser.add_argument(
-        "--target-lang", default=None, metavar="LANG",
-        help="the language to translate into, for a model of several directions "
-        "(tfblocks-train --pairs; required there): one of its run's languages, a direction "
-        "never trained reported as zero-shot",
-    )  # fmt: skip
-
-
 def target_language(models, target_lang, notice):
     """The language to tag the sources with, or None (a run of one direction).
 

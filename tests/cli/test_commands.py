@@ -21,13 +21,13 @@ import pytest
 import tensorflow as tf
 
 from tests.scripts import ROOT, run_script
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import train as train_cli
+from tfblocks.cli import translate as translate_cli
 from tfblocks.decoding import BeamSearch
 from tfblocks.models import load_preset
 from tfblocks.serving import Translator
 from tfblocks.text import load_phrasebook
-from tfblocks.translation import evaluate_command as evaluate_cli
-from tfblocks.translation import train_command as train_cli
-from tfblocks.translation import translate_command as translate_cli
 
 pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 
@@ -211,7 +211,7 @@ def test_lora_fine_tuning_trains_the_adapters_and_exports_merged_kernels(
 ):
     # Fine-tuning on other data (FAST's) starts from the module's run: its model (TINY's, as
     # FAST's runs have) and tokenizer; here its adapters only (the full fine-tuning of an
-    # --init-from model: test_import_command.py). Packed rows, 5 a step: several steps, so
+    # --init-from model: tests/cli/test_import.py). Packed rows, 5 a step: several steps, so
     # the adapters move after the first (whose learning rate, at step 0, is 0).
     base, run = trained[0], tmp_path / "lora"
     status, printed, err = in_process(train_cli, monkeypatch, capsys, *FAST, "--shapes", "packed",

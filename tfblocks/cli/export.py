@@ -28,7 +28,8 @@ Examples:
 import os
 import sys
 
-from tfblocks.translation.console import add_verbose_argument, command_parser, run_command
+from tfblocks.cli.arguments import add_verbose_argument, command_parser
+from tfblocks.cli.console import run_command
 
 # `--quantization` of `ctranslate2`: CTranslate2's weight types offered on the command line
 # (`export_ctranslate2` takes the others too). None: float32, as the model holds them.
@@ -136,7 +137,7 @@ def to_ctranslate2(args):
     preset = preset_folder(args.model)
     check_output(args.output)  # both before TensorFlow and CTranslate2 load
     from tfblocks.models import load_preset, load_target_tokenizer
-    from tfblocks.serving.ctranslate2 import export_ctranslate2
+    from tfblocks.serving.ctranslate2_export import export_ctranslate2
 
     weights = args.quantization or "float32"
     print(f"exporting {preset} to CTranslate2 ({weights} weights)", file=sys.stderr)

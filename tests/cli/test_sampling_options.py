@@ -4,14 +4,14 @@
 
 import pytest
 
+from tests.cli.test_commands import in_process
 from tests.fixtures import tiny_hparams, tiny_model
-from tests.translation.test_commands import in_process
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import translate as translate_cli
 from tfblocks.decoding import Sampling
 from tfblocks.models import save_preset
 from tfblocks.text import load_phrasebook, train_tokenizer
 from tfblocks.translation import engines
-from tfblocks.translation import evaluate_command as evaluate_cli
-from tfblocks.translation import translate_command as translate_cli
 
 LINES = ["今日のランチはカレーだ。", "健太は学校で本を読む。", "私は学生です。"]
 # A high temperature: samples of an untrained model that differ between seeds.

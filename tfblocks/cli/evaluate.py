@@ -30,30 +30,29 @@ Examples:
 import json
 import sys
 
-from tfblocks.translation.console import (
+from tfblocks.cli.arguments import (
     add_decoding_arguments,
     add_japanese_spaces_argument,
     add_model_argument,
     add_replace_unknowns_argument,
     add_sampling_arguments,
+    add_target_lang_argument,
     add_verbose_argument,
     check_decoding_arguments,
     check_replace_unknowns_argument,
     check_sampling_arguments,
     command_parser,
     model_languages,
-    read_input,
-    run_command,
     search_options,
 )
+from tfblocks.cli.console import check_paths, one_line, read_input, run_command
 from tfblocks.translation.evaluation import (
     BLEU_TOKENIZE_DEFAULTS,
     BLEU_TOKENIZERS,
     choose_bleu_tokenize,
     score,
 )
-from tfblocks.translation.targets import add_target_lang_argument, tag_lines, target_language
-from tfblocks.translation.translate_command import _one_line, check_paths
+from tfblocks.translation.targets import tag_lines, target_language
 
 
 def parse_args(argv=None):
@@ -122,7 +121,7 @@ def main(argv=None):
     if args.output is not None:
         from tfblocks._files import write_text
 
-        write_text(args.output, "".join(_one_line(text) + "\n" for text in hypotheses))
+        write_text(args.output, "".join(one_line(text) + "\n" for text in hypotheses))
     scores = score(hypotheses, references, tokenize=tokenize)
     print(json.dumps(scores, ensure_ascii=False))
     return scores

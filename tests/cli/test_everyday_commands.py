@@ -18,18 +18,18 @@ import threading
 
 import pytest
 
+from tests.cli.test_commands import in_process
 from tests.fixtures import tiny_hparams, tiny_model
 from tests.scripts import ROOT
-from tests.translation.test_commands import in_process
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import export as export_cli
+from tfblocks.cli import train as train_cli
+from tfblocks.cli import translate as translate_cli
 from tfblocks.decoding import Greedy
 from tfblocks.models import save_preset
 from tfblocks.serving import Translator
 from tfblocks.text import load_phrasebook, train_tokenizer
 from tfblocks.translation import engines
-from tfblocks.translation import evaluate_command as evaluate_cli
-from tfblocks.translation import export_command as export_cli
-from tfblocks.translation import train_command as train_cli
-from tfblocks.translation import translate_command as translate_cli
 
 pytestmark = pytest.mark.heavy  # a translation process of its own, and exports
 
@@ -113,7 +113,7 @@ def _within(seconds, call):
 
 def test_interactive_translation_answers_each_line_before_the_input_ends(run_folder, tmp_path):
     run, greedy = run_folder
-    command = [sys.executable, "-m", "tfblocks.translation.translate_command", "--model",
+    command = [sys.executable, "-m", "tfblocks.cli.translate", "--model",
                str(run), "--interactive", "--beam-size", "1"]  # fmt: skip
     with open(tmp_path / "stderr.txt", "wb") as errors:
         process = subprocess.Popen(

@@ -12,12 +12,12 @@ import sys
 
 import pytest
 
-from tests.translation.test_commands import in_process
+from tests.cli.test_commands import in_process
+from tfblocks.cli import console
+from tfblocks.cli import train as train_cli
+from tfblocks.cli import translate as translate_cli
 from tfblocks.text import corpus, lines
 from tfblocks.text.corpus import SPLITS
-from tfblocks.translation import console
-from tfblocks.translation import train_command as train_cli
-from tfblocks.translation import translate_command as translate_cli
 from tfblocks.translation.run_folder import RunFolder, run_languages
 
 

@@ -35,16 +35,9 @@ import os
 
 from tfblocks import _checks
 from tfblocks._allocator import physical_memory_mb
-from tfblocks.text.corpus import SPLITS
-from tfblocks.text.shapes import SHAPES
-from tfblocks.training.precision import POLICIES
-from tfblocks.translation.console import (
-    add_verbose_argument,
-    beam_or_greedy,
-    command_parser,
-    run_command,
-)
-from tfblocks.translation.corpus_options import (
+from tfblocks.cli.arguments import add_verbose_argument, command_parser
+from tfblocks.cli.console import run_command
+from tfblocks.cli.corpus import (
     FILE_FLAGS,
     add_corpus_arguments,
     check_corpus_arguments,
@@ -55,14 +48,31 @@ from tfblocks.translation.corpus_options import (
     read_corpus,
     read_pairs,
 )
+from tfblocks.text.corpus import SPLITS
+from tfblocks.text.shapes import SHAPES
+from tfblocks.training.precision import POLICIES
 from tfblocks.translation.evaluation import BLEU_TOKENIZE_DEFAULTS, BLEU_TOKENIZERS
 from tfblocks.translation.options import DEMO_OVERRIDES
+from tfblocks.translation.searches import beam_or_greedy
 
 
 def parse_args(argv=None):
     parser = command_parser("tfblocks-train", __doc__)
     add_verbose_argument(parser)
     add_corpus_arguments(parser)
+    _add_model_arguments(parser)
+    _add_fit_arguments(parser)
+    _add_run_arguments(parser)
+    _add_evaluation_arguments(parser)
+    args = parser.parse_args(argv)
+    for name in PATH_FLAGS:  # `~/runs/x` as a shell would
+        if getattr(args, name):
+            setattr(args, name, os.path.expanduser(getattr(args, name)))
+    return args
+
+
+def _add_model_arguments(parser):
+    """The directions, the architecture and its overrides."""
     parser.add_argument(
         "--pairs", default=None, metavar="DIRECTIONS",
         help="several directions in one model, e.g. de-en,fr-en,en-de: each read from "
@@ -90,6 +100,10 @@ def parse_args(argv=None):
         "with --init-from: that run's settings instead, of which only training settings such "
         "as dropout, learning rate and max_length may change",
     )
+
+
+def _add_fit_arguments(parser):
+    """The length of the training, its batches, averaging and vocabulary."""
     parser.add_argument("--epochs", type=int, default=5, help="total epochs of the run")
     parser.add_argument(
         "--steps-per-epoch", type=int, default=None, metavar="N",
@@ -124,6 +138,10 @@ def parse_args(argv=None):
         help="train the tokenizer on a random sample of at most N pairs (N sentences a side; "
         "seeded by --seed), as SentencePiece's input_sentence_size (default 1,000,000)",
     )
+
+
+def _add_run_arguments(parser):
+    """Where and how the training runs: devices, dtypes, shapes, time, folders, LoRA."""
     parser.add_argument(
         "--strategy", default="auto", choices=["auto", "default", "mirrored", "multi_worker", "tpu"]
     )
@@ -157,6 +175,10 @@ def parse_args(argv=None):
         "--lora-ffn", action="store_true",
         help="with --lora-rank: adapt the feed-forward networks' Dense layers too",
     )  # fmt: skip
+
+
+def _add_evaluation_arguments(parser):
+    """Dev and test evaluation, the test search, the corpus limits and the seed."""
     parser.add_argument(
         "--dev-sentences", type=int, default=200, help="dev sentences for BLEU each epoch (0=off)"
     )
@@ -178,11 +200,6 @@ def parse_args(argv=None):
     parser.add_argument("--limit-train", type=int, default=None, help="use only N train pairs")
     parser.add_argument("--limit-test", type=int, default=None, help="evaluate only N pairs")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    for name in PATH_FLAGS:  # `~/runs/x` as a shell would
-        if getattr(args, name):
-            setattr(args, name, os.path.expanduser(getattr(args, name)))
-    return args
 
 
 PATH_FLAGS = ("output", "init_from", "corpus_dir", "tsv")  # `~` is expanded in each

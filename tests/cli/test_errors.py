@@ -11,11 +11,12 @@ import os
 import pytest
 import tensorflow as tf
 
-from tests.translation.test_commands import in_process
-from tfblocks.translation import console, engines, evaluation
-from tfblocks.translation import evaluate_command as evaluate_cli
-from tfblocks.translation import train_command as train_cli
-from tfblocks.translation import translate_command as translate_cli
+from tests.cli.test_commands import in_process
+from tfblocks.cli import console
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import train as train_cli
+from tfblocks.cli import translate as translate_cli
+from tfblocks.translation import engines, evaluation
 
 
 def _one_error_line(status, err, name):

@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.translation.test_commands import in_process
+from tests.cli.test_commands import in_process
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import train as train_cli
+from tfblocks.cli.import_ import main
 from tfblocks.models import load_preset, load_target_tokenizer
 from tfblocks.text import make_dataset
-from tfblocks.translation import engines, import_command, train_command
-from tfblocks.translation import evaluate_command as evaluate_cli
-from tfblocks.translation.import_command import main
+from tfblocks.translation import engines, importing
 from tfblocks.translation.job import TrainingJob
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "marian")
@@ -94,7 +95,7 @@ def test_a_failed_write_removes_only_its_own_staging_folder(tmp_path, monkeypatc
         Path(folder, "half.txt").touch()
         raise OSError(28, "No space left on device", folder)
 
-    monkeypatch.setattr(import_command, "_write", fail)
+    monkeypatch.setattr(importing, "_write", fail)
     with pytest.raises(OSError, match="No space left"):
         main(["marian", os.path.join(DATA, "shared"), "--output", str(tmp_path / "run")])
     assert sorted(os.listdir(tmp_path)) == [mine.name]
@@ -142,7 +143,7 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tuned(run, corpus, tmp_path_factory):
     output = tmp_path_factory.mktemp("tuned") / "run"
-    metrics = train_command.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "2",
+    metrics = train_cli.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "2",
                                   "--init-from", run, "--output", str(output)])  # fmt: skip
     return output, metrics
 
@@ -205,7 +206,7 @@ def test_lora_on_an_import_keeps_the_base_weights_bit_identical(run, corpus, tmp
     monkeypatch.setattr(TrainingJob, "evaluate", trained)
     output = tmp_path / "lora"
     with pytest.raises(_TrainedError):
-        train_command.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "1", "--init-from",
+        train_cli.main([*FINE_TUNE, "--corpus-dir", str(corpus), "--epochs", "1", "--init-from",
                             run, "--lora-rank", "2", "--output", str(output)])  # fmt: skip
     with np.load(output / "init.npz") as init, np.load(output / "state/variables.npz") as state:
         for path in init.files:
@@ -249,9 +250,9 @@ def test_an_init_from_override_of_the_architecture_is_refused(run, corpus, tmp_p
     output = tmp_path / "refused"
     architecture = r"architecture, hidden_size=16, got --hparams-override with hidden_size=32"
     with pytest.raises(ValueError, match=architecture):
-        train_command.main([*FINE_TUNE[:-1], "hidden_size=32", "--corpus-dir", str(corpus),
+        train_cli.main([*FINE_TUNE[:-1], "hidden_size=32", "--corpus-dir", str(corpus),
                             "--init-from", run, "--output", str(output)])  # fmt: skip
     with pytest.raises(ValueError, match=r"--hparams='transformer_tiny' with hidden_size=128"):
-        train_command.main([*FINE_TUNE, "--hparams", "transformer_tiny", "--corpus-dir",
+        train_cli.main([*FINE_TUNE, "--hparams", "transformer_tiny", "--corpus-dir",
                             str(corpus), "--init-from", run, "--output", str(output)])  # fmt: skip
     assert not output.exists()  # refused before the run folder

@@ -1,10 +1,9 @@
-"""What the console scripts share (the error line and `run_command` are tested with the
-commands' errors, in test_errors.py)."""
+"""The search a beam width names (`tfblocks.translation.searches`)."""
 
 import pytest
 
 from tfblocks.decoding import BeamSearch, Greedy
-from tfblocks.translation.console import beam_or_greedy
+from tfblocks.translation.searches import beam_or_greedy
 
 
 def test_a_beam_size_names_greedy_or_beam_search():

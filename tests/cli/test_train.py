@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from tests.translation.test_commands import FAST, TINY, TRAIN, in_process
+from tests.cli.test_commands import FAST, TINY, TRAIN, in_process
 from tfblocks import text
+from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import train as train_cli
 from tfblocks.ids import UNK_ID
-from tfblocks.translation import evaluate_command as evaluate_cli
-from tfblocks.translation import train_command
 from tfblocks.translation.run_folder import RunFolder
 
 pytestmark = pytest.mark.heavy  # one whole (tiny) run
@@ -85,7 +85,7 @@ pytestmark = pytest.mark.heavy  # one whole (tiny) run
 def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, message):
     output = tmp_path / "run"
     with pytest.raises(ValueError, match=re.escape(message)):
-        train_command.main([*FAST, *args, "--output", str(output)])
+        train_cli.main([*FAST, *args, "--output", str(output)])
     assert not output.exists()
 
 
@@ -102,7 +102,7 @@ def test_a_bad_option_is_refused_before_the_folder_is_touched(tmp_path, args, me
 def test_only_the_chief_writes_the_run_folder(monkeypatch, cluster, task, output, expected):
     config = {"cluster": cluster, "task": {"type": task[0], "index": task[1]}}
     monkeypatch.setenv("TF_CONFIG", json.dumps(config))
-    assert train_command.worker_output(output) == expected
+    assert train_cli.worker_output(output) == expected
 
 
 def test_init_from_a_run_of_other_languages_is_refused(tmp_path):
@@ -111,7 +111,7 @@ def test_init_from_a_run_of_other_languages_is_refused(tmp_path):
     settings = {"source_lang": "ko", "target_lang": "en"}
     (run / "run.json").write_text(json.dumps({"format": 1, "settings": settings}))
     with pytest.raises(ValueError, match=r"`--init-from` is a ko->en run, got .*'ja'"):
-        train_command.main([*FAST, "--init-from", str(run), "--output", str(tmp_path / "new")])
+        train_cli.main([*FAST, "--init-from", str(run), "--output", str(tmp_path / "new")])
     assert not (tmp_path / "new").exists()
 
 
@@ -162,7 +162,7 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
                "--dev-sentences", "0", "--beam-size", "1", "--vocab-size", "60",
                "--separate-vocab", "--stream", "--output", "~/run"]  # fmt: skip
     with pytest.raises(FileNotFoundError, match=re.escape(str(corpus / "dev.yy"))):
-        train_command.main(command)
+        train_cli.main(command)
     assert not (tmp_path / "run").exists()  # the corpus is read first
 
     # A start that fails in the folder (before an epoch is recorded) binds nothing: the
@@ -175,14 +175,14 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
     with monkeypatch.context() as patch:
         patch.setattr(text, "train_tokenizers", failing_tokenizer)
         with pytest.raises(ValueError, match="the tokenizer failed"):
-            train_command.main([*command, "--vocab-size", "300"])
+            train_cli.main([*command, "--vocab-size", "300"])
     assert json.loads((tmp_path / "run" / "run.json").read_text())["settings"]["vocab_size"] == 300
 
     held = r"in use by another tfblocks run \(process id"
     with RunFolder(tmp_path / "run"), pytest.raises(ValueError, match=held):  # another run's
-        train_command.main(command)
+        train_cli.main(command)
 
-    metrics = train_command.main(command)
+    metrics = train_cli.main(command)
     assert metrics["epochs"] == 2 and metrics["sentences"] == 30
     assert metrics["bleu"] >= 30.0, metrics  # 61.3 measured; an untrained model scores ~2
     settings = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
@@ -194,7 +194,7 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
     # before anything is trained (tests/translation/test_steps_per_epoch.py trains them).
     message = "steps_per_epoch: the folder has None, this run asks for 4"
     with pytest.raises(ValueError, match=message):
-        train_command.main([*command, "--steps-per-epoch", "4", "--epochs", "3"])
+        train_cli.main([*command, "--steps-per-epoch", "4", "--epochs", "3"])
     assert RunFolder(tmp_path / "run").progress()["epochs"] == 2
     from tfblocks.models import load_preset, load_target_tokenizer
 
@@ -220,11 +220,11 @@ def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
     from tfblocks.translation.run_folder import TOKENIZER_FILE
 
     run = tmp_path / "run"
-    args = train_command.parse_args(["--stream", "--corpus-dir", str(tmp_path),
+    args = train_cli.parse_args(["--stream", "--corpus-dir", str(tmp_path),
                                      "--output", str(run)])  # fmt: skip
     missing = str(tmp_path / "missing.xx")
     splits = {"train": StreamedPairs((missing,), (missing,))}
-    job = TrainingJob(train_command.training_options(args), splits)
+    job = TrainingJob(train_cli.training_options(args), splits)
     with pytest.raises(FileNotFoundError, match=r"missing\.xx"):
         job.tokenizer_sample(None, str(run))
     run.mkdir()
@@ -235,7 +235,7 @@ def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
 def test_without_a_stream_flag_large_train_files_are_streamed(tmp_path, monkeypatch):
     # `--stream` / `--no-stream` decide; unset, the train files' size does (gzip counted
     # at GZIP_RATIO times its bytes); a TSV and the phrasebook are held in memory.
-    from tfblocks.translation import corpus_options
+    from tfblocks.cli import corpus as corpus_options
 
     for split in ("train", "dev", "test"):
         (tmp_path / f"{split}.xx").write_text("a b\n" * 10, encoding="utf-8")  # 40 bytes
@@ -244,7 +244,7 @@ def test_without_a_stream_flag_large_train_files_are_streamed(tmp_path, monkeypa
     size = 40 + 4 * (tmp_path / "train.yy.gz").stat().st_size
 
     def choose(*flags):
-        args = train_command.parse_args(
+        args = train_cli.parse_args(
             ["--corpus-dir", str(tmp_path), "--source-lang", "xx", "--target-lang", "yy", *flags]
         )
         return corpus_options.choose_stream(args)
@@ -255,10 +255,10 @@ def test_without_a_stream_flag_large_train_files_are_streamed(tmp_path, monkeypa
     assert choose() is True and choose("--no-stream") is False
     files = ["--train-source", str(tmp_path / "train.xx"), "--train-target",
              str(tmp_path / "train.yy.gz")]  # fmt: skip
-    assert train_command.parse_args(files).stream is None
-    assert corpus_options.choose_stream(train_command.parse_args(files)) is True
-    assert corpus_options.choose_stream(train_command.parse_args(["--tsv", "p.tsv"])) is False
-    assert corpus_options.choose_stream(train_command.parse_args([])) is False
+    assert train_cli.parse_args(files).stream is None
+    assert corpus_options.choose_stream(train_cli.parse_args(files)) is True
+    assert corpus_options.choose_stream(train_cli.parse_args(["--tsv", "p.tsv"])) is False
+    assert corpus_options.choose_stream(train_cli.parse_args([])) is False
     (tmp_path / "train.xx").unlink()
     with pytest.raises(FileNotFoundError, match=r"train\.xx"):
         choose()

@@ -49,30 +49,33 @@ Examples:
   tfblocks-translate --model runs/multi --target-lang fr --input test.de
 """
 
-import os
-import re
-import stat
 import sys
 
-from tfblocks.translation.console import (
+from tfblocks.cli.arguments import (
     add_decoding_arguments,
     add_japanese_spaces_argument,
     add_model_argument,
     add_replace_unknowns_argument,
     add_sampling_arguments,
+    add_target_lang_argument,
     add_verbose_argument,
     check_decoding_arguments,
     check_replace_unknowns_argument,
     check_sampling_arguments,
     command_parser,
     model_languages,
-    read_input,
-    read_lines_as_they_come,
-    run_command,
     sampling,
     search_options,
 )
-from tfblocks.translation.targets import add_target_lang_argument, tag_lines, target_language
+from tfblocks.cli.console import (
+    check_paths,
+    n_best_lines,
+    one_line,
+    read_input,
+    read_lines_as_they_come,
+    run_command,
+)
+from tfblocks.translation.targets import tag_lines, target_language
 
 
 def parse_args(argv=None):
@@ -194,97 +197,6 @@ def check_output_arguments(parser, args):
             )
 
 
-def check_paths(input_path, output, overwrite, reads=(), input_flag="--input"):
-    """Refuses, before any work, an `--input` that cannot be read and an `--output` that
-    cannot be written or would replace what the user has.
-
-    `reads` are the other files the command reads, `(flag, path)` pairs (`--score`,
-    `--target-prefix`; a None path is not given): each must be a regular file, a pipe
-    (`<(...)`, a FIFO) or a character device (`/dev/stdin` on a terminal). `input_flag`
-    names `input_path` in the messages (`--src` for tfblocks-evaluate).
-
-    Refused: an existing `--output` without `--overwrite`; any file the command reads
-    (the `--input` file or the file standard input reads from, and those of `reads`),
-    even with it, whatever name reaches it (a link, `./`); anything but a regular file
-    (a folder, a device such as /dev/null, a pipe); `""`; a name ending in a path
-    separator; a path whose folder does not exist. `-` is standard output.
-    """
-    if input_path is not None and not os.path.exists(input_path):
-        raise ValueError(f"{input_flag}={input_path!r} does not exist")
-    if input_path is not None and os.path.isdir(input_path):
-        raise ValueError(f"{input_flag}={input_path!r} is a folder; give a file")
-    reads = [(flag, path) for flag, path in reads if path is not None]
-    for flag, path in reads:
-        if not _readable(path):
-            raise ValueError(f"{flag}={path!r} is not a file or a pipe")
-    if output is None or output == "-":
-        return
-    if not output or output.endswith(("/", os.sep)):
-        raise ValueError(f"--output={output!r} must name a file")
-    folder = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(folder):
-        raise ValueError(f"--output={output!r}: the folder {folder!r} does not exist")
-    if not os.path.lexists(output):
-        return
-    if not os.path.isfile(output):
-        raise ValueError(f"--output={output!r} exists and is not a regular file")
-    written = os.stat(output)
-    source = os.stat(input_path) if input_path is not None else _stdin_file()
-    if source is not None and os.path.samestat(source, written):
-        raise ValueError(
-            f"--output={output!r} is the file the input comes from; write the "
-            "translations elsewhere"
-        )
-    for flag, path in reads:
-        if os.path.samestat(os.stat(path), written):
-            raise ValueError(
-                f"--output={output!r} is the file {flag}={path!r} reads; write the output elsewhere"
-            )
-    if not overwrite:
-        raise ValueError(f"--output={output!r} exists; pass --overwrite to replace it")
-
-
-def _readable(path):
-    """Whether `path` is something to read lines from: a regular file, a pipe or a
-    character device (links followed; a missing path, a folder or a socket: False)."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return False
-    return stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
-
-
-def _stdin_file():
-    """The `os.stat_result` of the regular file standard input reads (`< FILE`), or None."""
-    try:
-        status = os.fstat(sys.stdin.fileno())
-    except (AttributeError, OSError, ValueError):  # no file descriptor (e.g. replaced)
-        return None
-    return status if stat.S_ISREG(status.st_mode) else None
-
-
-# What `str.splitlines()` (and Python's universal newlines) take for a line end.
-_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
-def _one_line(translation):
-    """`translation` with every line break a space: one line out per line in, for any reader.
-
-    >>> _one_line("a\\nb\\u2028c\\r")
-    'a b c '
-    """
-    return _LINE_BREAKS.sub(" ", translation)
-
-
-def _n_best_lines(index, hypotheses):
-    """Moses' n-best lines of the input line `index`: `INDEX ||| translation ||| score`.
-
-    >>> _n_best_lines(0, [("Today's lunch is curry.", -1.5), ("", 0.0)])
-    "0 ||| Today's lunch is curry. ||| -1.500000\\n0 |||  ||| 0.000000\\n"
-    """
-    return "".join(f"{index} ||| {_one_line(text)} ||| {score:.6f}\n" for text, score in hypotheses)
-
-
 def main(argv=None):
     args = parse_args(argv)
     reads = (
@@ -356,11 +268,11 @@ def _output_lines(args, index, result):
     if args.score is not None:
         return f"{result:.6f}\n"
     if args.n_best is not None:
-        return _n_best_lines(index, result)
+        return n_best_lines(index, result)
     if args.alignments:
         translation, links = result
-        return f"{_one_line(translation)} ||| {links}\n"
-    return _one_line(result) + "\n"
+        return f"{one_line(translation)} ||| {links}\n"
+    return one_line(result) + "\n"
 
 
 def _write_out(text):

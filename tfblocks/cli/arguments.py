@@ -1,133 +1,11 @@
-"""What the console scripts share: their parser and its common arguments, how they
-read their input, the search their `--beam-size` names, and how an expected error ends
-the program."""
+"""The arguments the console commands share: their parser, the model, decoding, sampling
+and text options, and the turn from those arguments into a search (`search_options`)."""
 
 import argparse
 import os
-import re
-import sys
 
 from tfblocks import _checks
-
-# TensorFlow's prefix naming the op's function: `{{function_node __wrapped__ReadFile_...}} `.
-_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
-# What TensorFlow puts between a Python exception's line and its traceback when a Python
-# function it ran raised; the exception's line starts with its class name.
-_PYTHON_TRACEBACK = "Traceback (most recent call last):"
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt):")
-
-
-def _op_error():
-    """`tf.errors.OpError`, or `()` before TensorFlow is imported (not imported here: a
-    command that fails before it loads TensorFlow should not wait for it)."""
-    tensorflow = sys.modules.get("tensorflow")
-    return getattr(getattr(tensorflow, "errors", None), "OpError", ())
-
-
-def error_line(error):
-    """The one line that reports `error`: its message, with the path of an OSError
-    (`filename`, `filename2`) and the kind of a TensorFlow error (`NotFoundError: ...`).
-
-    >>> error_line(FileNotFoundError(2, "No such file or directory", "runs/x/dev.ja"))
-    "No such file or directory: 'runs/x/dev.ja'"
-    >>> error_line(ValueError("`--epochs` must be positive,\\n  got --epochs=0"))
-    '`--epochs` must be positive, got --epochs=0'
-    """
-    if isinstance(error, OSError) and error.strerror and error.filename is not None:
-        paths = [error.filename] + ([] if error.filename2 is None else [error.filename2])
-        message = f"{error.strerror}: {' -> '.join(repr(_text(p)) for p in paths)}"
-    elif isinstance(error, _op_error()) and _PYTHON_TRACEBACK in error.message:
-        message = _python_error(error.message)
-    elif isinstance(error, _op_error()):
-        message = f"{type(error).__name__}: {_FUNCTION_NODE.sub('', error.message)}"
-    else:
-        message = str(error) or type(error).__name__
-    return " ".join(message.split())
-
-
-def _python_error(message):
-    """The Python exception's own line(s) (`ValueError: ...`) in the message of a
-    TensorFlow error that carries one with its traceback (a Python function that
-    TensorFlow ran, such as `tf.data.Dataset.from_generator`'s, raised it).
-
-    >>> _python_error("Graph execution error:\\n\\nDetected at node x defined at (most "
-    ...               "recent call last):\\n  File 'a.py', line 1\\nValueError: a.de, line 3: "
-    ...               "bad\\nTraceback (most recent call last):\\n  File 'b.py'\\nValueError: "
-    ...               "a.de, line 3: bad\\n [[{{node PyFunc}}]]")
-    'ValueError: a.de, line 3: bad'
-    """
-    lines = message.split(_PYTHON_TRACEBACK, 1)[0].rstrip().splitlines()
-    # An eager op's error starts with its function: `{{function_node ...}} ValueError: ...`.
-    lines = [_FUNCTION_NODE.sub("", line) for line in lines]
-    starts = [i for i, line in enumerate(lines) if _EXCEPTION_LINE.match(line)]
-    return "\n".join(lines[starts[-1] :] if starts else lines[-1:])
-
-
-def _text(path):
-    return path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
-
-
-def beam_or_greedy(beam_size, alpha=0.6, stop_early=False):
-    """The search a beam width names (`--beam-size`): `Greedy()` for 1, else
-    `BeamSearch(beam_size, alpha, stop_early)`.
-
-    >>> beam_or_greedy(1), beam_or_greedy(4)
-    (Greedy(), BeamSearch(beam_size=4, alpha=0.6, stop_early=False))
-    """
-    from tfblocks.decoding import BeamSearch, Greedy  # imports TensorFlow: not at the top
-
-    _checks.check_bool("stop_early", stop_early)
-    if _checks.check_positive_int("beam_size", beam_size) == 1:
-        return Greedy()
-    return BeamSearch(beam_size, alpha, stop_early)
-
-
-def run_command(name, main, errors=()):
-    """Runs a console script's `main()`; an expected error ends it with one line
-    `NAME: error: ...` on standard error and exit status 2. With `--verbose` on the
-    command line the traceback is shown instead.
-
-    Expected are bad arguments, files and models: `ValueError`, `OSError` (a missing
-    file, a full disk, a folder that cannot be written: the path is named), TensorFlow's
-    `tf.errors.OpError` (the same from TensorFlow's own file system), and `errors`.
-
-    Example:
-
-    >>> def main():
-    ...     raise ValueError("`--epochs` must be positive, got --epochs=0")
-    >>> import contextlib, io
-    >>> with contextlib.redirect_stderr(io.StringIO()) as err:
-    ...     try:
-    ...         run_command("tfblocks-train", main)
-    ...     except SystemExit as stop:
-    ...         print(stop.code)
-    2
-    >>> err.getvalue()
-    'tfblocks-train: error: `--epochs` must be positive, got --epochs=0\\n'
-    """
-    try:
-        _tensorflow_backend(name)
-        return main()
-    except Exception as error:
-        expected = (ValueError, OSError, _op_error(), _checks.BackendError, *errors)
-        if "--verbose" in sys.argv or not isinstance(error, expected):
-            raise
-        print(f"{name}: error: {error_line(error)}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-# Parsers ---------------------------------------------------------------------------------
-
-
-def _tensorflow_backend(name):
-    """The commands are TensorFlow programs: a shell's KERAS_BACKEND=jax (set for the
-    user's own JAX work) does not reach them while Keras is not loaded yet (a console
-    script loads it after parsing its arguments); where it is, another backend is an
-    error."""
-    if "keras" not in sys.modules:
-        os.environ["KERAS_BACKEND"] = "tensorflow"
-    else:
-        _checks.require_tensorflow(name)
+from tfblocks.cli.console import JAPANESE_SPACES
 
 
 def command_parser(prog, doc):
@@ -317,12 +195,6 @@ def check_replace_unknowns_argument(parser, args):
         )
 
 
-# --japanese-spaces value -> `remove_spaces` of `tfblocks.text.read_sentences`.
-JAPANESE_SPACES = {"auto": None, "remove": True, "keep": False}
-# A space between two non-ASCII characters: what pre-tokenized Japanese looks like.
-_SPACED_NON_ASCII = re.compile(r"[^\x00-\x7f]\s+[^\x00-\x7f]")
-
-
 def add_japanese_spaces_argument(parser, what):
     """Adds `--japanese-spaces` to `parser`; `what` names the input it applies to."""
     parser.add_argument(
@@ -345,71 +217,11 @@ def model_languages(models):
     return run_languages(models[0]) if models else None
 
 
-def read_input(path, japanese_spaces, advise=True, language=None):
-    """The sentences of `path` (standard input for None), read as `tfblocks-train` reads.
-
-    `language` is the language of the text as the model's run recorded it (None:
-    unknown); with `auto`, Japanese (`ja`) is joined, any other language kept as it is,
-    and an unknown one follows the *.ja file-name rule. With `advise`, warns on standard
-    error when `auto` left most lines of a text of unknown language looking like
-    pre-tokenized Japanese (a file not named *.ja, or standard input).
-    """
-    from tfblocks.text import read_sentences, remove_japanese_spaces
-    from tfblocks.text.corpus import decode_lines
-
-    remove_spaces = JAPANESE_SPACES[japanese_spaces]
-    if remove_spaces is None and language is not None:
-        remove_spaces, advise = language == "ja", False
-    if path is not None:
-        lines = read_sentences(path, remove_spaces=remove_spaces)
-    elif sys.stdin is None:  # closed (`<&-`): Python has no standard input at all
-        raise ValueError("standard input is closed: give --input FILE, or the text on it")
-    else:
-        lines = decode_lines(sys.stdin.buffer.read(), "standard input")
-        lines = [remove_japanese_spaces(s) for s in lines] if remove_spaces else lines
-    spaced = sum(1 for line in lines if _SPACED_NON_ASCII.search(line))
-    if advise and remove_spaces is None and spaced * 2 > sum(1 for line in lines if line):
-        name = "standard input" if path is None else path
-        print(
-            f"warning: {spaced} of the {len(lines)} lines of {name} look like pre-tokenized "
-            "Japanese (spaces between Japanese characters) and are read as they are; "
-            "--japanese-spaces remove joins them as tfblocks-train joins a *.ja corpus",
-            file=sys.stderr,
-        )
-    return lines
-
-
-def read_lines_as_they_come(path, japanese_spaces, language=None):
-    """Yields each line of `path` (standard input for None) as soon as it is read (a
-    pipe or a terminal need not end first), joined as `read_input` joins a whole text
-    (`language` as there; no advice, as the lines are not seen all together)."""
-    from tfblocks.text import remove_japanese_spaces
-    from tfblocks.text.lines import file_language, file_lines
-
-    remove = JAPANESE_SPACES[japanese_spaces]
-    if remove is None and language is not None:
-        remove = language == "ja"
-    if remove is None:  # a model without recorded languages: the *.ja file-name rule
-        remove = path is not None and file_language(path) == "ja"
-    if path is not None:
-        numbered = file_lines(path)
-    elif sys.stdin is None:  # closed (`<&-`): Python has no standard input at all
-        raise ValueError("standard input is closed: give --input FILE, or the text on it")
-    else:
-        numbered = _stdin_lines()
-    for _, line in numbered:
-        yield remove_japanese_spaces(line) if remove else line
-
-
-def _stdin_lines():
-    """Yields `(number, line)` of standard input, each as soon as its line end is read
-    (as `file_lines` reads a file: UTF-8, no line end, no byte-order mark)."""
-    from tfblocks.text.lines import invalid_utf8
-
-    for number, data in enumerate(iter(sys.stdin.buffer.readline, b""), 1):
-        data = data.removesuffix(b"\n").rstrip(b"\r")
-        try:
-            line = data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise invalid_utf8("standard input", number, data, error) from None
-        yield number, line.removeprefix("\ufeff") if number == 1 else line
+def add_target_lang_argument(parser):
+    """Adds `--target-lang` to a command's `parser`."""
+    parser.add_argument(
+        "--target-lang", default=None, metavar="LANG",
+        help="the language to translate into, for a model of several directions "
+        "(tfblocks-train --pairs; required there): one of its run's languages, a direction "
+        "never trained reported as zero-shot",
+    )  # fmt: skip

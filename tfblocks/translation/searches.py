@@ -1,0 +1,19 @@
+"""The search that a beam width names, as the commands, the training job and the
+engines choose it (`--beam-size`, an imported model's `num_beams`)."""
+
+from tfblocks import _checks
+
+
+def beam_or_greedy(beam_size, alpha=0.6, stop_early=False):
+    """The search a beam width names (`--beam-size`): `Greedy()` for 1, else
+    `BeamSearch(beam_size, alpha, stop_early)`.
+
+    >>> beam_or_greedy(1), beam_or_greedy(4)
+    (Greedy(), BeamSearch(beam_size=4, alpha=0.6, stop_early=False))
+    """
+    from tfblocks.decoding import BeamSearch, Greedy  # imports TensorFlow: not at the top
+
+    _checks.check_bool("stop_early", stop_early)
+    if _checks.check_positive_int("beam_size", beam_size) == 1:
+        return Greedy()
+    return BeamSearch(beam_size, alpha, stop_early)
