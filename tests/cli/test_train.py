@@ -215,7 +215,7 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
 def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
     # A new streamed run samples its train files for the tokenizer before the folder is
     # touched; a folder that has its tokenizer starts training without that pass.
-    from tfblocks.text.corpus import StreamedPairs
+    from tfblocks.text.streamed import StreamedPairs
     from tfblocks.translation.job import TrainingJob
     from tfblocks.translation.run_folder import TOKENIZER_FILE
 
@@ -235,7 +235,9 @@ def test_continuing_a_streamed_run_reads_no_corpus_first(tmp_path):
 def test_without_a_stream_flag_large_train_files_are_streamed(tmp_path, monkeypatch):
     # `--stream` / `--no-stream` decide; unset, the train files' size does (gzip counted
     # at GZIP_RATIO times its bytes); a TSV and the phrasebook are held in memory.
-    from tfblocks.cli import corpus as corpus_options
+    from tfblocks.cli.corpus import corpus_source
+    from tfblocks.translation import corpus_source as source_module
+    from tfblocks.translation.corpus_source import CorpusSource
 
     for split in ("train", "dev", "test"):
         (tmp_path / f"{split}.xx").write_text("a b\n" * 10, encoding="utf-8")  # 40 bytes
@@ -247,18 +249,18 @@ def test_without_a_stream_flag_large_train_files_are_streamed(tmp_path, monkeypa
         args = train_cli.parse_args(
             ["--corpus-dir", str(tmp_path), "--source-lang", "xx", "--target-lang", "yy", *flags]
         )
-        return corpus_options.choose_stream(args)
+        return corpus_source(args).chosen_stream()
 
-    monkeypatch.setattr(corpus_options, "STREAM_AUTO_BYTES", size)
+    monkeypatch.setattr(source_module, "STREAM_AUTO_BYTES", size)
     assert choose() is False and choose("--stream") is True
-    monkeypatch.setattr(corpus_options, "STREAM_AUTO_BYTES", size - 1)
+    monkeypatch.setattr(source_module, "STREAM_AUTO_BYTES", size - 1)
     assert choose() is True and choose("--no-stream") is False
     files = ["--train-source", str(tmp_path / "train.xx"), "--train-target",
              str(tmp_path / "train.yy.gz")]  # fmt: skip
     assert train_cli.parse_args(files).stream is None
-    assert corpus_options.choose_stream(train_cli.parse_args(files)) is True
-    assert corpus_options.choose_stream(train_cli.parse_args(["--tsv", "p.tsv"])) is False
-    assert corpus_options.choose_stream(train_cli.parse_args([])) is False
+    assert corpus_source(train_cli.parse_args(files)).chosen_stream() is True
+    assert CorpusSource(tsv="p.tsv").chosen_stream() is False
+    assert CorpusSource().chosen_stream() is False
     (tmp_path / "train.xx").unlink()
     with pytest.raises(FileNotFoundError, match=r"train\.xx"):
         choose()

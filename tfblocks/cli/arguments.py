@@ -225,3 +225,20 @@ def add_target_lang_argument(parser):
         "(tfblocks-train --pairs; required there): one of its run's languages, a direction "
         "never trained reported as zero-shot",
     )  # fmt: skip
+
+
+def parse_translation_arguments(parser, argv, japanese_spaces_for):
+    """Adds the options every command that translates with a model shares (`--target-lang`,
+    `--japanese-spaces` for the input `japanese_spaces_for` names, `--verbose`,
+    `--replace-unknowns`, sampling) to `parser`, parses `argv` and refuses (`parser.error`)
+    what those and the decoding options cannot do together; returns the arguments."""
+    add_target_lang_argument(parser)
+    add_japanese_spaces_argument(parser, japanese_spaces_for)
+    add_verbose_argument(parser)
+    add_replace_unknowns_argument(parser)
+    add_sampling_arguments(parser)
+    args = parser.parse_args(argv)
+    check_decoding_arguments(parser, args)
+    check_sampling_arguments(parser, args)
+    check_replace_unknowns_argument(parser, args)
+    return args

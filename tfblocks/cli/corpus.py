@@ -5,8 +5,8 @@
 `--test-target` give a split's files (lists, globs); `--tsv` with `--source-column` /
 `--target-column` (or a header line naming the languages) holds the whole corpus.
 `check_corpus_arguments` refuses what cannot work before the corpus is read (of a TSV,
-only its first line); `read_corpus` finds every file, then reads them
-(`tfblocks.text.load_splits`).
+only its first line); `corpus_source` turns the arguments into the library's
+`tfblocks.translation.corpus_source.CorpusSource`, which reads them.
 """
 
 import argparse
@@ -14,12 +14,8 @@ import os
 
 from tfblocks import _checks
 from tfblocks.text.corpus import SPLITS, TsvArguments, check_language
+from tfblocks.translation.corpus_source import GZIP_RATIO, STREAM_AUTO_BYTES, CorpusSource
 
-# Without `--stream` / `--no-stream`, line-aligned train files holding more than this many
-# bytes are streamed: held in memory they would cost about 4.5 times as much, and a small
-# corpus keeps an epoch of known length (progress bars, exact bucket counts).
-STREAM_AUTO_BYTES = 64 << 20
-GZIP_RATIO = 4  # a gzipped file's text: about this many times its size on disk
 # How errors about `--tsv`'s columns name the flags (`choose_tsv_columns`).
 TSV_FLAGS = TsvArguments(
     "--tsv", "--source-column", "--target-column", "--source-column {} --target-column {}"
@@ -186,64 +182,6 @@ def tsv_columns(args):
     )
 
 
-def corpus_origin(args, split):
-    """Where `split` of the corpus comes from, for messages."""
-    files = tuple(getattr(args, f"{split}_{side}") for side in ("source", "target"))
-    if files[0] is not None:
-        return f"--{split}-source={files[0]!r} / --{split}-target={files[1]!r}"
-    if args.corpus_dir:
-        names = f"{split}.{args.source_lang}, {split}.{args.target_lang}"
-        return f"--corpus-dir={args.corpus_dir!r} ({names})"
-    return f"--tsv={args.tsv!r}" if args.tsv else "the phrasebook"
-
-
-def choose_stream(args):
-    """Whether the train split is streamed: `--stream` / `--no-stream` as given; otherwise
-    streamed when its line-aligned files hold more than `STREAM_AUTO_BYTES` (a TSV and
-    the phrasebook are held in memory). Finds the train files (a missing one is named)."""
-    from tfblocks.text.lines import expand_paths, language_files
-
-    if args.stream is not None:
-        return args.stream
-    if args.train_source is not None:
-        paths = [
-            *expand_paths("--train-source", args.train_source),
-            *expand_paths("--train-target", args.train_target),
-        ]
-    elif args.corpus_dir and not args.tsv:
-        paths = [
-            *language_files(args.corpus_dir, "train", args.source_lang),
-            *language_files(args.corpus_dir, "train", args.target_lang),
-        ]
-    else:
-        return False
-    size = sum(
-        os.path.getsize(path) * (GZIP_RATIO if os.fspath(path).endswith(".gz") else 1)
-        for path in paths
-    )
-    return size > STREAM_AUTO_BYTES
-
-
-def read_corpus(args):
-    """The train/dev/test pairs the options name (every file found before one is read)."""
-    from tfblocks.text import load_splits
-    from tfblocks.text.lines import expand_paths
-
-    files = {}
-    for split in SPLITS:
-        source, target = (f"{split}_source", f"{split}_target")
-        if getattr(args, source) is not None:
-            files[split] = (
-                expand_paths(flag_name(source), getattr(args, source)),
-                expand_paths(flag_name(target), getattr(args, target)),
-            )
-    return load_splits(
-        args.corpus_dir, args.tsv, source=args.source_lang, target=args.target_lang,
-        seed=args.seed, files=files, tsv_columns=tsv_columns(args) if args.tsv else None,
-        stream_train=args.stream,
-    )  # fmt: skip
-
-
 def check_pairs_arguments(args):
     """Refuses what `--pairs` (several directions, each in its folder of `--corpus-dir`)
     cannot be combined with, naming the flags; returns the directions."""
@@ -276,25 +214,26 @@ def check_pairs_arguments(args):
     return directions
 
 
-def read_pairs(args, directions):
-    """The splits of `--pairs`: `{"train": MixedPairs, "dev": [...], "test": [...]}`, dev
-    and test the directions' tagged pairs in turn; `--limit-train` and `--limit-test`
-    apply to each direction. An empty split is refused, naming its direction."""
-    import dataclasses
-
-    from tfblocks.text.multilingual import MixedPairs, load_language_pairs
-
-    limits = {"train": args.limit_train, "dev": None, "test": args.limit_test}
-    pairs = []
-    for pair in load_language_pairs(args.corpus_dir, directions, seed=args.seed):
-        splits = {split: pair.splits[split][: limits[split]] for split in SPLITS}
-        for split in SPLITS:
-            if not splits[split]:
-                raise ValueError(
-                    f"the {split} split of {pair.name} in --corpus-dir={args.corpus_dir!r} "
-                    "has no sentence pairs."
-                )
-        pairs.append(dataclasses.replace(pair, splits=splits))
-    mixed = MixedPairs(tuple(pairs), args.pair_temperature or 1.0)
-    flat = {split: [row for pair in pairs for row in pair.tagged(split)] for split in SPLITS[1:]}
-    return {"train": mixed, **flat}
+def corpus_source(args):
+    """The `CorpusSource` of the (checked) corpus arguments: made once, before the corpus
+    is read."""
+    files = {
+        split: (getattr(args, f"{split}_source"), getattr(args, f"{split}_target"))
+        for split in SPLITS
+        if getattr(args, f"{split}_source") is not None
+    }
+    directions = check_pairs_arguments(args)
+    return CorpusSource(
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        corpus_dir=args.corpus_dir,
+        files=files,
+        tsv=args.tsv,
+        tsv_columns=tsv_columns(args) if args.tsv and directions is None else None,
+        stream=args.stream,
+        seed=args.seed,
+        limit_train=args.limit_train,
+        limit_test=args.limit_test,
+        directions=directions,
+        pair_temperature=args.pair_temperature,
+    )

@@ -32,17 +32,10 @@ import sys
 
 from tfblocks.cli.arguments import (
     add_decoding_arguments,
-    add_japanese_spaces_argument,
     add_model_argument,
-    add_replace_unknowns_argument,
-    add_sampling_arguments,
-    add_target_lang_argument,
-    add_verbose_argument,
-    check_decoding_arguments,
-    check_replace_unknowns_argument,
-    check_sampling_arguments,
     command_parser,
     model_languages,
+    parse_translation_arguments,
     search_options,
 )
 from tfblocks.cli.console import check_paths, one_line, read_input, run_command
@@ -74,15 +67,7 @@ def parse_args(argv=None):
         f"recorded it: {BLEU_TOKENIZE_DEFAULTS})",
     )  # fmt: skip
     add_decoding_arguments(parser)
-    add_target_lang_argument(parser)
-    add_japanese_spaces_argument(parser, "--src (--ref: auto)")
-    add_verbose_argument(parser)
-    add_replace_unknowns_argument(parser)
-    add_sampling_arguments(parser)
-    args = parser.parse_args(argv)
-    check_decoding_arguments(parser, args)
-    check_sampling_arguments(parser, args)
-    check_replace_unknowns_argument(parser, args)
+    args = parse_translation_arguments(parser, argv, "--src (--ref: auto)")
     if args.output == "-":  # standard output holds the JSON scores
         parser.error("--output - would mix the translations with the scores: name a file")
     return args

@@ -9,7 +9,7 @@ import importlib.util
 import sys
 
 from tfblocks._version import __version__
-from tfblocks.cli.arguments import command_parser
+from tfblocks.cli.arguments import add_verbose_argument, command_parser
 
 # The commands, in the order of a run's life: `tfblocks-NAME` is `tfblocks.cli.MODULE`.
 COMMANDS = {
@@ -36,6 +36,7 @@ def summary(module):
 def main(argv=None):
     parser = command_parser("tfblocks", __doc__)
     parser.add_argument("--version", action="version", version=f"tfblocks {__version__}")
+    add_verbose_argument(parser)
     parser.parse_args(argv)
     print(f"tfblocks {__version__}: Transformer layers, training and translation.")
     for name, module in COMMANDS.items():

@@ -42,13 +42,9 @@ from tfblocks.cli.corpus import (
     add_corpus_arguments,
     check_corpus_arguments,
     check_pairs_arguments,
-    choose_stream,
-    corpus_origin,
+    corpus_source,
     flag_name,
-    read_corpus,
-    read_pairs,
 )
-from tfblocks.text.corpus import SPLITS
 from tfblocks.text.shapes import SHAPES
 from tfblocks.training.precision import POLICIES
 from tfblocks.translation.evaluation import BLEU_TOKENIZE_DEFAULTS, BLEU_TOKENIZERS
@@ -336,15 +332,6 @@ def check_hparams(hp, overrides, batch_tokens, separate_vocab=False):
         )
 
 
-def check_splits(splits, args):
-    """Refuses a corpus with an empty train, dev or test split (after the limits)."""
-    for split in SPLITS:
-        if not splits[split]:
-            raise ValueError(
-                f"the {split} split of {corpus_origin(args, split)} has no sentence pairs."
-            )
-
-
 def main(argv=None):
     args = parse_args(argv)
     check_arguments(args)
@@ -355,37 +342,28 @@ def main(argv=None):
     from tfblocks.translation.run_folder import check_output
 
     # Everything that can be refused is refused before the run folder is created or touched.
-    options = training_options(args)
+    corpus = corpus_source(args)
+    options = training_options(args, corpus)
     output = worker_output(args.output) if args.strategy == "multi_worker" else args.output
     if output:
         check_output(output)
     timer = Timer()
     with timer("data"):
-        if args.pairs is not None:
-            splits = read_pairs(args, check_pairs_arguments(args))
-            print(options.recipe_line(), flush=True)
-            return job.TrainingJob(options, splits, timer=timer).run(output)
-        args.stream = choose_stream(args)  # `--stream` unset: by the train files' size
-        splits = read_corpus(args)
-        if args.stream:
-            splits["train"] = splits["train"].limited(args.limit_train)
-        else:
-            splits["train"] = splits["train"][: args.limit_train]
-        splits["test"] = splits["test"][: args.limit_test]
-        check_splits(splits, args)
+        splits = corpus.read()
     print(options.recipe_line(), flush=True)
     return job.TrainingJob(options, splits, timer=timer).run(output)
 
 
-def training_options(args):
+def training_options(args, corpus=None):
     """The `TrainingOptions` that the (checked) arguments give, with their HParams
-    overrides checked."""
+    overrides checked; `corpus` is their `CorpusSource` (None: made here)."""
     from tfblocks.models import hparams
     from tfblocks.models.hparams import parse_overrides
     from tfblocks.training import get_strategy
     from tfblocks.translation.options import TrainingOptions
 
     search = beam_or_greedy(args.beam_size, args.alpha)
+    corpus = corpus_source(args) if corpus is None else corpus
     options = TrainingOptions(
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
@@ -404,7 +382,7 @@ def training_options(args):
         lora_ffn=args.lora_ffn,
         source_lang=args.source_lang,
         target_lang=args.target_lang,
-        corpus=corpus_origin(args, "train") if args.pairs is None else f"--pairs={args.pairs!r}",
+        corpus=f"--pairs={args.pairs!r}" if args.pairs else corpus.origin("train"),
         hparams=args.hparams,
         hparams_override=args.hparams_override,
         vocab_size=args.vocab_size,

@@ -53,17 +53,10 @@ import sys
 
 from tfblocks.cli.arguments import (
     add_decoding_arguments,
-    add_japanese_spaces_argument,
     add_model_argument,
-    add_replace_unknowns_argument,
-    add_sampling_arguments,
-    add_target_lang_argument,
-    add_verbose_argument,
-    check_decoding_arguments,
-    check_replace_unknowns_argument,
-    check_sampling_arguments,
     command_parser,
     model_languages,
+    parse_translation_arguments,
     sampling,
     search_options,
 )
@@ -133,15 +126,7 @@ def parse_args(argv=None):
         "(a line in, a line out; the default when standard input is a terminal); not with "
         "--output FILE, --score or --target-prefix",
     )
-    add_target_lang_argument(parser)
-    add_japanese_spaces_argument(parser, "the input (a file or standard input)")
-    add_verbose_argument(parser)
-    add_replace_unknowns_argument(parser)
-    add_sampling_arguments(parser)
-    args = parser.parse_args(argv)
-    check_decoding_arguments(parser, args)
-    check_sampling_arguments(parser, args)
-    check_replace_unknowns_argument(parser, args)
+    args = parse_translation_arguments(parser, argv, "the input (a file or standard input)")
     check_output_arguments(parser, args)
     return args
 
