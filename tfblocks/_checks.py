@@ -8,6 +8,10 @@ import itertools
 import math
 import numbers
 
+# The backend guard lives in `tfblocks._backend` (the boundary's one home); these names
+# stay importable from here for the modules that still call `_checks.require_tensorflow`.
+from tfblocks._backend import BackendError, require_tensorflow  # noqa: F401
+
 
 def check_positive_int(name, value):
     """Returns `value` if it is a positive int (bools rejected), else raises ValueError."""
@@ -146,26 +150,3 @@ def check_index(name, value, size, what):
             f"`{name}` must be an int in [{-size}, {size}) ({size} {what}), got {name}={value!r}."
         )
     return int(value) % size
-
-
-class BackendError(RuntimeError):
-    """TensorFlow-only code called under another Keras backend (`require_tensorflow`)."""
-
-
-def require_tensorflow(what):
-    """Raises `BackendError` unless Keras runs on TensorFlow: `what` (decoding, serving,
-    export, the training job) is TensorFlow code, while the layers and models also run
-    under JAX (docs/layers.md, "Backends").
-
-    Example:
-    >>> require_tensorflow("Decoder")  # the test suite's backend
-    """
-    import keras
-
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
-        raise BackendError(
-            f"{what} runs on TensorFlow only, but Keras' backend is {backend!r}: start Python "
-            "with KERAS_BACKEND=tensorflow (a model trained under JAX loads there from its "
-            ".keras file)."
-        )

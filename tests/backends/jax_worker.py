@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.backends import cases  # noqa: E402
-from tfblocks import _checks  # noqa: E402
+from tfblocks import _backend  # noqa: E402
 from tfblocks.layers import TransformerBlock, dropout  # noqa: E402
 from tfblocks.models import build_transformer, hparams  # noqa: E402
 from tfblocks.training import compile_transformer  # noqa: E402
@@ -127,7 +127,7 @@ def refusals():
     said = {}
     for what in ("Decoder", "Translator", "TrainingJob"):
         try:
-            _checks.require_tensorflow(what)
+            _backend.require_tensorflow(what)
         except RuntimeError as error:
             said[what] = str(error)
     from tfblocks.decoding import Decoder

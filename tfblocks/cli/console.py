@@ -7,7 +7,7 @@ import re
 import stat
 import sys
 
-from tfblocks import _checks
+from tfblocks import _backend
 
 # TensorFlow's prefix naming the op's function: `{{function_node __wrapped__ReadFile_...}} `.
 _FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
@@ -91,25 +91,14 @@ def run_command(name, main, errors=()):
     'tfblocks-train: error: `--epochs` must be positive, got --epochs=0\\n'
     """
     try:
-        _tensorflow_backend(name)
+        _backend.use_tensorflow(name)
         return main()
     except Exception as error:
-        expected = (ValueError, OSError, _op_error(), _checks.BackendError, *errors)
+        expected = (ValueError, OSError, _op_error(), _backend.BackendError, *errors)
         if "--verbose" in sys.argv or not isinstance(error, expected):
             raise
         print(f"{name}: error: {error_line(error)}", file=sys.stderr)
         raise SystemExit(2) from None
-
-
-def _tensorflow_backend(name):
-    """The commands are TensorFlow programs: a shell's KERAS_BACKEND=jax (set for the
-    user's own JAX work) does not reach them while Keras is not loaded yet (a console
-    script loads it after parsing its arguments); where it is, another backend is an
-    error."""
-    if "keras" not in sys.modules:
-        os.environ["KERAS_BACKEND"] = "tensorflow"
-    else:
-        _checks.require_tensorflow(name)
 
 
 # --japanese-spaces value -> `remove_spaces` of `tfblocks.text.read_sentences`.

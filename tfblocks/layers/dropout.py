@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from tfblocks import _backend
 from tfblocks._xla import compiled_if_large, flat_size, in_xla_context
 from tfblocks.layers import _utils
 
@@ -83,13 +84,9 @@ def position_bits(lo, hi, seed):
     return ops.cast(ops.right_shift(h, _u32(8)), "int32")  # top 24 bits, exact in int32
 
 
-def _is_tensorflow():
-    return keras.backend.backend() == "tensorflow"
-
-
 def _index_dtype():
     """int64 where the backend has it (TensorFlow; JAX with x64), else int32."""
-    if keras.backend.backend() == "jax":
+    if _backend.name() == "jax":
         import jax
 
         return "int64" if jax.config.jax_enable_x64 else "int32"
@@ -111,7 +108,7 @@ def hash_bits(shape, seed):
     >>> bool(keras.ops.all(a == b)), a.dtype.name, bool(keras.ops.all(a < 2**24))
     (True, 'int32', True)
     """
-    if not _is_tensorflow():
+    if not _backend.is_tensorflow():
         return ops.reshape(_flat_bits(math.prod(shape), seed), shape)  # [*shape]
     size = ops.cast(flat_size(shape), "int64")
     return ops.reshape(_traced_flat_bits(size, ops.cast(seed, "int64")), shape)  # [*shape]
@@ -150,7 +147,7 @@ def apply_hash_dropout(inputs, seed, rate):
     >>> sorted({float(v) for v in keras.ops.unique(y)})
     [0.0, 2.0]
     """
-    if not _is_tensorflow() or inputs.shape.rank is not None:
+    if not _backend.is_tensorflow() or inputs.shape.rank is not None:
         shape = ops.shape(inputs)
     else:
         shape = tf.shape(inputs)
@@ -237,7 +234,7 @@ class HashDropout(keras.layers.Layer):
         if not training or self.rate == 0:
             return inputs
         seed = self.seed_generator.next()
-        if not _is_tensorflow() or in_xla_context():
+        if not _backend.is_tensorflow() or in_xla_context():
             return apply_hash_dropout(inputs, seed, self.rate)
         return _dropout_outside_xla(inputs, seed, self.rate)
 

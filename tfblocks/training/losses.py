@@ -13,6 +13,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from tfblocks import _backend
 from tfblocks._xla import compiled_if_large, in_xla_context
 from tfblocks.ids import PAD_ID
 
@@ -47,7 +48,7 @@ def smoothed_token_losses(y_true, logits, label_smoothing):
     low = label_smoothing / (vocab - 1)
     # Entropy of the soft target, t2t's "normalizing" constant (1e-20 avoids log 0).
     normalizing = -(confidence * math.log(confidence) + (vocab - 1) * low * math.log(low + 1e-20))
-    if keras.backend.backend() != "tensorflow":  # JAX: the same sum, the backend's autodiff
+    if not _backend.is_tensorflow():  # JAX: the same sum, the backend's autodiff
         soft_target = ops.one_hot(ops.cast(y_true, "int32"), vocab) * (confidence - low) + low
         return -ops.sum(soft_target * ops.log_softmax(logits), axis=-1) - normalizing
     ids = tf.cast(y_true, tf.int32)
@@ -94,7 +95,7 @@ def global_token_mean(total, count):
     mean. Returning `replica_total / global_count` makes the sum over replicas the
     exact token mean of the global batch, however tokens are spread over replicas.
     """
-    if keras.backend.backend() != "tensorflow":
+    if not _backend.is_tensorflow():
         return ops.divide_no_nan(total, count)
     replica = tf.distribute.get_replica_context()
     if replica is not None and tf.distribute.get_strategy().num_replicas_in_sync > 1:

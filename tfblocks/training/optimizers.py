@@ -55,6 +55,8 @@ For gradient accumulation and weight averaging it departs from Keras' optimizer:
 import keras
 import tensorflow as tf
 
+from tfblocks import _backend
+
 _FUSED_DTYPES = (tf.float16, tf.float32, tf.float64)
 
 
@@ -98,7 +100,7 @@ class FusedAdam(keras.optimizers.Adam):
             )
 
     def update_step(self, gradient, variable, learning_rate):
-        if keras.backend.backend() != "tensorflow":  # JAX: Keras' update, the same formula
+        if not _backend.is_tensorflow():  # JAX: Keras' update, the same formula
             return super().update_step(gradient, variable, learning_rate)
         dtype = tf.as_dtype(variable.dtype)
         if self.amsgrad or dtype not in _FUSED_DTYPES:
@@ -134,7 +136,7 @@ class FusedAdam(keras.optimizers.Adam):
     # Gradient accumulation that works under tf.distribute --------------------------------
 
     def _backend_apply_gradients(self, grads, trainable_variables):
-        if not self.gradient_accumulation_steps or keras.backend.backend() != "tensorflow":
+        if not self.gradient_accumulation_steps or not _backend.is_tensorflow():
             # Keras' own accumulation where there is no tf.distribute (JAX): also the
             # mean of n gradients, with `iterations` counting updates.
             return super()._backend_apply_gradients(grads, trainable_variables)

@@ -2,10 +2,9 @@
 
 import logging
 
-import keras
 import tensorflow as tf
 
-from tfblocks import _checks
+from tfblocks import _backend, _checks
 from tfblocks.models.hparams import LEGACY_NOAM
 from tfblocks.training import xla_step
 from tfblocks.training.losses import SmoothedCrossEntropy
@@ -120,7 +119,7 @@ def compile_transformer(
     if model.built and not model.optimizer.built:
         # Adam's moments now: variables created while tracing the train step (where Keras
         # defers them without a strategy) make `tf.function` trace the whole step twice.
-        if keras.backend.backend() == "tensorflow":
+        if _backend.is_tensorflow():
             with model.distribute_strategy.scope():
                 model.optimizer.build(model.trainable_variables)
         else:
@@ -135,7 +134,7 @@ def compile_transformer(
 def _active_strategy(model):
     """The `tf.distribute` strategy `model` trains under, or None for the default (and
     under another Keras backend, which has no `tf.distribute`)."""
-    if keras.backend.backend() != "tensorflow":
+    if not _backend.is_tensorflow():
         return None
     strategy = getattr(model, "_distribute_strategy", None)
     if strategy is None and tf.distribute.has_strategy():
