@@ -173,3 +173,55 @@ def test_every_console_option_is_described():
             if not re.search(quoted, section) and not re.search(quoted, sections[""]):
                 missing.append(f"{name} {option}")
     assert not missing, f"not in docs/command-line.md: {missing}"
+
+
+# A dotted name in backquotes (`tfblocks.serving.Translator`) or imported by a line of a
+# page (`from tfblocks.decoding import BeamSearch, Greedy`), in prose or in a block.
+DOTTED = re.compile(r"`(tfblocks(?:\.\w+)+)")
+FROM_IMPORT = re.compile(r"from (tfblocks(?:\.\w+)*) import (\([^)]*\)|[^\n#`]*)")
+
+
+def documented_names(text):
+    """The `tfblocks...` names that `text` (Markdown) names or imports."""
+    names = set(DOTTED.findall(text))
+    for module, imported in FROM_IMPORT.findall(text):
+        for item in imported.strip("()").split(","):
+            name = item.split(" as ")[0].strip()
+            if name.isidentifier():
+                names.add(f"{module}.{name}")
+    return names
+
+
+def resolves(name):
+    """Whether `name` is a module, or an attribute of the longest module it starts with."""
+    import importlib
+
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        for attribute in parts[end:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def test_every_name_the_pages_import_is_there():
+    names = {name: _name(page) for page in PAGES for name in documented_names(page.read_text())}
+    assert len(names) > 40  # the pages name the API: the reading found it
+    missing = [f"{name} ({page})" for name, page in sorted(names.items()) if not resolves(name)]
+    assert not missing, f"named in the docs but not importable: {missing}"
+
+
+def test_the_name_reading_sees_imports_and_missing_names():
+    text = (
+        "`tfblocks.serving.Translator` and\nfrom tfblocks.decoding import (Greedy, BeamSearch as B)"
+    )
+    assert documented_names(text) == {
+        "tfblocks.serving.Translator", "tfblocks.decoding.Greedy", "tfblocks.decoding.BeamSearch"
+    }  # fmt: skip
+    assert resolves("tfblocks.serving.Translator") and not resolves("tfblocks.serving.Nothing")

@@ -8,14 +8,16 @@
 from tfblocks import _allocator  # noqa: F401  # isort: skip
 from tfblocks import _quiet  # noqa: F401  # isort: skip
 from tfblocks import _lazy
-from tfblocks._version import __version__
+from tfblocks._version import __version__  # noqa: F401  (in __all__: `also` below)
 
-__getattr__, __dir__ = _lazy.public_names(
+# The public API, listed once: each name under the module that defines it.
+__getattr__, __dir__, __all__ = _lazy.public_names(
     __name__,
     {
         "tfblocks.decoding": [
             "decoding",
             "BeamSearch",
+            "ConstrainedBeamSearch",
             "Decoder",
             "Ensemble",
             "Greedy",
@@ -39,6 +41,7 @@ __getattr__, __dir__ = _lazy.public_names(
             "build_language_model",
             "build_transformer",
             "hparams",
+            "import_marian",
             "load_preset",
             "save_preset",
         ],
@@ -46,6 +49,7 @@ __getattr__, __dir__ = _lazy.public_names(
             "serving",
             "CTranslate2Translator",
             "Generator",
+            "Hypothesis",
             "Translator",
             "export_ctranslate2",
         ],
@@ -63,50 +67,5 @@ __getattr__, __dir__ = _lazy.public_names(
         ],
         "tfblocks.ids": ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID"],
     },
+    also=["__version__"],
 )
-
-__all__ = [
-    "BOS_ID",
-    "EOS_ID",
-    "PAD_ID",
-    "UNK_ID",
-    "BeamSearch",
-    "CTranslate2Translator",
-    "Decoder",
-    "DenseReluDense",
-    "Ensemble",
-    "FusedAdam",
-    "Generator",
-    "Greedy",
-    "HParams",
-    "HashDropout",
-    "LocalMultiHeadAttention",
-    "MaskedAccuracy",
-    "MultiHeadAttention",
-    "NoamSchedule",
-    "Perplexity",
-    "RelativeMultiHeadAttention",
-    "RsqrtDecay",
-    "Sampling",
-    "SinusoidalEmbedding",
-    "SmoothedCrossEntropy",
-    "Transformer",
-    "TransformerBlock",
-    "Translator",
-    "__version__",
-    "build_language_model",
-    "build_transformer",
-    "compile_transformer",
-    "decoding",
-    "export_ctranslate2",
-    "get_strategy",
-    "hparams",
-    "layers",
-    "load_preset",
-    "models",
-    "save_preset",
-    "serving",
-    "text",
-    "timing_signal",
-    "training",
-]

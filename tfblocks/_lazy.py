@@ -1,7 +1,7 @@
 """Public names of a package, imported at once or, while a console script starts, on first use.
 
-A package's `__init__.py` names the module of each public name and gets its module
-`__getattr__` and `__dir__` (PEP 562) from `public_names`:
+A package's `__init__.py` lists its public names once, each under its module, and gets
+its module `__getattr__`, `__dir__` (PEP 562) and `__all__` from `public_names`:
 
 * As a library, the package imports every public name when it is imported, as a plain
   `from ... import ...` would: Keras then knows tfblocks' registered classes (what
@@ -16,6 +16,7 @@ It must not import TensorFlow.
 import importlib
 import os
 import sys
+import warnings
 
 
 def console_script(argv=None):
@@ -29,9 +30,9 @@ def console_script(argv=None):
     return name == "tfblocks" or name.startswith("tfblocks-")
 
 
-def public_names(package, homes):
-    """The `(__getattr__, __dir__)` of the package `package` (being imported), whose
-    public names `homes` gives as `{module: [name, ...]}`.
+def public_names(package, homes, deprecated=None, also=()):
+    """The `(__getattr__, __dir__, __all__)` of the package `package` (being imported),
+    whose public names `homes` gives as `{module: [name, ...]}`: the one list of them.
 
     A name is the attribute of that module, or the module itself when it is the
     package's submodule of that name (`{"tfblocks.layers": ["layers"]}`).
@@ -39,15 +40,27 @@ def public_names(package, homes):
     Args:
         package: the package's `__name__`.
         homes: where each public name is defined.
+        deprecated: `{old_name: new_name}`: names kept for one release, which give the
+            new name's value with a `DeprecationWarning`; not in `__all__`.
+        also: names the package defines itself that `__all__` lists too (`__version__`).
 
     Returns:
-        The package's `__getattr__` and `__dir__`. Every name is imported before it
-        returns, except in a console script (`console_script()`).
+        The package's `__getattr__`, `__dir__` and `__all__` (sorted). Every name is
+        imported before it returns, except in a console script (`console_script()`).
     """
     namespace = vars(sys.modules[package])
     home = {name: module for module, members in homes.items() for name in members}
+    deprecated = dict(deprecated or {})
 
     def attribute(name):
+        if name in deprecated:
+            warnings.warn(
+                f"{package}.{name} is deprecated and will be removed in the next release; "
+                f"use {package}.{deprecated[name]}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return attribute(deprecated[name])
         if name not in home:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module = importlib.import_module(home[name])
@@ -61,4 +74,4 @@ def public_names(package, homes):
     if not console_script():
         for name in home:
             attribute(name)
-    return attribute, names
+    return attribute, names, sorted([*home, *also])

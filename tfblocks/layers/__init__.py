@@ -1,22 +1,18 @@
 """The tfblocks Keras layers."""
 
-from tfblocks.layers._utils import segment_mask
-from tfblocks.layers.attention import MultiHeadAttention
-from tfblocks.layers.block import TransformerBlock
-from tfblocks.layers.dropout import HashDropout
-from tfblocks.layers.embedding import SinusoidalEmbedding, timing_signal
-from tfblocks.layers.feed_forward import DenseReluDense
-from tfblocks.layers.local_attention import LocalMultiHeadAttention
-from tfblocks.layers.relative_attention import RelativeMultiHeadAttention
+from tfblocks import _lazy
 
-__all__ = [
-    "DenseReluDense",
-    "HashDropout",
-    "LocalMultiHeadAttention",
-    "MultiHeadAttention",
-    "RelativeMultiHeadAttention",
-    "SinusoidalEmbedding",
-    "TransformerBlock",
-    "segment_mask",
-    "timing_signal",
-]
+# The public API, listed once (tfblocks/_lazy.py).
+__getattr__, __dir__, __all__ = _lazy.public_names(
+    __name__,
+    {
+        "tfblocks.layers._utils": ["segment_mask"],
+        "tfblocks.layers.attention": ["MultiHeadAttention"],
+        "tfblocks.layers.block": ["TransformerBlock"],
+        "tfblocks.layers.dropout": ["HashDropout"],
+        "tfblocks.layers.embedding": ["SinusoidalEmbedding", "timing_signal"],
+        "tfblocks.layers.feed_forward": ["DenseReluDense"],
+        "tfblocks.layers.local_attention": ["LocalMultiHeadAttention"],
+        "tfblocks.layers.relative_attention": ["RelativeMultiHeadAttention"],
+    },
+)

@@ -4,7 +4,7 @@ from tfblocks import _lazy
 
 # Imported now, or on first use in a `tfblocks-*` command (tfblocks/_lazy.py), which
 # reads `tfblocks.training.precision.POLICIES` for its flags without TensorFlow.
-__getattr__, __dir__ = _lazy.public_names(
+__getattr__, __dir__, __all__ = _lazy.public_names(
     __name__,
     {
         "tfblocks.training.distribute": ["get_strategy"],
@@ -16,17 +16,3 @@ __getattr__, __dir__ = _lazy.public_names(
         "tfblocks.training.weights": ["averaged_weights"],
     },
 )
-
-__all__ = [
-    "CrossEntropy",
-    "FusedAdam",
-    "MaskedAccuracy",
-    "NoamSchedule",
-    "Perplexity",
-    "RsqrtDecay",
-    "SmoothedCrossEntropy",
-    "averaged_weights",
-    "compile_transformer",
-    "get_strategy",
-    "learning_rate_schedule",
-]
