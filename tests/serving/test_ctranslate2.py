@@ -14,12 +14,9 @@ from tfblocks.text import load_phrasebook, train_tokenizer
 
 pytest.importorskip("ctranslate2")
 
-from tfblocks.serving import ctranslate2 as ctranslate2_export
-from tfblocks.serving.ctranslate2 import (
-    CTranslate2Translator,
-    build_spec,
-    export_ctranslate2,
-)
+from tfblocks.serving import ctranslate2_export
+from tfblocks.serving.ctranslate2 import CTranslate2Translator
+from tfblocks.serving.ctranslate2_export import build_spec, export_ctranslate2
 
 pytestmark = pytest.mark.heavy  # runs whole jobs: scheduled first
 

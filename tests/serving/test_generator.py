@@ -114,6 +114,16 @@ def test_generator_and_translator_check_their_model(memorized):
     model, tokenizer, _ = memorized
     with pytest.raises(ValueError, match="encoder–decoder"):
         tfblocks.Translator(model, tokenizer, tokenizer)
+    translation = tfblocks.build_transformer(
+        tfblocks.hparams("transformer_tiny", vocab_size=tokenizer.vocabulary_size)
+    )
+    with pytest.raises(ValueError, match=r"decoder-only .* got Transformer .*use `Translator`"):
+        tfblocks.Generator(translation, tokenizer)
+    small = tfblocks.build_language_model(
+        tfblocks.hparams("transformer_tiny", vocab_size=40, num_encoder_layers=0)
+    )
+    with pytest.raises(ValueError, match=f"`tokenizer` has {tokenizer.vocabulary_size} ids"):
+        tfblocks.Generator(small, tokenizer)
     with pytest.raises(ValueError, match="search='top'"):
         tfblocks.Generator(model, tokenizer, search="top")
     with pytest.raises(ValueError, match="texts"):

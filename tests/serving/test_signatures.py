@@ -66,7 +66,7 @@ def test_signatures_refuse_other_ranks_naming_the_input(loaded):
 
 
 def test_score_refuses_a_target_over_its_bound_naming_it(loaded):
-    from tfblocks.serving.savedmodel import MAX_SCORE_LENGTH
+    from tfblocks.serving.signatures import MAX_SCORE_LENGTH
 
     fits = " ".join(["curry"] * 20)
     too_long = " ".join(["curry"] * (MAX_SCORE_LENGTH + 1))  # a subword or more a word, and EOS

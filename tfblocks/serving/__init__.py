@@ -3,9 +3,16 @@ through CTranslate2 (`export_ctranslate2`, `CTranslate2Translator`) or as one Li
 file for phones (`Translator.export_litert`, `tfblocks.serving.litert`); their n-best
 lists hold `Hypothesis(text, score)`."""
 
-from tfblocks.serving.ctranslate2 import CTranslate2Translator, export_ctranslate2
-from tfblocks.serving.generator import Generator
-from tfblocks.serving.hypothesis import Hypothesis
-from tfblocks.serving.savedmodel import Translator
+from tfblocks import _lazy
 
-__all__ = ["CTranslate2Translator", "Generator", "Hypothesis", "Translator", "export_ctranslate2"]
+# The public API, listed once (tfblocks/_lazy.py).
+__getattr__, __dir__, __all__ = _lazy.public_names(
+    __name__,
+    {
+        "tfblocks.serving.ctranslate2": ["CTranslate2Translator"],
+        "tfblocks.serving.ctranslate2_export": ["export_ctranslate2"],
+        "tfblocks.serving.generator": ["Generator"],
+        "tfblocks.serving.hypothesis": ["Hypothesis"],
+        "tfblocks.serving.savedmodel": ["Translator"],
+    },
+)

@@ -8,10 +8,10 @@ default) through `tfblocks.decoding.Decoder`, and exports as `Translator` does
 
 import tensorflow as tf
 
-from tfblocks import _checks
+from tfblocks import _backend
 from tfblocks.decoding import Greedy
 from tfblocks.ids import PAD_ID
-from tfblocks.serving.text_module import TEXT, TextModule, batch_input, check_vocabulary
+from tfblocks.serving.text_module import TEXT, TextModule, batch_input
 
 
 class Generator(TextModule):
@@ -50,6 +50,7 @@ class Generator(TextModule):
     """
 
     OUTPUT = "continuation"
+    ENCODER_DECODER = False
 
     def __init__(
         self,
@@ -61,17 +62,13 @@ class Generator(TextModule):
         cache_lengths="auto",
         name=None,
     ):
-        _checks.require_tensorflow("Generator")
+        _backend.require_tensorflow("Generator")
         super().__init__(name=name)
-        if getattr(model, "has_input", True):
-            raise ValueError(
-                "`model` must be a decoder-only language model (from "
-                f"`build_language_model`), got '{model.name}'; use `Translator` for an "
-                "encoder–decoder."
-            )
-        check_vocabulary("tokenizer", tokenizer, model)
         search = Greedy() if search is None else search
-        self._set_decoding(model, max_length, search, jit_compile, cache_lengths=cache_lengths)
+        self._set_decoding(
+            model, ("tokenizer", tokenizer), max_length, search, jit_compile,
+            cache_lengths=cache_lengths,
+        )  # fmt: skip
         self.tokenizer = tokenizer
 
     def encode_prompt(self, text):

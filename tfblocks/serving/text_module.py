@@ -104,14 +104,36 @@ def check_vocabulary(arg, tokenizer, model):
         )
 
 
+def check_model_kind(model, encoder_decoder):
+    """A ValueError unless `model` is an encoder–decoder (`encoder_decoder`, what
+    `Translator` serves) or a decoder-only language model (what `Generator` serves); a
+    model that does not say (no `has_input`) is neither."""
+    has_input = getattr(model, "has_input", None)
+    if has_input is not None and bool(has_input) == encoder_decoder:
+        return
+    wanted, other = (
+        ("an encoder–decoder `tfblocks.Transformer` (from `build_transformer`)",
+         "`Generator` for a decoder-only language model")
+        if encoder_decoder
+        else ("a decoder-only language model (from `build_language_model`)",
+              "`Translator` for an encoder–decoder")
+    )  # fmt: skip
+    raise ValueError(
+        f"`model` must be {wanted}, got {type(model).__name__} "
+        f"'{getattr(model, 'name', '')}'; use {other}."
+    )
+
+
 class TextModule(tf.Module):
     """Strings in, strings out: `__call__` and `export` shared by `Translator` and `Generator`.
 
-    A subclass defines `serve` (the `serving_default` signature) and `OUTPUT`, the
-    key of its main string output.
+    A subclass defines `serve` (the `serving_default` signature), `OUTPUT`, the key of
+    its main string output, and `ENCODER_DECODER`, the kind of model it serves (True: an
+    encoder–decoder; False: a decoder-only language model).
     """
 
     OUTPUT = None
+    ENCODER_DECODER = None
 
     def _signatures(self):
         """The SavedModel's signatures: `{name: tf.function}`."""
@@ -127,8 +149,15 @@ class TextModule(tf.Module):
             functions[name] = tf.function(fn, input_signature=input_signature, autograph=False)
         return functions[name]
 
-    def _set_decoding(self, model, max_length, search, jit_compile, **decoder_options):
-        """What both modules keep for decoding: checked, stored, and their `Decoder`."""
+    def _set_decoding(self, model, tokenizer, max_length, search, jit_compile, **decoder_options):
+        """What both modules keep for decoding: checked, stored, and their `Decoder`.
+
+        `model` must be of the kind the module serves (`ENCODER_DECODER`), and
+        `tokenizer`, `(argument name, tokenizer)` of the ids it generates, must fit its
+        vocabulary; both are checked before anything else.
+        """
+        check_model_kind(model, self.ENCODER_DECODER)
+        check_vocabulary(*tokenizer, model)
         check_max_length(max_length)
         self.search = check_search(search, model.vocab_size)
         self.model = model
