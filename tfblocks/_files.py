@@ -112,6 +112,50 @@ def write_json(path, data):
     return write_text(path, json.dumps(data, ensure_ascii=False, indent=2))
 
 
+def read_json(path, what, *, holds="a JSON object", fix=""):
+    """The JSON object (a dict) of the UTF-8 file `path`, e.g. one `write_json` wrote.
+
+    A file a user edited or a writer cut short is a `ValueError` that names the file,
+    so the caller's message need not.
+
+    Args:
+        path: the file.
+        what: what the file should be, in the message for one that is not JSON
+            (`"{path} is not {what} (...)"`).
+        holds: what it should hold, in the message for JSON that is not an object
+            (`"{path} must hold {holds}, got ..."`).
+        fix: what the user can do about a bad file, appended to both messages.
+
+    Returns:
+        The decoded dict.
+
+    Raises:
+        ValueError: the file is not UTF-8 JSON, or its JSON is not an object.
+        OSError: the file cannot be opened (a missing file: FileNotFoundError).
+
+    Example:
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> read_json(write_json(os.path.join(folder, "a.json"), {"epochs": 3}), "a JSON file")
+    {'epochs': 3}
+    >>> path = write_json(os.path.join(folder, "b.json"), [1])
+    >>> read_json(path, "a JSON file", fix="write it again")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: ...b.json must hold a JSON object, got [1]; write it again.
+    """
+    end = f"; {fix}." if fix else "."
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not {what} ({error}){end}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} must hold {holds}, got {values!r:.80}{end}")
+    return values
+
+
 def replace_directory(path, write_fn, kind="tfblocks-export", *, arg="path"):
     """Writes `path` as a whole with `write_fn`, replacing only an earlier tfblocks write.
 

@@ -151,7 +151,7 @@ def test_a_streamed_corpus_gives_the_batches_of_its_list(tmp_path, pairs, tokeni
     # shapes batch a streamed corpus as dynamic does: one code path after the batching.)
     import gzip
 
-    from tfblocks.text.corpus import StreamedPairs
+    from tfblocks.text.streamed import StreamedPairs
 
     sources, targets = tmp_path / "t.ja", tmp_path / "t.en.gz"
     sources.write_text("".join(ja + "\n" for ja, _ in pairs[:200]), encoding="utf-8")
@@ -189,7 +189,7 @@ def _assert_same_batches(a, b):
 def _streamed_files(tmp_path, pairs, files):
     """`pairs` as a `StreamedPairs` of `files` line-aligned files a side (pair i in file
     i * files // len(pairs))."""
-    from tfblocks.text.corpus import StreamedPairs
+    from tfblocks.text.streamed import StreamedPairs
 
     sides = ([], [])
     for f in range(files):

@@ -68,29 +68,32 @@ from tfblocks.decoding.base import (
     dim,
     write,
 )
-from tfblocks.decoding.beam_search import BeamSearch, _Beam, length_penalty, top_k
+from tfblocks.decoding.beam_search import BeamSearch, BeamState, _Beam, length_penalty, top_k
 from tfblocks.ids import EOS_ID, PAD_ID
 
 NO_TOKEN = -1  # the phrases' padding inside the search, and positions not to match
 
 
-class ConstrainedState(NamedTuple):
-    """Loop state of `ConstrainedBeamSearch` (B sentences × K beams, C phrases of at most
-    T tokens): `BeamState`'s fields and each hypothesis' phrase state."""
+class _PhraseState(NamedTuple):
+    """Each hypothesis' phrase state: the fields `ConstrainedState` adds to `BeamState`'s."""
 
-    index: tf.Tensor  # scalar
-    last: tf.Tensor  # [B·K, 1]
-    state: object  # the step function's nest, B·K rows
-    alive_seq: tf.Tensor  # [B, K, L]
-    alive_log_probs: tf.Tensor  # [B, K]
-    finished_seq: tf.Tensor  # [B, K, L]
-    finished_scores: tf.Tensor  # [B, K], length-penalized
-    finished_flags: tf.Tensor  # [B, K]
-    prefix: tf.Tensor  # [B, P]: the ids forced first (padded with pad_id); () for none
     phrases: tf.Tensor  # [B, C, T]: the phrases' ids, NO_TOKEN after each one's end
     met: tf.Tensor  # [B, K, C]: the hypothesis contains the phrase (an empty one: True)
     partial: tf.Tensor  # [B, K, C]: the phrase's first tokens its last tokens are (0 if met)
     since: tf.Tensor  # [B, K]: (ordered) the first position the next phrase may use
+
+
+# A NamedTuple cannot add fields to another by subclassing, so the fields are joined here:
+# `_Beam`'s methods read `BeamState`'s by name and treat every field after `state` as by
+# sentence, so the phrase state comes after them.
+_FIELDS = [*BeamState.__annotations__.items(), *_PhraseState.__annotations__.items()]
+
+
+class ConstrainedState(NamedTuple("ConstrainedState", _FIELDS)):
+    """Loop state of `ConstrainedBeamSearch` (B sentences × K beams, C phrases of at most
+    T tokens): `BeamState`'s fields, then each hypothesis' phrase state (`_PhraseState`)."""
+
+    __slots__ = ()
 
 
 def suffix_match(seqs, index, since, phrases):

@@ -29,7 +29,7 @@ from typing import NamedTuple
 import keras
 import keras_hub
 
-from tfblocks._files import replace_directory
+from tfblocks._files import read_json, replace_directory
 from tfblocks.models.hparams import HParams
 from tfblocks.models.transformer import Transformer
 from tfblocks.text import SubwordTokenizer
@@ -187,13 +187,7 @@ def load_target_tokenizer(path):
 def _load_hparams(path):
     """The `HParams` of a preset's `hparams.json`; a ValueError naming the file (and the
     field) when it is not JSON, not an object, or holds an unknown field or a bad value."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not a JSON file of HParams: {error}.") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"{path} must hold a JSON object of HParams fields, got {values!r:.80}.")
+    values = read_json(path, "a JSON file of HParams", holds="a JSON object of HParams fields")
     known = {field.name for field in dataclasses.fields(HParams)}
     unknown = [name for name in values if name not in known]
     if unknown:

@@ -1,96 +1,29 @@
-"""Readers for parallel corpora: line-aligned file pairs and tab-separated files.
+"""Readers for parallel corpora: line-aligned file pairs and tab-separated files, and
+`load_splits`, the train/dev/test pairs of a language pair from either (or the phrasebook).
 
 Both readers fail loudly instead of losing data: files with different line counts, bytes that are
 not UTF-8 and TSV rows with too few columns raise `ValueError` naming the file (and line). A pair
-with an empty side is skipped and counted in the returned `Corpus`, never silently dropped.
-
-Pre-tokenized Japanese (`私 は テニス 部員 で す 。`, as in small_parallel_enja) can be read back as
-raw text (`私はテニス部員です。`), which is what users type and what the SentencePiece tokenizers
-are trained on. A space is kept only between two ASCII letters or digits (`Windows 10`).
+with an empty side is skipped and counted in the returned `Corpus`, never silently dropped
+(`tfblocks.text.pairs`, whose rule also joins pre-tokenized Japanese). With
+`stream_train=True`, `load_splits` gives the train split as a corpus read from its files
+each time it is iterated (`tfblocks.text.streamed`).
 """
 
-import dataclasses
-import hashlib
-import itertools
 import os
 import random
 import re
 import typing
-import zlib
 
 from tfblocks.text.lines import (
     aligned_lines,
-    count_lines,
     file_language,
     file_lines,
     invalid_utf8,
     language_files,
-    pick_lines,
 )
+from tfblocks.text.pairs import collect_pairs, remove_japanese_spaces
 from tfblocks.text.phrasebook import load_phrasebook
-
-# Whitespace that does not sit between two ASCII letters/digits.
-_JOINABLE_SPACE = re.compile(r"(?<![A-Za-z0-9])\s+|\s+(?![A-Za-z0-9])")
-
-
-@dataclasses.dataclass(frozen=True)
-class Corpus:
-    """Sentence pairs read from disk, with what the reader did to them.
-
-    Iterating a `Corpus` (or `len`, indexing) goes over `pairs`, so it can be passed wherever a
-    list of `(source, target)` pairs is expected.
-
-    Attributes:
-        pairs: list of `(source, target)` string tuples, in file order.
-        lines: number of lines (rows) read.
-        skipped_empty: number of rows skipped because a side was empty.
-        paths: the file(s) read.
-
-    Example:
-
-    >>> corpus = Corpus([("行け。", "Go.")], lines=2, skipped_empty=1, paths=("jpn.txt",))
-    >>> len(corpus), list(corpus), corpus.summary()
-    (1, [('行け。', 'Go.')], 'jpn.txt: 2 lines, 1 pairs, 1 empty pairs skipped')
-    """
-
-    pairs: list
-    lines: int
-    skipped_empty: int
-    paths: tuple
-
-    def __len__(self):
-        return len(self.pairs)
-
-    def __iter__(self):
-        return iter(self.pairs)
-
-    def __getitem__(self, index):
-        return self.pairs[index]
-
-    def summary(self):
-        """One line saying what was read, e.g. for a training log."""
-        return (
-            f"{' + '.join(self.paths)}: {self.lines} lines, {len(self.pairs)} pairs, "
-            f"{self.skipped_empty} empty pairs skipped"
-        )
-
-
-def remove_japanese_spaces(text):
-    """Joins pre-tokenized Japanese back into raw text, keeping spaces inside Latin runs.
-
-    Args:
-        text: a string such as `"私 は Windows 10 を 使 う 。"`.
-
-    Returns:
-        The string without the spaces that separate tokens.
-
-    Example:
-
-    >>> remove_japanese_spaces("私 は Windows 10 を 使 う 。")
-    '私はWindows 10を使う。'
-    """
-    # Runs of whitespace become one space first: "a  b" keeps a space, as "a b" does.
-    return _JOINABLE_SPACE.sub("", " ".join(text.split()))
+from tfblocks.text.streamed import StreamedPairs
 
 
 def _read_lines(path):
@@ -176,151 +109,6 @@ def read_sentences(path, *, remove_spaces=None):
     return [remove_japanese_spaces(line) for line in lines]
 
 
-def _cleaned(rows, remove_source_spaces, remove_target_spaces):
-    """Yields `(source, target)` of `rows` (one per line read) as a corpus keeps them,
-    or None for a row with an empty side (skipped): the one rule of every reader."""
-    for source, target in rows:
-        source = remove_japanese_spaces(source) if remove_source_spaces else source.strip()
-        target = remove_japanese_spaces(target) if remove_target_spaces else target.strip()
-        yield (source, target) if source and target else None
-
-
-def _collect(rows, paths, remove_source_spaces, remove_target_spaces):
-    """A `Corpus` of `rows` (an iterable of `(source, target)`, one per line read)."""
-    pairs, lines, skipped = [], 0, 0
-    for pair in _cleaned(rows, remove_source_spaces, remove_target_spaces):
-        lines += 1
-        if pair is None:
-            skipped += 1
-        else:
-            pairs.append(pair)
-    return Corpus(pairs, lines, skipped, tuple(os.fspath(p) for p in paths))
-
-
-FINGERPRINT_BYTES = 1 << 20  # a streamed corpus is identified by each file's first and last MiB
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamedPairs:
-    """A line-aligned corpus read from its files each time it is iterated, never held.
-
-    What `tfblocks-train --stream` trains on: iterating it streams the files
-    (`tfblocks.text.lines.aligned_lines`: plain, gzipped or sharded; misaligned or
-    unreadable files raise while streaming, naming file and line) and yields the pairs
-    `read_parallel` would keep (Japanese joined on a side that asks for it, pairs with an
-    empty side skipped), at most `limit` of them. `make_dataset` feeds it to `tf.data`
-    without a list, `train_tokenizers(..., sample=N)` samples it in two fast passes
-    (`sample`), and `fingerprint` identifies it without reading it.
-
-    Attributes:
-        sources: the source files, read in order.
-        targets: the target files.
-        remove_source_spaces: join pre-tokenized Japanese on the source side.
-        remove_target_spaces: the same on the target side.
-        limit: None, or the most pairs to yield.
-
-    Example:
-
-    >>> import pathlib, tempfile
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (folder / "a.xx").write_text("a b\\n\\nc\\n", encoding="utf-8")
-    >>> _ = (folder / "a.yy").write_text("A B\\nx\\nC\\n", encoding="utf-8")
-    >>> pairs = StreamedPairs((str(folder / "a.xx"),), (str(folder / "a.yy"),))
-    >>> list(pairs), len(pairs.fingerprint())
-    ([('a b', 'A B'), ('c', 'C')], 16)
-    """
-
-    sources: tuple
-    targets: tuple
-    remove_source_spaces: bool = False
-    remove_target_spaces: bool = False
-    limit: object = None
-
-    def __iter__(self):
-        rows = aligned_lines(list(self.sources), list(self.targets))
-        pairs = (
-            pair
-            for pair in _cleaned(rows, self.remove_source_spaces, self.remove_target_spaces)
-            if pair is not None
-        )
-        return pairs if self.limit is None else itertools.islice(pairs, self.limit)
-
-    def sample(self, size, seed=0):
-        """A seeded uniform random sample of at most `size` of the pairs, in corpus order
-        (all of them when there are no more), drawn in two fast passes over the files:
-        one counts their lines (checking that they are UTF-8 and aligned), the other
-        takes the drawn lines. An unreadable or misaligned file raises what iterating
-        raises (file and line named). With a `limit`, the first `limit` pairs are
-        sampled as they are read instead (`sample_pairs`).
-        """
-        if self.limit is not None:
-            return sample_pairs(self, size, seed)
-        sources, targets = list(self.sources), list(self.targets)
-        try:
-            counts = [[count_lines(p) for p in side] for side in (sources, targets)]
-        except (ValueError, OSError, EOFError, zlib.error):
-            counts = None
-        if counts is not None:
-            paired = zip(*counts, strict=True) if len(sources) == len(targets) else []
-            aligned = sum(counts[0]) == sum(counts[1]) and all(a == b for a, b in paired)
-            empty_shard = any(len(side) > 1 and 0 in side for side in counts)
-        if counts is None or not aligned or empty_shard:
-            for _ in aligned_lines(sources, targets):  # raises the error that names the line
-                pass
-            raise RuntimeError(f"the line counts of {sources} and {targets} do not agree.")
-        total = sum(counts[0])
-        positions = sorted(random.Random(seed).sample(range(total), min(size, total)))
-        rows = zip(pick_lines(sources, positions), pick_lines(targets, positions), strict=True)
-        cleaned = _cleaned(rows, self.remove_source_spaces, self.remove_target_spaces)
-        return [pair for pair in cleaned if pair is not None]
-
-    def limited(self, limit):
-        """The same corpus, cut to its first `limit` pairs (None: unchanged)."""
-        return self if limit is None else dataclasses.replace(self, limit=limit)
-
-    def fingerprint(self):
-        """A short SHA-256 of the files' names, sizes, first and last MiB (and `limit`):
-        what tells a run folder it sees the same corpus, without a pass over its lines."""
-        digest = hashlib.sha256(repr((self.limit, self.remove_source_spaces,
-                                      self.remove_target_spaces)).encode())  # fmt: skip
-        for path in (*self.sources, *self.targets):
-            size = os.path.getsize(path)
-            digest.update(f"{os.path.basename(path)}\0{size}\0".encode())
-            with open(path, "rb") as file:
-                digest.update(file.read(FINGERPRINT_BYTES))
-                file.seek(max(size - FINGERPRINT_BYTES, 0))
-                digest.update(file.read(FINGERPRINT_BYTES))
-        return digest.hexdigest()[:16]
-
-    def summary(self):
-        """One line saying what is streamed."""
-        files = len(self.sources) + len(self.targets)
-        cut = "" if self.limit is None else f", at most {self.limit} pairs"
-        return f"streamed from {files} files ({self.sources[0]}, ...{cut})"
-
-
-def sample_pairs(pairs, sample, seed=0):
-    """A seeded uniform random sample of at most `sample` of `pairs` (any iterable, read
-    once, never held whole: reservoir sampling), in their order; all of them when there
-    are no more than `sample`.
-
-    >>> sample_pairs(range(10), 3, seed=1), sample_pairs(range(2), 3)
-    ([5, 6, 7], [0, 1])
-    """
-    if isinstance(pairs, StreamedPairs) and pairs.limit is None:
-        return pairs.sample(sample, seed)  # two passes over its files, no line split off
-    rng = random.Random(seed)
-    kept = []  # (position, pair)
-    for position, pair in enumerate(pairs):
-        if position < sample:
-            kept.append((position, pair))
-        else:
-            slot = rng.randrange(position + 1)
-            if slot < sample:
-                kept[slot] = (position, pair)
-    return [pair for _, pair in sorted(kept, key=lambda item: item[0])]
-
-
 def _file_list(name, value):
     """`value` (one path, or a list of paths read in order) as a non-empty list."""
     paths = [value] if isinstance(value, (str, os.PathLike)) else list(value)
@@ -370,7 +158,7 @@ def read_parallel(src_path, tgt_path, *, remove_source_spaces=None, remove_targe
     remove_source_spaces = _removes_spaces(sources[0], remove_source_spaces)
     remove_target_spaces = _removes_spaces(targets[0], remove_target_spaces)
     rows = aligned_lines(sources, targets)
-    return _collect(rows, (*sources, *targets), remove_source_spaces, remove_target_spaces)
+    return collect_pairs(rows, (*sources, *targets), remove_source_spaces, remove_target_spaces)
 
 
 def read_tsv(
@@ -432,7 +220,7 @@ def read_tsv(
                 )
             yield columns[src_column], columns[tgt_column]
 
-    return _collect(rows(), (path,), remove_source_spaces, remove_target_spaces)
+    return collect_pairs(rows(), (path,), remove_source_spaces, remove_target_spaces)
 
 
 def tsv_header_columns(path, source, target):

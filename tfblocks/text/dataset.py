@@ -22,9 +22,9 @@ import tensorflow as tf
 from tfblocks import _checks
 from tfblocks.text import batching, packing
 from tfblocks.text.batching import STREAM_SHUFFLE_BUFFER
-from tfblocks.text.corpus import StreamedPairs
 from tfblocks.text.multilingual import MixedPairs
 from tfblocks.text.shapes import SHAPES
+from tfblocks.text.streamed import StreamedPairs
 
 _LOG = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import tensorflow_text
 
 from tfblocks import _checks
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from tfblocks.text.corpus import sample_pairs
+from tfblocks.text.streamed import sample_pairs
 
 _MODEL_TYPES = ("unigram", "bpe", "char", "word")
 

@@ -62,7 +62,7 @@ import re
 
 import numpy as np
 
-from tfblocks._files import clean_stale_files, replace_file, write_json
+from tfblocks._files import clean_stale_files, read_json, replace_file, write_json
 from tfblocks.training.weights import load_weights
 
 try:
@@ -443,13 +443,7 @@ def _read_json(path, types):
     type or tuple}`) checked; a ValueError naming the file otherwise (not JSON, cut
     short, not an object, a field of another type)."""
     fix = "restore it, or give a new --output"
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not the JSON tfblocks wrote ({error}); {fix}.") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {values!r:.80}; {fix}.")
+    values = read_json(path, "the JSON tfblocks wrote", fix=fix)
     for name, kinds in types.items():
         value = values.get(name)
         if name in values and (isinstance(value, bool) or not isinstance(value, kinds)):
