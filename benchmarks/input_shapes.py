@@ -51,7 +51,7 @@ import numpy as np
 
 from tfblocks import Translator, build_transformer, compile_transformer, hparams
 from tfblocks.decoding import Greedy
-from tfblocks.models.hparams import parse_overrides
+from tfblocks.models.hyperparameters import parse_overrides
 from tfblocks.text import load_splits, make_dataset, train_tokenizers
 from tfblocks.text.batching import fixed_bucket_lengths
 from tfblocks.training.precision import POLICIES, resolve_dtype_policy

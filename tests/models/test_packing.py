@@ -10,7 +10,7 @@ import tensorflow as tf
 from tfblocks.ids import EOS_ID, PACKED_SOURCE_FEATURES, PACKED_TARGET_FEATURES, PAD_ID
 from tfblocks.layers import TransformerBlock, segment_mask
 from tfblocks.models.builders import build_language_model, build_transformer
-from tfblocks.models.hparams import hparams
+from tfblocks.models.hyperparameters import hparams
 from tfblocks.models.transformer import shift_right
 from tfblocks.training.losses import smoothed_token_losses
 

@@ -7,7 +7,7 @@ import pytest
 from tests.fixtures import FIRST_ID
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models.builders import build_language_model, build_transformer
-from tfblocks.models.hparams import PRESETS, hparams
+from tfblocks.models.hyperparameters import HPARAMS_SETS, hparams
 from tfblocks.models.transformer import Transformer, padding_mask, shift_right
 
 VOCAB = 37
@@ -53,7 +53,7 @@ def test_ids():
     assert (PAD_ID, EOS_ID, UNK_ID, BOS_ID) == (0, 1, 2, 3)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", sorted(HPARAMS_SETS))
 def test_count_params_matches_t2t_formula(name):
     hp = hparams(name)
     assert build_transformer(hp).count_params() == expected_params(hp)

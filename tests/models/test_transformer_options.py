@@ -13,7 +13,7 @@ import pytest
 from tests.layers import reference
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.builders import build_language_model, build_transformer
-from tfblocks.models.hparams import hparams, parse_overrides
+from tfblocks.models.hyperparameters import hparams, parse_overrides
 from tfblocks.models.transformer import Transformer, padding_mask, shift_right
 
 VOCAB, SOURCE_VOCAB, D = 37, 29, 16

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfblocks.models.hparams import parse_overrides
+from tfblocks.models.hyperparameters import parse_overrides
 from tfblocks.text import load_splits
 from tfblocks.training.callbacks import TimeLimit
 from tfblocks.translation import evaluation, job

@@ -1,6 +1,6 @@
 """`tfblocks-train --hparams-override` sets only the fields it names over the command's
-defaults (the small-data schedule and max_length=32), which `--help`, the start of the run
-and the run folder show; `hparams(..., schedule="small_data")` gives the library the same
+defaults (the small-data regime and max_length=32), which `--help`, the start of the run
+and the run folder show; `hparams(..., regime="small_data")` gives the library the same
 schedule by name. Only the last test trains (a tiny run through the command)."""
 
 import dataclasses
@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli.test_train import made_up_pairs
 from tfblocks.cli import train as train_cli
-from tfblocks.models.hparams import hparams, parse_overrides
+from tfblocks.models.hyperparameters import hparams, parse_overrides
 from tfblocks.translation.options import TrainingOptions
 
 FIELDS = ("learning_rate_warmup_steps", "learning_rate_constant", "max_length")
@@ -68,11 +68,15 @@ def test_help_shows_the_defaults(monkeypatch, capsys):
 
 
 def test_the_library_gets_the_commands_schedule_by_name():
-    assert hparams("transformer_tiny", schedule="small_data", max_length=32) == command_hparams()
-    mine = hparams("transformer_tiny", schedule="small_data", learning_rate_constant=1.0)
+    assert hparams("transformer_tiny", regime="small_data", max_length=32) == command_hparams()
+    mine = hparams("transformer_tiny", regime="small_data", learning_rate_constant=1.0)
     assert schedule(mine) == (200, 1.0, 256)  # a field named in the call wins
-    with pytest.raises(ValueError, match=r"schedule='tiny_data'"):
-        hparams("transformer_tiny", schedule="tiny_data")
+    with pytest.raises(ValueError, match=r"regime='tiny_data'"):
+        hparams("transformer_tiny", regime="tiny_data")
+    with pytest.warns(DeprecationWarning, match=r"regime=\.\.\."):
+        assert hparams("transformer_tiny", schedule="small_data") == hparams(
+            "transformer_tiny", regime="small_data"
+        )
 
 
 @pytest.mark.heavy  # one tiny run through the command: scheduled first

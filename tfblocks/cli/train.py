@@ -358,7 +358,7 @@ def training_options(args, corpus=None):
     """The `TrainingOptions` that the (checked) arguments give, with their HParams
     overrides checked; `corpus` is their `CorpusSource` (None: made here)."""
     from tfblocks.models import hparams
-    from tfblocks.models.hparams import parse_overrides
+    from tfblocks.models.hyperparameters import parse_overrides
     from tfblocks.training import get_strategy
     from tfblocks.translation.options import TrainingOptions
 

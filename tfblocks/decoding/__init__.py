@@ -1,10 +1,10 @@
-"""Decoding: search strategies over a step function, and the model's step function.
+"""Decoding: searches over a step function, and the model's step function.
 
-One strategy a module: `greedy` (`Greedy`), `sampling` (`Sampling`), `beam_search`
+One search a module: `greedy` (`Greedy`), `sampling` (`Sampling`), `beam_search`
 (t2t `BeamSearch`, with its `length_penalty`) and `constrained` (`ConstrainedBeamSearch`:
-results that hold given target phrases), on the base `SearchStrategy` (`base`);
+results that hold given target phrases), on the base `Search` (`base`);
 `dropping` runs greedy and beam search with finished sentences leaving the batch. The
-strategies know nothing of the model. `Decoder` builds a `tfblocks.Transformer`'s step
+searches know nothing of the model. `Decoder` builds a `tfblocks.Transformer`'s step
 function (encoder once, K/V caches) and runs any of them, passed as the search:
 `Decoder(model, max_length).decode(search, source_ids)`. `Ensemble([model_a, model_b])`
 decodes several models as one (the mean of their log-probabilities) wherever a model is
@@ -22,21 +22,20 @@ Example:
 (1, 6)
 """
 
-from tfblocks.decoding.base import SearchStrategy
-from tfblocks.decoding.beam_search import BeamSearch, length_penalty
-from tfblocks.decoding.constrained import ConstrainedBeamSearch
-from tfblocks.decoding.decoder import Decoder
-from tfblocks.decoding.ensemble import Ensemble
-from tfblocks.decoding.greedy import Greedy
-from tfblocks.decoding.sampling import Sampling
+from tfblocks import _lazy
 
-__all__ = [
-    "BeamSearch",
-    "ConstrainedBeamSearch",
-    "Decoder",
-    "Ensemble",
-    "Greedy",
-    "Sampling",
-    "SearchStrategy",
-    "length_penalty",
-]
+# The public API, listed once (tfblocks/_lazy.py); `SearchStrategy` is the base class'
+# name before 0.1.0, kept for one release.
+__getattr__, __dir__, __all__ = _lazy.public_names(
+    __name__,
+    {
+        "tfblocks.decoding.base": ["Search"],
+        "tfblocks.decoding.beam_search": ["BeamSearch", "length_penalty"],
+        "tfblocks.decoding.constrained": ["ConstrainedBeamSearch"],
+        "tfblocks.decoding.decoder": ["Decoder"],
+        "tfblocks.decoding.ensemble": ["Ensemble"],
+        "tfblocks.decoding.greedy": ["Greedy"],
+        "tfblocks.decoding.sampling": ["Sampling"],
+    },
+    deprecated={"SearchStrategy": "Search"},
+)

@@ -1,7 +1,7 @@
-"""What every search strategy shares: the base class `SearchStrategy`, its checks, the
+"""What every search shares: the base class `Search`, its checks, the
 loop around its pieces, and the helpers its pieces are made of.
 
-A strategy knows nothing of the model. `search.search(step_fn, state, start_ids,
+A search knows nothing of the model. `search.search(step_fn, state, start_ids,
 max_length, ...)` drives a `step_fn(ids, index, state) -> (logits, state)`: given the
 `[N, 1]` int32 ids of position `index` and an opaque nest of tensors `state` (e.g. a K/V
 cache), it returns float32 logits `[N, vocab]` for the next position and the updated
@@ -10,7 +10,7 @@ loop state is a named tuple. With `cache_lengths` a search runs one loop per cac
 and grows the step function's caches in between (`grow_state`). With `drop_finished`,
 greedy and beam search let the sentences whose search has ended leave the batch
 (`tfblocks.decoding.dropping`). `tfblocks.decoding.Decoder` builds the step function of a
-`tfblocks.Transformer` and runs any strategy with `Decoder.decode(search, ...)`.
+`tfblocks.Transformer` and runs any search with `Decoder.decode(search, ...)`.
 
 With `num_hypotheses=N` a search returns N results per sentence, best first: beam
 search's N best hypotheses, or N samples (`ids [B, N, L]`, `scores [B, N]`).
@@ -22,10 +22,10 @@ length-penalized by beam search); then the search goes on freely. Forcing is the
 search's, not the step function's: the search renormalizes a step function's logits, so
 they could force a token only by giving it probability 1.
 
-A new strategy subclasses `SearchStrategy`: its constructor checks its options, and
+A new search subclasses `Search`: its constructor checks its options, and
 `_pieces` returns the loop's pieces, a `Pieces` with `initial`, `step`, `done`, `result`,
 `select`, `repeat` and `size` (as `tfblocks.decoding.greedy.Sequential` and beam search's
-do), which the plain loop (`SearchStrategy.search`) and the shrinking one
+do), which the plain loop (`Search.search`) and the shrinking one
 (`tfblocks.decoding.dropping`) drive. The prefix is part of the loop state, so it
 leaves the batch with its sentence.
 
@@ -217,7 +217,7 @@ def _while(cond, body, initial, cache_lengths, grow_state):
     return loop
 
 
-class SearchStrategy:
+class Search:
     """A search over a step function; the base of `Greedy`, `Sampling` and `BeamSearch`.
 
     Subclasses set their options in `__init__` (checked there, so a bad value fails
@@ -234,7 +234,7 @@ class SearchStrategy:
 
     >>> import tensorflow as tf
     >>> from tfblocks.decoding.greedy import Sequential
-    >>> class Lowest(SearchStrategy):
+    >>> class Lowest(Search):
     ...     def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
     ...         choose = lambda logits, index: tf.fill([tf.shape(logits)[0]], 2)
     ...         return Sequential(step_fn, choose, eos_id, pad_id, length, hypotheses)
@@ -272,7 +272,7 @@ class SearchStrategy:
         return f"{type(self).__name__}({options})"
 
     def check_num_hypotheses(self, num_hypotheses):
-        """`num_hypotheses` if this strategy can return that many results per sentence
+        """`num_hypotheses` if this search can return that many results per sentence
         (None: one, unstacked), else a `ValueError` naming it."""
         if num_hypotheses is None:
             return None
@@ -346,7 +346,7 @@ class SearchStrategy:
         Returns:
             `(ids [B, max_length], scores [B])`: ids end with `eos_id` (unless
             `max_length` ran out) and are `pad_id` after it; the scores are the
-            strategy's (see the subclass). With `num_hypotheses=N`,
+            search's (see the subclass). With `num_hypotheses=N`,
             `(ids [B, N, max_length], scores [B, N])`.
         """
         _check_search_args(max_length, eos_id, pad_id)
@@ -377,11 +377,11 @@ class SearchStrategy:
 
 
 def check_search(search, vocab_size=None):
-    """`search` if it is a `SearchStrategy` that fits a vocabulary of `vocab_size`
+    """`search` if it is a `Search` that fits a vocabulary of `vocab_size`
     tokens (a `Sampling` top-k of at most that many), else a `ValueError` naming it."""
-    if not isinstance(search, SearchStrategy):
+    if not isinstance(search, Search):
         raise ValueError(
-            "`search` must be a tfblocks.decoding.SearchStrategy (Greedy(), "
+            "`search` must be a tfblocks.decoding.Search (Greedy(), "
             f"Sampling(...), BeamSearch(...)), got search={search!r}."
         )
     top_k = getattr(search, "top_k", 0)

@@ -28,7 +28,7 @@ from tfblocks.decoding.base import (
     DEAD,
     NEG_INF,
     Pieces,
-    SearchStrategy,
+    Search,
     dim,
     forced_tokens,
     has_prefix,
@@ -291,7 +291,7 @@ class _Beam(Pieces):
         return loop, by_row(context)
 
 
-class BeamSearch(SearchStrategy):
+class BeamSearch(Search):
     """t2t beam search (see the module docstring).
 
     The score of a sentence is the best finished hypothesis' length-penalized
@@ -300,7 +300,7 @@ class BeamSearch(SearchStrategy):
     one's raw log-probability. With `num_hypotheses=N` (at most K) the N best come
     back: the finished hypotheses by score, then, where fewer than N finished before
     `max_length`, the best live ones with their raw log-probabilities. With a `prefix`
-    (see `SearchStrategy.search`) a sentence's only hypothesis is its forced path until
+    (see `Search.search`) a sentence's only hypothesis is its forced path until
     the prefix ends; where fewer than N hypotheses exist when the search ends (within a
     prefix), the missing ones are empty (PAD) with score `-inf`.
 

@@ -62,7 +62,7 @@ from tfblocks import _checks
 from tfblocks.decoding.base import (
     DEAD,
     NEG_INF,
-    SearchStrategy,
+    Search,
     _check_search_args,
     check_id_rows,
     dim,
@@ -405,8 +405,8 @@ class ConstrainedBeamSearch(BeamSearch):
     def get_config(self):
         return {**super().get_config(), "ordered": self.ordered}
 
-    # The phrases of one call, on a copy of the strategy made by `search` (never on
-    # the strategy itself): `_pieces` takes no per-call tensors.
+    # The phrases of one call, on a copy of the search made by `search` (never on
+    # the search itself): `_pieces` takes no per-call tensors.
     _phrases = None
 
     def _pieces(self, step_fn, eos_id, pad_id, length, hypotheses):
@@ -421,7 +421,7 @@ class ConstrainedBeamSearch(BeamSearch):
         self, step_fn, state, start_ids, max_length, eos_id=EOS_ID, pad_id=PAD_ID, *,
         constraints=None, **options,
     ):  # fmt: skip
-        """`SearchStrategy.search` (the same arguments and results) with `constraints`:
+        """`Search.search` (the same arguments and results) with `constraints`:
         None, or int `[B, C, T]`, the phrases each sentence's results must contain,
         each padded on the right with `pad_id` (a row of padding constrains nothing).
         A phrase holds neither `eos_id` nor more than `max_length - 1` ids (checked when
@@ -432,6 +432,6 @@ class ConstrainedBeamSearch(BeamSearch):
         start_ids = tf.convert_to_tensor(start_ids)
         bound = copy.copy(self)
         bound._phrases = check_constraints(constraints, start_ids, max_length, eos_id, pad_id)
-        return SearchStrategy.search(
+        return Search.search(
             bound, step_fn, state, start_ids, max_length, eos_id, pad_id, **options
         )

@@ -10,7 +10,7 @@ over, or reorders (beam search), caches sized for `max_length`. Beam search over
 source sentences drops each sentence from the batch once its search has ended
 (`drop_finished`; greedy search too), so a batch costs about what its sentences cost
 searched one by one. Only the model's public methods are used (`encode`, `init_cache`,
-`decode`, `logits`); the search strategies (`tfblocks.decoding.greedy`, `sampling`,
+`decode`, `logits`); the searches (`tfblocks.decoding.greedy`, `sampling`,
 `beam_search`) know nothing of the model.
 
 `Decoder.score` is the other way round: the log-probability of given targets, by
@@ -21,7 +21,7 @@ generated), so a beam's score is the sum of `score`'s values over its hypothesis
 
 A decoder-only language model decodes from a `prefix` (the prompt's ids), and an
 encoder–decoder model may get one too (a target prefix: each translation starts with
-it): the search forces the row's tokens (`SearchStrategy.search(prefix=...)`), then
+it): the search forces the row's tokens (`Search.search(prefix=...)`), then
 goes on freely. Forced tokens count with their log-probabilities, so a result's score
 is `score`'s of its ids (length-penalized by beam search), and a beam search keeps no
 other hypothesis of a sentence while its prefix lasts.
@@ -30,7 +30,7 @@ other hypothesis of a sentence while its prefix lasts.
 import numpy as np
 import tensorflow as tf
 
-from tfblocks import _checks
+from tfblocks import _backend, _checks
 from tfblocks.decoding.base import NEG_INF, check_search
 from tfblocks.decoding.constrained import ConstrainedBeamSearch, check_phrases
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
@@ -38,7 +38,7 @@ from tfblocks.models.transformer import padding_mask, shift_right
 
 
 class Decoder:
-    """Decoding of a `tfblocks.Transformer` with any search strategy.
+    """Decoding of a `tfblocks.Transformer` with any search.
 
     Args:
         model: a trained `Transformer` (from `build_transformer` /
@@ -79,7 +79,7 @@ class Decoder:
     def __init__(
         self, model, max_length, jit_compile=True, cache_lengths="auto", drop_finished=True
     ):
-        _checks.require_tensorflow("Decoder")
+        _backend.require_tensorflow("Decoder")
         self.model = model
         self.max_length = _checks.check_positive_int("max_length", max_length)
         self.jit_compile = bool(jit_compile)
@@ -103,7 +103,7 @@ class Decoder:
         return tf.minimum(self.max_length, tf.shape(source_ids)[1] + extra_length)
 
     def step_function(self, source_ids=None, prefix=None, repeat=1, max_length=None):
-        """`(step_fn, state)` for a strategy's `search` (`tfblocks.decoding.SearchStrategy`).
+        """`(step_fn, state)` for a search's `search` (`tfblocks.decoding.Search`).
 
         Args:
             source_ids: int `[B, S]` (encoder–decoder models).
@@ -203,7 +203,7 @@ class Decoder:
         logits = self.model.logits(hidden)[:, 0]  # [N, V], float32
         return logits, [c["self"] for c in cache]
 
-    # The one entry: any search strategy ----------------------------------------------------
+    # The one entry: any search ----------------------------------------------------
 
     def decode(
         self,
@@ -214,7 +214,7 @@ class Decoder:
         num_hypotheses=None,
         constraints=None,
     ):
-        """Decodes with `search` (a `tfblocks.decoding.SearchStrategy`).
+        """Decodes with `search` (a `tfblocks.decoding.Search`).
 
         Args:
             search: e.g. `Greedy()`, `Sampling(temperature=0.8, seed=1)`,
@@ -235,7 +235,7 @@ class Decoder:
         Returns:
             `(ids [B, L], scores [B])`, L = `decode_length(source_ids, extra_length)`:
             ids end with EOS (unless L ran out) and are PAD after it; the scores are
-            the strategy's. With `num_hypotheses=N`: `(ids [B, N, L], scores [B, N])`.
+            the search's. With `num_hypotheses=N`: `(ids [B, N, L], scores [B, N])`.
 
         Raises:
             ValueError: `constraints` without a `ConstrainedBeamSearch`, or not 3-D
@@ -472,7 +472,7 @@ def _check_constraints(constraints, search, vocab_size, max_length):
 
 def _phrases(constraints):
     """The `constraints=` keyword of a search call (none without constraints, so that
-    the other strategies, which take none, can be called alike)."""
+    the other searches, which take none, can be called alike)."""
     return {} if constraints is None else {"constraints": constraints}
 
 

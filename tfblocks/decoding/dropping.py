@@ -32,7 +32,7 @@ class DroppingState(NamedTuple):
 
 
 def run_dropping(pieces, initial, context, cache_lengths, grow_state, jit_compile):
-    """Runs a strategy's `pieces` in segments of static shapes;
+    """Runs a search's `pieces` in segments of static shapes;
     between them, writes the results of the sentences whose search ended and shrinks
     the batch to the `_shrunk_size` of the others (padded with copies of one of them,
     which never count as searching and are never written)."""

@@ -11,7 +11,7 @@ removes.
 
 `Ensemble` presents the methods `tfblocks.Decoder` calls (`has_input`, `vocab_size`,
 `encode`, `init_cache`, `decode`, `logits`) over its members, so `Decoder` (every
-search strategy, `num_hypotheses`, a forced `prefix`, `score`), `Translator`,
+search, `num_hypotheses`, a forced `prefix`, `score`), `Translator`,
 `Generator` and their SavedModel export take an ensemble where they take a model; the
 export holds every member's weights. What flows between the methods is per member:
 `encode` returns a list of encoder outputs, `init_cache` one entry per member

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tfblocks.decoding.base import (
     Pieces,
-    SearchStrategy,
+    Search,
     dim,
     forced_tokens,
     has_prefix,
@@ -103,7 +103,7 @@ class Sequential(Pieces):
         return SequentialState(index=loop.index, **fields), by_row(context)
 
 
-class Greedy(SearchStrategy):
+class Greedy(Search):
     """Greedy search: the most likely token at every step; the score is the sum of the
     chosen tokens' log-probabilities.
 

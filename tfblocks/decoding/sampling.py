@@ -3,11 +3,11 @@
 import tensorflow as tf
 
 from tfblocks import _checks
-from tfblocks.decoding.base import NEG_INF, SearchStrategy
+from tfblocks.decoding.base import NEG_INF, Search
 from tfblocks.decoding.greedy import Sequential
 
 
-class Sampling(SearchStrategy):
+class Sampling(Search):
     """Sampling from `softmax(logits / temperature)`, optionally top-k and/or top-p.
 
     The score is the sum of the chosen tokens' log-probabilities under the unmodified

@@ -1,25 +1,20 @@
-"""The model class, its builders and the hyper-parameter presets."""
+"""The model class, its builders, the hparams sets (t2t's named hyper-parameters), saved
+presets (a model folder: weights, hparams and tokenizers) and the importers of other
+toolkits' models."""
 
-from tfblocks.models.builders import build_language_model, build_transformer
-from tfblocks.models.hparams import PRESETS, SCHEDULES, HParams, hparams
-from tfblocks.models.marian import MarianImport, import_marian
-from tfblocks.models.preset import Preset, load_preset, load_target_tokenizer, save_preset
-from tfblocks.models.transformer import Transformer, padding_mask, shift_right
+from tfblocks import _lazy
 
-__all__ = [
-    "PRESETS",
-    "SCHEDULES",
-    "HParams",
-    "MarianImport",
-    "Preset",
-    "Transformer",
-    "build_language_model",
-    "build_transformer",
-    "hparams",
-    "import_marian",
-    "load_preset",
-    "load_target_tokenizer",
-    "padding_mask",
-    "save_preset",
-    "shift_right",
-]
+# The public API, listed once (tfblocks/_lazy.py). Before 0.1.0 the hparams sets were
+# `PRESETS` ("preset" now names a saved model folder only) and the regimes `SCHEDULES`
+# ("schedule" names a Keras learning-rate schedule only): kept for one release.
+__getattr__, __dir__, __all__ = _lazy.public_names(
+    __name__,
+    {
+        "tfblocks.models.builders": ["build_language_model", "build_transformer"],
+        "tfblocks.models.hyperparameters": ["HPARAMS_SETS", "REGIMES", "HParams", "hparams"],
+        "tfblocks.models.marian": ["MarianImport", "import_marian"],
+        "tfblocks.models.preset": ["Preset", "load_preset", "load_target_tokenizer", "save_preset"],
+        "tfblocks.models.transformer": ["Transformer", "padding_mask", "shift_right"],
+    },
+    deprecated={"PRESETS": "HPARAMS_SETS", "SCHEDULES": "REGIMES"},
+)

@@ -55,7 +55,7 @@ def build_transformer(hp, name="transformer", dtype=None):
     Example:
 
     >>> import numpy as np
-    >>> from tfblocks.models.hparams import hparams
+    >>> from tfblocks.models.hyperparameters import hparams
     >>> model = build_transformer(hparams("transformer_tiny", vocab_size=40))
     >>> src = np.array([[5, 6, 7, 1, 0]], "int32")
     >>> tgt = np.array([[8, 9, 1, 0]], "int32")
@@ -88,7 +88,7 @@ def build_language_model(hp, name="language_model"):
     Example:
 
     >>> import numpy as np
-    >>> from tfblocks.models.hparams import hparams
+    >>> from tfblocks.models.hyperparameters import hparams
     >>> lm = build_language_model(hparams("transformer_tiny", vocab_size=40,
     ...                                   num_encoder_layers=0))
     >>> tuple(lm(np.array([[5, 6, 7, 1]], "int32")).shape)

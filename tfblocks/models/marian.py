@@ -31,7 +31,7 @@ import numpy as np
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models import marian_npz
 from tfblocks.models.builders import build_transformer
-from tfblocks.models.hparams import HParams, hparams
+from tfblocks.models.hyperparameters import HParams, hparams
 from tfblocks.models.marian_npz import ADDED_ROW_MARGIN
 from tfblocks.models.marian_npz import fail as _fail
 from tfblocks.text.tokenizers import SubwordTokenizer

@@ -30,7 +30,7 @@ import keras
 import keras_hub
 
 from tfblocks._files import read_json, replace_directory
-from tfblocks.models.hparams import HParams
+from tfblocks.models.hyperparameters import HParams
 from tfblocks.models.transformer import Transformer
 from tfblocks.text import SubwordTokenizer
 

@@ -22,7 +22,7 @@ CONSTRAINTS = text_spec("constraints")
 def constrained_search(search):
     """The `ConstrainedBeamSearch` that decodes with constraints for a module whose search
     is `search`: itself, or a `BeamSearch`'s options in one (without constraints it
-    searches as that `BeamSearch`); a ValueError naming `search` for another strategy."""
+    searches as that `BeamSearch`); a ValueError naming `search` for another search."""
     if isinstance(search, ConstrainedBeamSearch):
         return search
     if type(search) is BeamSearch:

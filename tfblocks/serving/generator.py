@@ -1,7 +1,7 @@
 """`Generator`: prompts in, continuations out, with a decoder-only language model
 (`build_language_model`), as a `tf.Module` and a SavedModel.
 
-It decodes with a search strategy of `tfblocks.decoding` (`search=`; `Greedy()` by
+It decodes with a search of `tfblocks.decoding` (`search=`; `Greedy()` by
 default) through `tfblocks.decoding.Decoder`, and exports as `Translator` does
 (`export(path)`).
 """
@@ -27,7 +27,7 @@ class Generator(TextModule):
         tokenizer: its `tfblocks.text.SubwordTokenizer`.
         max_length: the most tokens of prompt + continuation (EOS included); a
             longer prompt is cut to its first `max_length - 1` tokens.
-        search: a `tfblocks.decoding` search strategy: `Greedy()` (default),
+        search: a `tfblocks.decoding` search: `Greedy()` (default),
             `Sampling(temperature, top_k, top_p, seed)` or `BeamSearch(beam_size, alpha)`.
         jit_compile: compile the search with XLA.
         cache_lengths: the sizes the self-attention caches grow through (as

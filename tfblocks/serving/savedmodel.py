@@ -1,7 +1,7 @@
 """`Translator`: raw strings in, translations out, as a `tf.Module` and a SavedModel.
 
 `Translator` wraps an encoder–decoder (`build_transformer`) and decodes with a search
-strategy of `tfblocks.decoding` (`search=`; t2t's beam search by default) through
+of `tfblocks.decoding` (`search=`; t2t's beam search by default) through
 `tfblocks.decoding.Decoder`; `tfblocks.serving.generator.Generator` does the same for a
 decoder-only language model, and both export with `export(path)`
 (`tfblocks.serving.text_module.TextModule`).
@@ -103,7 +103,7 @@ class Translator(TranslatorSignatures):
             shared vocabulary).
         max_length: the most subwords read from a source sentence and generated for
             a translation (EOS included).
-        search: a `tfblocks.decoding` search strategy; default
+        search: a `tfblocks.decoding` search; default
             `BeamSearch(beam_size=4, alpha=0.6)` (t2t's), `Greedy()` for greedy.
         jit_compile: compile the decoding loop with XLA (a nested function of the
             signature); False traces it inline into the signature's own graph (for TF

@@ -5,7 +5,7 @@ import logging
 import tensorflow as tf
 
 from tfblocks import _backend, _checks
-from tfblocks.models.hparams import LEGACY_NOAM
+from tfblocks.models.hyperparameters import LEGACY_NOAM
 from tfblocks.training import xla_step
 from tfblocks.training.losses import SmoothedCrossEntropy
 from tfblocks.training.metrics import CrossEntropy, MaskedAccuracy, Perplexity
@@ -25,7 +25,7 @@ def learning_rate_schedule(hp):
 
     Example:
 
-    >>> from tfblocks.models.hparams import hparams
+    >>> from tfblocks.models.hyperparameters import hparams
     >>> type(learning_rate_schedule(hparams("transformer_base_v1"))).__name__
     'NoamSchedule'
     """

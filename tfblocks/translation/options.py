@@ -5,15 +5,15 @@ checked when it is made, and the recipe a run gets when it names none."""
 import dataclasses
 
 from tfblocks import _checks
-from tfblocks._schedules import SCHEDULES, format_overrides
+from tfblocks._regimes import REGIMES, format_overrides
 from tfblocks.text.shapes import SHAPES
 from tfblocks.training.precision import POLICIES
 from tfblocks.translation.evaluation import choose_bleu_tokenize
 
 DEFAULT_PRESET = "transformer_tiny"
 # The command's HParams defaults, under the fields `--hparams-override` names: the
-# small-data schedule (`SCHEDULES`) and pairs of at most 32 tokens.
-DEMO_OVERRIDES = format_overrides({**SCHEDULES["small_data"], "max_length": 32})
+# small-data regime (`REGIMES`) and pairs of at most 32 tokens.
+DEMO_OVERRIDES = format_overrides({**REGIMES["small_data"], "max_length": 32})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +72,9 @@ class TrainingOptions:
             architecture, and its training settings apply).
         hparams_override: comma-separated `key=value` HParams overrides, each replacing
             that field of `DEMO_OVERRIDES` or adding to them (`max_length=64` keeps the
-            small-data schedule); None: `DEMO_OVERRIDES`. With `init_from` they apply
+            small-data regime); None: `DEMO_OVERRIDES`. With `init_from` they apply
             to the init run's settings instead (None: none), and may change only the
-            training settings (`tfblocks.models.hparams.TRAINING_FIELDS`).
+            training settings (`tfblocks.models.hyperparameters.TRAINING_FIELDS`).
         vocab_size: the SentencePiece vocabulary size (each one's with `separate_vocab`).
         tokenizer_model: `"bpe"` or `"unigram"`.
         tokenizer_sample: the tokenizer trains on a random sample of at most this many
@@ -166,7 +166,7 @@ class TrainingOptions:
         (None and none: the init run's). A malformed override is a ValueError."""
         if self.init_from is not None:
             return self.hparams, self.hparams_override or ""
-        from tfblocks.models.hparams import parse_overrides  # TensorFlow: not for --help
+        from tfblocks.models.hyperparameters import parse_overrides  # TensorFlow: not for --help
 
         overrides = {**parse_overrides(DEMO_OVERRIDES), **parse_overrides(self.hparams_override)}
         return self.hparams or DEFAULT_PRESET, format_overrides(overrides)

@@ -26,7 +26,7 @@ The architecture options of imported models (Marian / OPUS-MT: `ffn_activation`,
 `constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size` with constant 2 and 8000 warmup
 steps. `transformer_base_v1` is the paper's recipe: Post-LN, β₂ = 0.98 and the legacy
 "noam" schedule (`learning_rate` 0.1, 4000 warmup steps). `hparams(name,
-schedule="small_data")` replaces the schedule's warm-up and constant with `SCHEDULES`'
+regime="small_data")` replaces the schedule's warm-up and constant with `REGIMES`'
 short ones (200 steps, 0.35), for a short run on a small corpus. Departures from t2t: the
 layer counts are explicit (`num_encoder_layers`/`num_decoder_layers` instead of
 `num_hidden_layers` with 0 = fall back), `norm_first` replaces
@@ -35,12 +35,13 @@ layer counts are explicit (`num_encoder_layers`/`num_decoder_layers` instead of
 """
 
 import dataclasses
+import warnings
 
 from tfblocks import _checks
-from tfblocks._schedules import SCHEDULES, format_overrides  # noqa: F401 (public here)
+from tfblocks._regimes import REGIMES, format_overrides  # noqa: F401 (public here)
 from tfblocks.layers.embedding import TIMESCALE_RULES
 from tfblocks.layers.feed_forward import ACTIVATIONS
-from tfblocks.models.transformer import DECODER_STARTS, LAYER_NORM_EPSILON
+from tfblocks.models.options import DECODER_STARTS, LAYER_NORM_EPSILON
 
 RSQRT_DECAY = "constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size"
 LEGACY_NOAM = "legacy"
@@ -247,7 +248,7 @@ _RELATIVE = {
     "pos": "none",
 }
 
-PRESETS = {
+HPARAMS_SETS = {
     "transformer_tiny": {**_BASE, **_TWO_LAYERS, "hidden_size": 128, "filter_size": 512},
     "transformer_small": {**_BASE, **_TWO_LAYERS, "hidden_size": 256, "filter_size": 1024},
     "transformer_base_v1": _BASE_V1,
@@ -271,25 +272,28 @@ PRESETS = {
 }
 
 
-def hparams(name, *, schedule=None, **overrides):
-    """Returns the preset `name` with `schedule`'s settings and `overrides` applied, as a
-    frozen `HParams`.
+def hparams(name, *, regime=None, schedule=None, **overrides):
+    """Returns the hparams set `name` (t2t's name for a registered set of
+    hyper-parameters) with `regime`'s settings and `overrides` applied, as a frozen
+    `HParams`.
 
     Args:
-        name: one of `PRESETS` (`transformer_tiny`, `transformer_small`,
+        name: one of `HPARAMS_SETS` (`transformer_tiny`, `transformer_small`,
             `transformer_base_v1`, `transformer_base`, `transformer_big`,
             `transformer_relative`, `transformer_relative_tiny`).
-        schedule: None (the preset's learning-rate settings) or a name in `SCHEDULES`:
+        regime: None (the set's learning-rate settings) or a name in `REGIMES`:
             `"small_data"` (warm-up 200 steps, constant 0.35: `tfblocks-train`'s
             default, for a short run on a small corpus). A field named in `overrides`
             wins over it.
+        schedule: the name `regime` had before 0.1.0, kept for one release
+            (a `DeprecationWarning`).
         **overrides: `HParams` fields to change.
 
     Returns:
         A frozen `HParams`.
 
     Raises:
-        ValueError: an unknown preset, schedule or field name (the message lists the
+        ValueError: an unknown set, regime or field name (the message lists the
             valid ones), or an invalid value.
 
     Example:
@@ -298,16 +302,24 @@ def hparams(name, *, schedule=None, **overrides):
     0.997
     >>> hparams("transformer_base", hidden_size=256).hidden_size
     256
-    >>> hp = hparams("transformer_tiny", schedule="small_data")
+    >>> hp = hparams("transformer_tiny", regime="small_data")
     >>> hp.learning_rate_warmup_steps, hp.learning_rate_constant
     (200, 0.35)
     """
-    if name not in PRESETS:
-        raise ValueError(
-            f"Unknown hparams preset name={name!r}; valid presets: {', '.join(sorted(PRESETS))}."
-        )
     if schedule is not None:
-        _checks.check_choice("schedule", schedule, tuple(SCHEDULES))
+        warnings.warn(
+            "hparams(schedule=...) is deprecated and will be removed in the next release; "
+            "use hparams(regime=...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        regime = schedule if regime is None else regime
+    if name not in HPARAMS_SETS:
+        raise ValueError(
+            f"Unknown hparams set name={name!r}; valid sets: {', '.join(sorted(HPARAMS_SETS))}."
+        )
+    if regime is not None:
+        _checks.check_choice("regime", regime, tuple(REGIMES))
     fields = [f.name for f in dataclasses.fields(HParams)]
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
@@ -315,8 +327,8 @@ def hparams(name, *, schedule=None, **overrides):
             f"Unknown HParams field(s) {unknown} for preset {name!r}; valid fields: "
             f"{', '.join(fields)}."
         )
-    settings = SCHEDULES[schedule] if schedule is not None else {}
-    return HParams(**{**PRESETS[name], **settings, **overrides})
+    settings = REGIMES[regime] if regime is not None else {}
+    return HParams(**{**HPARAMS_SETS[name], **settings, **overrides})
 
 
 def parse_overrides(text):

@@ -1,10 +1,10 @@
-"""Tests for tfblocks.models.hparams: t2t preset values, overrides and validation."""
+"""Tests for tfblocks.models.hyperparameters: t2t preset values, overrides and validation."""
 
 import dataclasses
 
 import pytest
 
-from tfblocks.models.hparams import LEGACY_NOAM, PRESETS, RSQRT_DECAY, hparams
+from tfblocks.models.hyperparameters import HPARAMS_SETS, LEGACY_NOAM, RSQRT_DECAY, hparams
 
 # (layers, hidden, filter, heads, norm_first, prepost/attention/relu dropout, beta2, warmup)
 T2T = {
@@ -54,7 +54,7 @@ def test_presets_match_t2t(name):
 
 
 def test_presets_cover_the_issue():
-    assert set(PRESETS) == set(T2T)
+    assert set(HPARAMS_SETS) == set(T2T)
 
 
 def test_overrides_and_frozen():
@@ -69,7 +69,7 @@ def test_unknown_preset_lists_valid_ones():
     with pytest.raises(ValueError, match="transformer_tiny") as info:
         hparams("transformer_huge")
     assert "transformer_huge" in str(info.value)
-    assert all(name in str(info.value) for name in PRESETS)
+    assert all(name in str(info.value) for name in HPARAMS_SETS)
 
 
 def test_unknown_field_lists_valid_ones():
