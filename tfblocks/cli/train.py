@@ -83,8 +83,8 @@ def _add_model_arguments(parser):
     )  # fmt: skip
     parser.add_argument(
         "--hparams", default=None,
-        help="t2t preset name (default transformer_tiny; with --init-from, the init run's "
-        "architecture: a preset must give the same, and its training settings apply)",
+        help="t2t hparams set name (default transformer_tiny; with --init-from, the init "
+        "run's architecture: a set must give the same, and its training settings apply)",
     )  # fmt: skip
     parser.add_argument(
         "--hparams-override",
@@ -92,7 +92,7 @@ def _add_model_arguments(parser):
         metavar="K=V,...",
         help="HParams fields to set, each replacing only that field of the defaults, "
         f"{DEMO_OVERRIDES.replace(',', ', ')} (a short warm-up for small corpora; the "
-        "preset's own, 8000 steps and constant 2.0 for transformer_tiny, only when named); "
+        "set's own, 8000 steps and constant 2.0 for transformer_tiny, only when named); "
         "with --init-from: that run's settings instead, of which only training settings such "
         "as dropout, learning rate and max_length may change",
     )

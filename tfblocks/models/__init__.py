@@ -12,9 +12,10 @@ __getattr__, __dir__, __all__ = _lazy.public_names(
     {
         "tfblocks.models.builders": ["build_language_model", "build_transformer"],
         "tfblocks.models.hyperparameters": ["HPARAMS_SETS", "REGIMES", "HParams", "hparams"],
+        "tfblocks.models.inputs": ["padding_mask", "shift_right"],
         "tfblocks.models.marian": ["MarianImport", "import_marian"],
         "tfblocks.models.preset": ["Preset", "load_preset", "load_target_tokenizer", "save_preset"],
-        "tfblocks.models.transformer": ["Transformer", "padding_mask", "shift_right"],
+        "tfblocks.models.transformer": ["Transformer"],
     },
     deprecated={"PRESETS": "HPARAMS_SETS", "SCHEDULES": "REGIMES"},
 )

@@ -1,10 +1,11 @@
-"""Hyper-parameter presets mirroring t2t `models/transformer.py`.
+"""Hparams sets (t2t's registered, named hyper-parameters) mirroring t2t
+`models/transformer.py`.
 
 `hparams(name, **overrides)` returns a frozen :class:`HParams` whose field names are
-t2t's. The presets and what they set:
+t2t's. The sets and what they set:
 
 ====================  ======  =====  ======  =====  =======  ========================
-preset                layers  d      filter  heads  LN       dropout (prepost/att/relu)
+hparams set           layers  d      filter  heads  LN       dropout (prepost/att/relu)
 ====================  ======  =====  ======  =====  =======  ========================
 transformer_tiny      2       128    512     4      pre      0.1 / 0.1 / 0.1
 transformer_small     2       256    1024    4      pre      0.1 / 0.1 / 0.1
@@ -15,12 +16,12 @@ transformer_big       6       1024   4096    16     pre      0.3 / 0.1 / 0.1
 
 `transformer_relative` and `transformer_relative_tiny` are `transformer_base` and
 `transformer_tiny` with relative position self-attention (`max_relative_position` 20) and
-no sinusoidal timing signal, as t2t's presets of these names.
+no sinusoidal timing signal, as t2t's hparams sets of these names.
 
 The architecture options of imported models (Marian / OPUS-MT: `ffn_activation`,
 `attention_use_bias`, `ffn_use_bias`, `norm_epsilon`, `final_logits_bias`,
 `timescale_rule`, `pos="emb"`, `multiply_embedding_mode`, `decoder_start`,
-`source_vocab_size`) default to t2t's values in every preset.
+`source_vocab_size`) default to t2t's values in every set.
 
 `transformer_base` is t2t's v3: Adam β₂ = 0.997 and the learning rate
 `constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size` with constant 2 and 8000 warmup
@@ -324,7 +325,7 @@ def hparams(name, *, regime=None, schedule=None, **overrides):
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
         raise ValueError(
-            f"Unknown HParams field(s) {unknown} for preset {name!r}; valid fields: "
+            f"Unknown HParams field(s) {unknown} for hparams set {name!r}; valid fields: "
             f"{', '.join(fields)}."
         )
     settings = REGIMES[regime] if regime is not None else {}

@@ -44,6 +44,12 @@ Layout (t2t `transformer.body`): `SinusoidalEmbedding` (× √d + timing signal 
 dropout) → `TransformerBlock`s (→ LayerNorm when Pre-LN) → causal decoder blocks with
 cross-attention over the encoder output (→ LayerNorm when Pre-LN) → softmax.
 
+The model's parts live beside this module, as functions over its own sublayers rather
+than Keras layers (so every weight keeps its path and saved weights keep loading):
+`options` checks the constructor's arguments, `embeddings` makes the token embeddings and
+the logits layers, `stacks` the encoder and decoder blocks and the one loop over them,
+`inputs` holds `padding_mask`, `shift_right` and the checks of what the methods receive.
+
 Architectures of imported models (Marian / OPUS-MT) are options of the same layers, t2t's
 values the defaults: the FFN activation (`ffn_activation="swish"`), biases on the attention
 projections (`attention_use_bias`) and the FFN (`ffn_use_bias`), `norm_epsilon`, a bias
@@ -56,110 +62,20 @@ vocabulary (`source_vocab_size`) with a tied or untied softmax. Post-LN stacks
 
 import keras
 import keras_hub
-from keras import ops
 
-from tfblocks import _checks
-from tfblocks.ids import (
-    BOS_ID,
-    PACKED_LM_FEATURES,
-    PACKED_SOURCE_FEATURES,
-    PACKED_TARGET_FEATURES,
-    PAD_ID,
+from tfblocks.ids import BOS_ID, PACKED_LM_FEATURES, PACKED_TARGET_FEATURES
+from tfblocks.layers import segment_mask
+from tfblocks.models.embeddings import make_embeddings, make_logits_layers
+from tfblocks.models.inputs import (
+    check_decode_arguments,
+    check_ids,
+    check_packed,
+    packed_features,
+    padding_mask,
+    shift_right,
 )
-from tfblocks.layers import SinusoidalEmbedding, TransformerBlock, segment_mask
-from tfblocks.layers.embedding import TIMESCALE_RULES
-from tfblocks.layers.feed_forward import ACTIVATIONS
-
-LAYER_NORM_EPSILON = 1e-6
-DECODER_STARTS = ("bos", "zeros")
-
-
-@keras.saving.register_keras_serializable(package="tfblocks")
-class _TiedEmbedding(SinusoidalEmbedding):
-    """A `SinusoidalEmbedding` that also computes the tied logits in the graph.
-
-    `layer(ids)` embeds; `layer(h, reverse=True)` returns `h · Eᵀ`. Calling one
-    layer object both ways keeps the weight shared in a functional model and
-    through `.keras` serialization.
-    """
-
-    def call(self, x, start_index=0, positions=None, zeroed_id=None, reverse=False, training=None):
-        if reverse:
-            return self.attend(x)  # [B, T, vocab]
-        return super().call(
-            x, start_index=start_index, positions=positions, zeroed_id=zeroed_id, training=training
-        )
-
-    def compute_mask(self, x, previous_mask=None):
-        # The logits carry no mask: padding is excluded by the loss and metrics.
-        if "float" in keras.backend.standardize_dtype(x.dtype):
-            return None
-        return super().compute_mask(x, previous_mask)
-
-    def compute_output_spec(
-        self, x, start_index=0, positions=None, zeroed_id=None, reverse=False, training=None
-    ):
-        last = self.vocab_size if reverse else self.hidden_size
-        shape = tuple(x.shape[:-1]) if reverse else tuple(x.shape)
-        return keras.KerasTensor((*shape, last), dtype=self.compute_dtype)
-
-
-@keras.saving.register_keras_serializable(package="tfblocks")
-class _LogitsBias(keras.layers.Layer):
-    """Adds a bias `[vocab]` to float32 logits `[..., vocab]` (Marian's `final_logits_bias`,
-    added after the tied or untied projection)."""
-
-    def __init__(self, vocab_size, **kwargs):
-        super().__init__(**kwargs)
-        self.vocab_size = _checks.check_positive_int("vocab_size", vocab_size)
-        self.supports_masking = True  # what reaches it passes on, as without the bias
-
-    def build(self, logits_shape=None):
-        self.bias = self.add_weight(name="bias", shape=(self.vocab_size,), initializer="zeros")
-
-    def call(self, logits):
-        return logits + ops.cast(self.bias, logits.dtype)  # [..., vocab]
-
-    def compute_output_shape(self, logits_shape):
-        return tuple(logits_shape)
-
-    def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size}
-
-
-def padding_mask(ids):
-    """Boolean `[B, L]` mask, True where `ids != PAD_ID`."""
-    return ops.not_equal(ids, PAD_ID)
-
-
-def shift_right(ids, start_id=BOS_ID, segment_ids=None, positions=None):
-    """Teacher forcing: `[y0, y1, …, y_{T-1}]` → `[start_id, y0, …, y_{T-2}]`.
-
-    For packed rows give the `segment_ids` and `positions` of `ids`: each pair then starts
-    with `start_id` (where its position is 0) and padding (segment 0) stays `PAD_ID`.
-
-    Example:
-
-    >>> import numpy as np
-    >>> ids = np.array([[7, 1, 8, 9, 1, 0]])
-    >>> shift_right(ids).numpy().tolist()
-    [[3, 7, 1, 8, 9, 1]]
-    >>> shift_right(ids, segment_ids=np.array([[1, 1, 2, 2, 2, 0]]),
-    ...             positions=np.array([[0, 1, 0, 1, 2, 0]])).numpy().tolist()
-    [[3, 7, 3, 8, 9, 0]]
-    """
-    ids = ops.cast(ids, "int32")
-    start = ops.full_like(ids[:, :1], start_id)  # [B, 1]
-    shifted = ops.concatenate([start, ids[:, :-1]], axis=1)  # [B, T]
-    if segment_ids is None and positions is None:
-        return shifted
-    if segment_ids is None or positions is None:
-        raise ValueError(
-            "`segment_ids` and `positions` go together (packed rows), got only "
-            f"{'segment_ids' if positions is None else 'positions'}."
-        )
-    shifted = ops.where(ops.equal(positions, 0), ops.cast(start_id, "int32"), shifted)
-    return ops.where(ops.equal(segment_ids, 0), ops.cast(PAD_ID, "int32"), shifted)
+from tfblocks.models.options import ARGUMENTS, LAYER_NORM_EPSILON, check_arguments
+from tfblocks.models.stacks import make_stack, run_stack
 
 
 @keras.saving.register_keras_serializable(package="tfblocks")
@@ -264,118 +180,40 @@ class Transformer(keras_hub.models.Backbone):
         **kwargs,
     ):
         # === Arguments ===
-        vocab_size = _checks.check_positive_int("vocab_size", vocab_size)
-        hidden_size = _checks.check_positive_int("hidden_size", hidden_size)
-        filter_size = _checks.check_positive_int("filter_size", filter_size)
-        num_heads = _checks.check_positive_int("num_heads", num_heads)
-        num_encoder_layers = _checks.check_non_negative_int(
-            "num_encoder_layers", num_encoder_layers
+        config = check_arguments(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            filter_size=filter_size,
+            num_heads=num_heads,
+            num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            relu_dropout=relu_dropout,
+            norm_first=norm_first,
+            shared_embedding_and_softmax_weights=shared_embedding_and_softmax_weights,
+            max_relative_position=max_relative_position,
+            add_timing_signal=add_timing_signal,
+            ffn_activation=ffn_activation,
+            attention_use_bias=attention_use_bias,
+            ffn_use_bias=ffn_use_bias,
+            norm_epsilon=norm_epsilon,
+            scale_embedding=scale_embedding,
+            timescale_rule=timescale_rule,
+            max_positions=max_positions,
+            decoder_start=decoder_start,
+            source_vocab_size=source_vocab_size,
+            final_logits_bias=final_logits_bias,
         )
-        num_decoder_layers = _checks.check_positive_int("num_decoder_layers", num_decoder_layers)
-        dropout = _checks.check_rate("dropout", dropout)
-        attention_dropout = _checks.check_rate("attention_dropout", attention_dropout)
-        relu_dropout = _checks.check_rate("relu_dropout", relu_dropout)
-        if hidden_size % num_heads:
-            raise ValueError(
-                "`hidden_size` must be divisible by `num_heads`, got "
-                f"hidden_size={hidden_size}, num_heads={num_heads}."
-            )
-        max_relative_position = _checks.check_optional_positive_int(
-            "max_relative_position", max_relative_position
-        )
-        has_input = num_encoder_layers > 0
-        tied = bool(shared_embedding_and_softmax_weights)
-        _checks.check_choice("ffn_activation", ffn_activation, ACTIVATIONS)
-        for name, value in (
-            ("attention_use_bias", attention_use_bias),
-            ("ffn_use_bias", ffn_use_bias),
-            ("scale_embedding", scale_embedding),
-            ("final_logits_bias", final_logits_bias),
-        ):
-            _checks.check_bool(name, value)
-        norm_epsilon = _checks.check_positive_float("norm_epsilon", norm_epsilon)
-        _checks.check_choice("timescale_rule", timescale_rule, TIMESCALE_RULES)
-        max_positions = _checks.check_optional_positive_int("max_positions", max_positions)
-        _checks.check_choice("decoder_start", decoder_start, DECODER_STARTS)
-        source_vocab_size = _checks.check_optional_positive_int(
-            "source_vocab_size", source_vocab_size
-        )
-        if source_vocab_size is not None and not has_input:
-            raise ValueError(
-                "A decoder-only language model (num_encoder_layers=0) has no source "
-                f"vocabulary, got source_vocab_size={source_vocab_size}."
-            )
-        separate_source = has_input and (not tied or source_vocab_size is not None)
+        has_input = config["num_encoder_layers"] > 0
         # The embedding call argument that makes the decoder's first input a zero vector.
         self._zeroed_start = BOS_ID if decoder_start == "zeros" else None
 
-        # === Layers ===
-        def embedding(cls, name, size=vocab_size):
-            return cls(
-                size,
-                hidden_size,
-                dropout=dropout,
-                add_timing_signal=add_timing_signal,
-                scale=scale_embedding,
-                timescale_rule=timescale_rule,
-                max_positions=max_positions,
-                dtype=dtype,
-                name=name,
-            )
-
-        def block(name, decoder):
-            return TransformerBlock(
-                num_heads=num_heads,
-                filter_size=filter_size,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                relu_dropout=relu_dropout,
-                norm_first=norm_first,
-                causal=decoder,
-                cross_attention=decoder and has_input,
-                activation=ffn_activation,
-                use_bias=attention_use_bias,
-                ffn_use_bias=ffn_use_bias,
-                epsilon=norm_epsilon,
-                max_relative_position=max_relative_position,
-                dtype=dtype,
-                name=name,
-            )
-
-        def norm(name):
-            if not norm_first:
-                return None
-            return keras.layers.LayerNormalization(epsilon=norm_epsilon, dtype=dtype, name=name)
-
-        if tied:
-            self.target_embedding = embedding(
-                _TiedEmbedding, "target_embedding" if separate_source else "embedding"
-            )
-        else:
-            self.target_embedding = embedding(SinusoidalEmbedding, "target_embedding")
-        if separate_source:
-            self.source_embedding = embedding(
-                SinusoidalEmbedding, "source_embedding", source_vocab_size or vocab_size
-            )
-        else:
-            self.source_embedding = self.target_embedding if has_input else None
-        self.softmax = (
-            None
-            if tied
-            else keras.layers.Dense(vocab_size, use_bias=False, dtype=dtype, name="softmax")
-        )
-        self.encoder_blocks = [
-            block(f"encoder_layer_{i}", False) for i in range(num_encoder_layers)
-        ]
-        self.encoder_norm = norm("encoder_norm") if has_input else None
-        self.decoder_blocks = [block(f"decoder_layer_{i}", True) for i in range(num_decoder_layers)]
-        self.decoder_norm = norm("decoder_norm")
-        self.logits_dtype = keras.layers.Activation("linear", dtype="float32", name="logits")
-        self.logits_bias = (
-            _LogitsBias(vocab_size, dtype="float32", name="final_logits_bias")
-            if final_logits_bias
-            else None
-        )
+        # === Layers (in this order, so that a seeded build draws the same weights) ===
+        self.target_embedding, self.source_embedding, self.softmax = make_embeddings(config, dtype)
+        self.encoder_blocks, self.encoder_norm = make_stack("encoder", config, dtype)
+        self.decoder_blocks, self.decoder_norm = make_stack("decoder", config, dtype)
+        self.logits_dtype, self.logits_bias = make_logits_layers(config)
 
         # === Functional model: the methods below, traced once on keras.Input ===
         if has_input:
@@ -390,30 +228,9 @@ class Transformer(keras_hub.models.Backbone):
         super().__init__(inputs=inputs, outputs=self.logits(hidden), dtype=dtype, **kwargs)
         self.token_embedding = self.target_embedding  # the Backbone convention
 
-        # === Config ===
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.filter_size = filter_size
-        self.num_heads = num_heads
-        self.num_encoder_layers = num_encoder_layers
-        self.num_decoder_layers = num_decoder_layers
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.relu_dropout = relu_dropout
-        self.norm_first = bool(norm_first)
-        self.shared_embedding_and_softmax_weights = tied
-        self.max_relative_position = max_relative_position
-        self.add_timing_signal = bool(add_timing_signal)
-        self.ffn_activation = ffn_activation
-        self.attention_use_bias = attention_use_bias
-        self.ffn_use_bias = ffn_use_bias
-        self.norm_epsilon = norm_epsilon
-        self.scale_embedding = scale_embedding
-        self.timescale_rule = timescale_rule
-        self.max_positions = max_positions
-        self.decoder_start = decoder_start
-        self.source_vocab_size = source_vocab_size
-        self.final_logits_bias = final_logits_bias
+        # === Config: every argument is an attribute of the same name (`get_config`) ===
+        for name, value in config.items():
+            setattr(self, name, value)
 
     @property
     def has_input(self):
@@ -449,25 +266,20 @@ class Transformer(keras_hub.models.Backbone):
                 f"Model '{self.name}' is a decoder-only language model (num_encoder_layers=0): "
                 "it has no encoder to run."
             )
-        source_ids = _check_ids("source_ids", source_ids)
+        source_ids = check_ids("source_ids", source_ids)
         source_mask = padding_mask(source_ids)  # [B, S]
-        _check_packed("segment_ids", segment_ids, "positions", positions)
+        check_packed("segment_ids", segment_ids, "positions", positions)
         same_pair = None if segment_ids is None else segment_mask(segment_ids, segment_ids)
         x = self.source_embedding(source_ids, positions=positions, training=training)  # [B, S, d]
-        scores = []
-        for block in self.encoder_blocks:
-            x = block(
-                x,
-                padding_mask=source_mask,
-                attention_mask=same_pair,  # [B, S, S] or None
-                training=training,
-                return_attention_scores=return_attention_scores,
-            )
-            if return_attention_scores:
-                x, block_scores = x
-                scores.append(block_scores)
-        x = x if self.encoder_norm is None else self.encoder_norm(x)
-        return (x, scores) if return_attention_scores else x
+        return run_stack(
+            self.encoder_blocks,
+            self.encoder_norm,
+            x,
+            return_attention_scores=return_attention_scores,
+            padding_mask=source_mask,
+            attention_mask=same_pair,  # [B, S, S] or None
+            training=training,
+        )
 
     def decode(
         self,
@@ -508,55 +320,39 @@ class Transformer(keras_hub.models.Backbone):
             `cache`, `(hidden, new_cache)`; with `return_attention_scores`,
             `(hidden, scores)`.
         """
-        decoder_ids = _check_ids("decoder_ids", decoder_ids)
-        if self.has_input and encoder_output is None and cache is None:
-            raise ValueError(
-                f"Model '{self.name}' is an encoder–decoder: `decode` needs the "
-                "`encoder_output` of `encode`, got encoder_output=None."
-            )
-        if not self.has_input and encoder_output is not None:
-            raise ValueError(
-                f"Model '{self.name}' is decoder-only: it takes no `encoder_output`, got "
-                f"one of shape {tuple(encoder_output.shape)}."
-            )
-        _check_packed("segment_ids", segment_ids, "positions", positions)
+        decoder_ids = check_ids("decoder_ids", decoder_ids)
+        check_decode_arguments(
+            self,
+            encoder_output=encoder_output,
+            cache=cache,
+            index=index,
+            return_attention_scores=return_attention_scores,
+            segment_ids=segment_ids,
+            positions=positions,
+            source_segment_ids=source_segment_ids,
+        )
         if cache is not None:
-            if return_attention_scores:
-                raise ValueError("`return_attention_scores` is not supported with a `cache`.")
-            if segment_ids is not None:
-                raise ValueError("`segment_ids` (packed rows) is not supported with a `cache`.")
             return self._decode_cached(decoder_ids, source_mask, cache, index, training)
         same_pair = cross_pair = None
         if segment_ids is not None:
             same_pair = segment_mask(segment_ids, segment_ids)  # [B, T, T]
             if self.has_input:
-                if source_segment_ids is None:
-                    raise ValueError(
-                        "Packed rows of an encoder–decoder need `source_segment_ids` with "
-                        "`segment_ids`, got source_segment_ids=None."
-                    )
                 cross_pair = segment_mask(segment_ids, source_segment_ids)  # [B, T, S]
         x = self.target_embedding(
             decoder_ids, positions=positions, zeroed_id=self._zeroed_start, training=training
         )  # [B, T, d]
-        target_mask = padding_mask(decoder_ids)  # [B, T]
-        scores = []
-        for block in self.decoder_blocks:
-            x = block(
-                x,
-                context=encoder_output,
-                padding_mask=target_mask,
-                context_padding_mask=source_mask,
-                attention_mask=same_pair,
-                context_attention_mask=cross_pair,
-                training=training,
-                return_attention_scores=return_attention_scores,
-            )
-            if return_attention_scores:
-                x, block_scores = x
-                scores.append(block_scores)
-        x = x if self.decoder_norm is None else self.decoder_norm(x)
-        return (x, scores) if return_attention_scores else x
+        return run_stack(
+            self.decoder_blocks,
+            self.decoder_norm,
+            x,
+            return_attention_scores=return_attention_scores,
+            context=encoder_output,
+            padding_mask=padding_mask(decoder_ids),  # [B, T]
+            context_padding_mask=source_mask,
+            attention_mask=same_pair,  # [B, T, T] or None
+            context_attention_mask=cross_pair,  # [B, T, S] or None
+            training=training,
+        )
 
     def call(self, inputs, training=None, mask=None):
         """The functional graph, or for packed rows (a dict with the segment features) the
@@ -567,26 +363,14 @@ class Transformer(keras_hub.models.Backbone):
         return super().call(inputs, training=training, mask=mask)
 
     def _call_packed(self, features, training):
-        if self.has_input:
-            target = ("targets", *PACKED_TARGET_FEATURES)
-            names = ("inputs", *PACKED_SOURCE_FEATURES, *target)
-        else:
-            names = target = ("ids", *PACKED_LM_FEATURES)
-        missing = [name for name in names if name not in features]
-        if missing:
-            raise ValueError(
-                f"Packed rows need the features {list(names)}; missing {missing}, got "
-                f"{sorted(features)}."
-            )
-        target_ids, segments, positions = (features[name] for name in target)
+        source, (target_ids, segments, positions) = packed_features(features, self.has_input)
         decoder_ids = shift_right(target_ids, segment_ids=segments, positions=positions)
-        if not self.has_input:
+        if source is None:  # a language model
             hidden = self.decode(
                 decoder_ids, training=training, segment_ids=segments, positions=positions
             )
             return self.logits(hidden)
-        source_ids = features["inputs"]
-        source_segments, source_positions = (features[name] for name in PACKED_SOURCE_FEATURES)
+        source_ids, source_segments, source_positions = source
         memory = self.encode(
             source_ids, training=training, segment_ids=source_segments, positions=source_positions
         )
@@ -602,28 +386,18 @@ class Transformer(keras_hub.models.Backbone):
         return self.logits(hidden)
 
     def _decode_cached(self, decoder_ids, source_mask, cache, index, training):
-        if index is None:
-            raise ValueError("`index` is required with a `cache`, got index=None.")
-        if len(cache) != len(self.decoder_blocks):
-            raise ValueError(
-                f"`cache` must hold one entry per decoder block ({len(self.decoder_blocks)}), "
-                f"got {len(cache)}."
-            )
         x = self.target_embedding(
             decoder_ids, start_index=index, zeroed_id=self._zeroed_start, training=training
         )  # [B, T, d]
-        new_cache = []
-        for block, block_cache in zip(self.decoder_blocks, cache, strict=True):
-            x, block_cache = block(
-                x,
-                cache=block_cache,
-                cache_index=index,
-                context_padding_mask=source_mask,
-                training=training,
-            )
-            new_cache.append(block_cache)
-        x = x if self.decoder_norm is None else self.decoder_norm(x)
-        return x, new_cache
+        return run_stack(  # (hidden, new_cache)
+            self.decoder_blocks,
+            self.decoder_norm,
+            x,
+            caches=cache,
+            cache_index=index,
+            context_padding_mask=source_mask,
+            training=training,
+        )
 
     def logits(self, hidden):
         """Float32 logits `[..., vocab]` of decoder hidden states `[..., d]` (plus the
@@ -652,49 +426,6 @@ class Transformer(keras_hub.models.Backbone):
         ]
 
     def get_config(self):
-        return {
-            **super().get_config(),  # name, trainable, dtype
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "filter_size": self.filter_size,
-            "num_heads": self.num_heads,
-            "num_encoder_layers": self.num_encoder_layers,
-            "num_decoder_layers": self.num_decoder_layers,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "relu_dropout": self.relu_dropout,
-            "norm_first": self.norm_first,
-            "shared_embedding_and_softmax_weights": self.shared_embedding_and_softmax_weights,
-            "max_relative_position": self.max_relative_position,
-            "add_timing_signal": self.add_timing_signal,
-            "ffn_activation": self.ffn_activation,
-            "attention_use_bias": self.attention_use_bias,
-            "ffn_use_bias": self.ffn_use_bias,
-            "norm_epsilon": self.norm_epsilon,
-            "scale_embedding": self.scale_embedding,
-            "timescale_rule": self.timescale_rule,
-            "max_positions": self.max_positions,
-            "decoder_start": self.decoder_start,
-            "source_vocab_size": self.source_vocab_size,
-            "final_logits_bias": self.final_logits_bias,
-        }
-
-
-def _check_packed(segments_name, segments, positions_name, positions):
-    """Segment ids and positions of packed rows come together, or not at all."""
-    if (segments is None) != (positions is None):
-        given, absent = (
-            (segments_name, positions_name)
-            if positions is None
-            else (positions_name, segments_name)
-        )
-        raise ValueError(f"Packed rows need `{absent}` with `{given}`, got {absent}=None.")
-
-
-def _check_ids(name, ids):
-    """Integer ids of rank 2 (`[B, L]`), else a ValueError naming `name` and the shape."""
-    if len(ids.shape) != 2:
-        raise ValueError(f"`{name}` must be int ids of shape [batch, length], got {ids.shape}.")
-    if "int" not in keras.backend.standardize_dtype(ids.dtype):
-        raise ValueError(f"`{name}` must be integer token ids, got dtype {ids.dtype}.")
-    return ids
+        # `__init__` keeps every constructor argument as an attribute of the same name.
+        arguments = {name: getattr(self, name) for name in ARGUMENTS}
+        return {**super().get_config(), **arguments}  # super(): name, trainable, dtype

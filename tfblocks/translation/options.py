@@ -10,7 +10,7 @@ from tfblocks.text.shapes import SHAPES
 from tfblocks.training.precision import POLICIES
 from tfblocks.translation.evaluation import choose_bleu_tokenize
 
-DEFAULT_PRESET = "transformer_tiny"
+DEFAULT_HPARAMS_SET = "transformer_tiny"
 # The command's HParams defaults, under the fields `--hparams-override` names: the
 # small-data regime (`REGIMES`) and pairs of at most 32 tokens.
 DEMO_OVERRIDES = format_overrides({**REGIMES["small_data"], "max_length": 32})
@@ -67,7 +67,7 @@ class TrainingOptions:
             packages are missing (MeCab) is an ImportError naming them.
         corpus: where the train split comes from, for messages; the summary shows the
             exact-match rate for `"the phrasebook"` only (short, templated sentences).
-        hparams: the t2t preset name; None: `transformer_tiny`, or with `init_from` the
+        hparams: the t2t hparams set's name; None: `transformer_tiny`, or with `init_from` the
             init run's architecture (`build_hparams`; a name must then give that
             architecture, and its training settings apply).
         hparams_override: comma-separated `key=value` HParams overrides, each replacing
@@ -160,8 +160,8 @@ class TrainingOptions:
         _checks.check_positive_int("accumulate_steps", self.accumulate_steps)
 
     def recipe(self):
-        """`(preset, override_text)`: the HParams preset name and the overrides in effect:
-        `hparams` or `DEFAULT_PRESET`, and `DEMO_OVERRIDES` with the fields that
+        """`(name, override_text)`: the hparams set's name and the overrides in effect:
+        `hparams` or `DEFAULT_HPARAMS_SET`, and `DEMO_OVERRIDES` with the fields that
         `hparams_override` names replaced or added; with `init_from`, both as given
         (None and none: the init run's). A malformed override is a ValueError."""
         if self.init_from is not None:
@@ -169,10 +169,10 @@ class TrainingOptions:
         from tfblocks.models.hyperparameters import parse_overrides  # TensorFlow: not for --help
 
         overrides = {**parse_overrides(DEMO_OVERRIDES), **parse_overrides(self.hparams_override)}
-        return self.hparams or DEFAULT_PRESET, format_overrides(overrides)
+        return self.hparams or DEFAULT_HPARAMS_SET, format_overrides(overrides)
 
     def recipe_line(self):
-        """The line that names `recipe()` for a person: the preset (or the `init_from`
+        """The line that names `recipe()` for a person: the hparams set (or the `init_from`
         run's settings) and the overrides in effect.
 
         >>> TrainingOptions(epochs=1, init_from="runs/base").recipe_line()
