@@ -1,9 +1,10 @@
 """Several language pairs in one model: target tags, one shared vocabulary, pairs mixed by
 temperature.
 
-A multilingual model (Johnson et al. 2017; M2M-100, NLLB and the multilingual OPUS-MT
-models do the same) is one encoder-decoder whose source starts with a tag naming the
-language to translate into: `<2en> Guten Morgen.` asks for English, `<2fr> Guten Morgen.`
+A multilingual model (Johnson et al. 2017, as the multilingual OPUS-MT models do) is one
+encoder-decoder whose source starts with a tag naming the language to translate into
+(M2M-100 and NLLB instead tag the source with its own language and force the target's
+language token as the first output): `<2en> Guten Morgen.` asks for English, `<2fr> Guten Morgen.`
 for French, also for a direction never trained (zero-shot). The tag is a user-defined
 symbol of the shared SentencePiece model (`train_multilingual_tokenizer`), so it is one
 piece and never split.
