@@ -7,6 +7,7 @@ the traceback. The commands run their `run()` in this process, on stand-in model
 
 import errno
 import os
+import sys
 
 import pytest
 import tensorflow as tf
@@ -216,3 +217,17 @@ def test_a_saved_model_is_loaded_only_without_a_preset_and_said(tmp_path, monkey
     last = err.splitlines()[-1]
     assert status == 2 and "Traceback" not in err and "loading the SavedModel" in err, err
     assert last.startswith("tfblocks-translate: error: NotFoundError: ") and str(missing) in last
+
+
+def test_an_interrupt_is_one_line_and_status_130(capsys, monkeypatch):
+    def main():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "argv", ["tfblocks-train"])
+    with pytest.raises(SystemExit) as stop:
+        console.run_command("tfblocks-train", main, interrupted="; rerun to continue")
+    assert stop.value.code == 130
+    assert capsys.readouterr().err == "tfblocks-train: interrupted; rerun to continue\n"
+    monkeypatch.setattr(sys, "argv", ["tfblocks-train", "--verbose"])
+    with pytest.raises(KeyboardInterrupt):
+        console.run_command("tfblocks-train", main)

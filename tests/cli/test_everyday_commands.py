@@ -174,10 +174,11 @@ def test_interactive_translates_one_line_at_a_time(tmp_path, monkeypatch, capsys
     status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, "--interactive",
                                   "--input", tmp_path / "test.ja")  # fmt: skip
     assert status == 0 and batches == [["今日は。"], ["私は学生。"]], err
-    # Invalid UTF-8 names the line.
+    # A line of invalid UTF-8 is named and skipped (an empty line out); the session goes on.
     status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, "--interactive",
-                                  stdin=b"ok\ncaf\xe9\n")  # fmt: skip
-    assert status == 2 and out == "OK\n" and "standard input, line 2: invalid UTF-8" in err, err
+                                  stdin=b"ok\ncaf\xe9\nno\n")  # fmt: skip
+    assert status == 0 and out == "OK\n\nNO\n", err
+    assert "standard input, line 2: invalid UTF-8" in err and "The line is skipped." in err
     targets = tmp_path / "targets.txt"
     targets.write_text("x\n", encoding="utf-8")
     for args, words in [

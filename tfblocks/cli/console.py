@@ -67,14 +67,16 @@ def _text(path):
     return path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
 
 
-def run_command(name, main, errors=()):
+def run_command(name, main, errors=(), interrupted=""):
     """Runs a console script's `main()`; an expected error ends it with one line
     `NAME: error: ...` on standard error and exit status 2. With `--verbose` on the
     command line the traceback is shown instead.
 
     Expected are bad arguments, files and models: `ValueError`, `OSError` (a missing
     file, a full disk, a folder that cannot be written: the path is named), TensorFlow's
-    `tf.errors.OpError` (the same from TensorFlow's own file system), and `errors`.
+    `tf.errors.OpError` (the same from TensorFlow's own file system), and `errors`. An
+    interrupt (Ctrl-C) ends it with `NAME: interrupted` and `interrupted` (what the user
+    may do next) and exit status 130, as a shell reports SIGINT.
 
     Example:
 
@@ -93,6 +95,11 @@ def run_command(name, main, errors=()):
     try:
         _backend.use_tensorflow(name)
         return main()
+    except KeyboardInterrupt:  # Ctrl-C: one line, not TensorFlow's traceback
+        if "--verbose" in sys.argv:
+            raise
+        print(f"{name}: interrupted{interrupted}", file=sys.stderr)
+        raise SystemExit(130) from None
     except Exception as error:
         expected = (ValueError, OSError, _op_error(), _backend.BackendError, *errors)
         if "--verbose" in sys.argv or not isinstance(error, expected):
@@ -141,10 +148,15 @@ def read_input(path, japanese_spaces, advise=True, language=None):
     return lines
 
 
-def read_lines_as_they_come(path, japanese_spaces, language=None):
+def read_lines_as_they_come(path, japanese_spaces, language=None, invalid=None):
     """Yields each line of `path` (standard input for None) as soon as it is read (a
     pipe or a terminal need not end first), joined as `read_input` joins a whole text
-    (`language` as there; no advice, as the lines are not seen all together)."""
+    (`language` as there; no advice, as the lines are not seen all together).
+
+    `invalid`: None, or a function called with the ValueError of a line of standard input
+    that is not UTF-8, for which None is yielded and reading goes on (a session at a
+    terminal is not ended by one mistyped line); without it that error ends the reading.
+    """
     from tfblocks.text import remove_japanese_spaces
     from tfblocks.text.lines import file_language, file_lines
 
@@ -158,14 +170,15 @@ def read_lines_as_they_come(path, japanese_spaces, language=None):
     elif sys.stdin is None:  # closed (`<&-`): Python has no standard input at all
         raise ValueError("standard input is closed: give --input FILE, or the text on it")
     else:
-        numbered = _stdin_lines()
+        numbered = _stdin_lines(invalid)
     for _, line in numbered:
-        yield remove_japanese_spaces(line) if remove else line
+        yield line if line is None or not remove else remove_japanese_spaces(line)
 
 
-def _stdin_lines():
+def _stdin_lines(invalid=None):
     """Yields `(number, line)` of standard input, each as soon as its line end is read
-    (as `file_lines` reads a file: UTF-8, no line end, no byte-order mark)."""
+    (as `file_lines` reads a file: UTF-8, no line end, no byte-order mark); a line that is
+    not UTF-8 raises its ValueError, or with `invalid` is passed to it and yields None."""
     from tfblocks.text.lines import invalid_utf8
 
     for number, data in enumerate(iter(sys.stdin.buffer.readline, b""), 1):
@@ -173,7 +186,11 @@ def _stdin_lines():
         try:
             line = data.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise invalid_utf8("standard input", number, data, error) from None
+            if invalid is None:
+                raise invalid_utf8("standard input", number, data, error) from None
+            invalid(invalid_utf8("standard input", number, data, error))
+            yield number, None
+            continue
         yield number, line.removeprefix("\ufeff") if number == 1 else line
 
 

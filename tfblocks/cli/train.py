@@ -405,7 +405,12 @@ def training_options(args, corpus=None):
 def run():
     """The console entry point of `tfblocks-train`."""
     # A loss that became NaN; BLEU's MeCab not installed.
-    run_command("tfblocks-train", main, (FloatingPointError, ImportError))
+    run_command(
+        "tfblocks-train",
+        main,
+        (FloatingPointError, ImportError),
+        interrupted="; rerunning the same command continues after the last finished epoch",
+    )
 
 
 if __name__ == "__main__":

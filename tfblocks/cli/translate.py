@@ -62,6 +62,7 @@ from tfblocks.cli.arguments import (
 )
 from tfblocks.cli.console import (
     check_paths,
+    error_line,
     n_best_lines,
     one_line,
     read_input,
@@ -203,8 +204,12 @@ def main(argv=None):
             **search_options(args),
         )  # fmt: skip
         print(f"translating each line as it is read with {what}", file=sys.stderr)
-        lines = read_lines_as_they_come(args.input, args.japanese_spaces, languages[0])
+        skipped = lambda error: notice(f"{error_line(error)} The line is skipped.")  # noqa: E731
+        lines = read_lines_as_they_come(args.input, args.japanese_spaces, languages[0], skipped)
         for index, line in enumerate(lines):
+            if line is None:  # not UTF-8: said, an empty line out, and the session goes on
+                _write_out("\n")
+                continue
             _write_out(_output_lines(args, index, run(tag_lines([line], target))[0]))
         return
     lines = tag_lines(read_input(args.input, args.japanese_spaces, language=languages[0]), target)
