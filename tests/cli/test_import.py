@@ -84,6 +84,18 @@ def test_refused_import_leaves_no_folder(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["broken"]
 
 
+def test_a_symlinked_output_is_refused_before_the_import(tmp_path, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("imported before the output was checked")
+
+    monkeypatch.setattr("tfblocks.models.marian.import_marian", never)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(ValueError, match=r"--output=.*link' is a symbolic link"):
+        importing.import_run(str(tmp_path / "missing"), str(tmp_path / "link"))
+    assert os.listdir(tmp_path / "real") == []
+
+
 def test_a_failed_write_removes_only_its_own_staging_folder(tmp_path, monkeypatch):
     # The user's folders beside --output, even ones named like a staging folder, stay.
     mine = tmp_path / f"run.importing-{os.getpid()}"

@@ -64,6 +64,9 @@ def test_pair_errors_name_the_value(corpus_dir):
         multilingual.parse_pairs("de-en,de-en")
     with pytest.raises(ValueError, match="pairs='de'"):
         multilingual.parse_pairs("de")
+    # A bad code is named with the rule of a direction's codes (no '-' in them).
+    with pytest.raises(ValueError, match=r"pt_BR, not pt-BR\), got '1x' in pairs='de-en,1x-en'"):
+        multilingual.parse_pairs("de-en,1x-en")
     with pytest.raises(FileNotFoundError, match="ja-en/ or en-ja/"):
         multilingual.load_language_pairs(corpus_dir, "ja-en")
     with pytest.raises(ValueError, match="temperature=0"):

@@ -77,7 +77,14 @@ def parse_pairs(value, name="pairs"):
                 f"codes without '-'), got {name}={value!r}."
             )
         for part in parts:
-            check_language(name, part)
+            try:
+                check_language(name, part)
+            except ValueError:  # its words allow '-', which a direction cannot hold
+                raise ValueError(
+                    f"`{name}` must join two language codes with '-', each of letters, digits "
+                    f"and _ starting with a letter (pt_BR, not pt-BR), got {part!r} in "
+                    f"{name}={value!r}."
+                ) from None
         if parts[0] == parts[1] or tuple(parts) in directions:
             raise ValueError(
                 f"`{name}` must name distinct directions between two languages, got "

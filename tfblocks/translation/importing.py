@@ -21,6 +21,11 @@ def import_run(model_dir, output, ctranslate2=False):
     or failed import leaves nothing behind.
     """
     given, output = output, os.path.abspath(output)
+    if os.path.islink(output):  # checked before the import's minutes of work, as all here
+        raise ValueError(
+            f"--output={given!r} is a symbolic link; give a new or empty folder (a link is "
+            "never replaced)."
+        )
     if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
         raise ValueError(f"--output={given!r} exists and is not an empty folder; choose a new one.")
     from tfblocks.models.marian import import_marian
