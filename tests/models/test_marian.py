@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.fixtures import marian_ids, marian_to_tfblocks, write_marian_folder
 from tfblocks.decoding import Decoder, Greedy
-from tfblocks.ids import BOS_ID, PAD_ID
+from tfblocks.ids import BOS_ID, PAD_ID, UNK_ID
 from tfblocks.models.marian import import_marian
+from tfblocks.serving import Translator
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "marian")
 NAMES = ("shared", "multilingual")
@@ -108,6 +110,43 @@ def test_multilingual_tag_stays_one_piece():
         tag = json.load(f)[">>fra<<"]
     ids = imported.source_tokenizer.tokenize([">>fra<< the cat"]).to_list()[0]
     assert ids[0] == tag + 2  # tfblocks id of the tag
+
+
+# "!" only the source's SentencePiece model learnt, "ä" only the target's; "?" neither.
+OTHER_SIDE = {"source": ["the cat sleeps in der garten, schläft!?", "ä"],
+              "target": ["die katze schläft!", "der hund! sitzt? im garten !"]}  # fmt: skip
+
+
+def test_a_piece_only_the_other_side_learnt_keeps_its_vocabulary_id(tmp_path):
+    """As Hugging Face's `MarianTokenizer`: a piece the side's SentencePiece model leaves
+    unknown takes its own id where `vocab.json` (both sides' pieces) holds it."""
+    folder = write_marian_folder(tmp_path / "opus")
+    imported, to_tf = import_marian(folder), marian_to_tfblocks(folder)
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    for side, texts in OTHER_SIDE.items():
+        want = [to_tf[row].tolist() for row in marian_ids(folder, side, texts)]
+        assert any(vocab[piece] + 2 in sum(want, []) for piece in ("!", "ä")), want
+        assert UNK_ID in sum(want, [])  # "?" stays unknown
+        tokenizer = getattr(imported, f"{side}_tokenizer")
+        assert tokenizer.tokenize(texts).to_list() == want
+
+
+def test_the_export_scores_a_piece_of_the_other_side_as_hugging_face_ids(tmp_path):
+    """The SavedModel's `score` signature tokenizes the target as the original does."""
+    folder = write_marian_folder(tmp_path / "opus")
+    imported, to_tf = import_marian(folder), marian_to_tfblocks(folder)
+    sources, targets = ["the cat sleeps!"] * 2, OTHER_SIDE["target"]
+    source = tf.ragged.constant([to_tf[r] for r in marian_ids(folder, "source", sources)])
+    target = tf.ragged.constant([to_tf[r] for r in marian_ids(folder, "target", targets)])
+    source, target = source.to_tensor(), target.to_tensor()
+    want = tf.reduce_sum(Decoder(imported.model, max_length=32).score(source, target), 1)
+    translator = Translator(
+        imported.model, imported.source_tokenizer, imported.target_tokenizer, 32, Greedy()
+    )
+    translator.export(str(tmp_path / "export"))
+    saved = tf.saved_model.load(str(tmp_path / "export")).signatures["score"]
+    got = saved(source=tf.constant(sources), target=tf.constant(targets))["score"]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-4)
 
 
 def _hf_positions(length, channels):
@@ -206,6 +245,18 @@ def _copy(tmp_path, name="shared"):
             lambda f: _edit_config(f, decoder_ffn_dim=8),
             r"config\.json: unsupported decoder_ffn_dim=8: tfblocks needs it equal to "
             r"encoder_ffn_dim=32",
+        ),
+        (  # named by config.json's keys, not by HParams' fields
+            lambda f: _edit_config(f, encoder_attention_heads=3, decoder_attention_heads=3),
+            r"config\.json: d_model=16 is not a multiple of encoder_attention_heads=3",
+        ),
+        (  # the wrong one is vocab_size, which decoder_vocab_size and the pieces contradict
+            lambda f: _edit_config(f, vocab_size=70, decoder_vocab_size=65),
+            r"config\.json: vocab_size=70, but vocab\.json holds 65 pieces",
+        ),
+        (
+            lambda f: (os.remove(f / "model.safetensors"), os.mkdir(f / "model.safetensors")),
+            r"model\.safetensors: a folder where a file is expected",
         ),
     ],
 )

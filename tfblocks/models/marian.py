@@ -147,6 +147,9 @@ def _read_json(file):
 def _read_config(path):
     if not os.path.isdir(path):
         raise ValueError(f"{path}: not a folder (a Hugging Face Marian folder is expected).")
+    for name in (*REQUIRED_FILES, WEIGHTS_FILE):
+        if os.path.isdir(os.path.join(path, name)):  # there, but not what it should be
+            _fail(os.path.join(path, name), "a folder where a file is expected.")
     for name in REQUIRED_FILES:
         if not os.path.isfile(os.path.join(path, name)):
             _fail(
@@ -170,13 +173,20 @@ def _read_config(path):
             "unsupported: separate source and target vocabularies (tfblocks imports one "
             "vocab.json for both sides).",
         )
-    for key in ("decoder_vocab_size",):
-        if config.get(key) not in (None, config.get("vocab_size")):
+    decoder_size, size = config.get("decoder_vocab_size"), config.get("vocab_size")
+    if decoder_size not in (None, size):
+        pieces = _count_pieces(os.path.join(path, "vocab.json"))
+        if decoder_size == pieces:  # vocab_size is the one that disagrees with the pieces
             _fail(
                 file,
-                f"unsupported {key}={config[key]!r}: a target vocabulary apart from the "
-                f"source's (vocab_size={config.get('vocab_size')!r}).",
+                f"vocab_size={size!r}, but vocab.json holds {pieces} pieces (as "
+                f"decoder_vocab_size={decoder_size!r} says).",
             )
+        _fail(
+            file,
+            f"unsupported decoder_vocab_size={decoder_size!r}: a target vocabulary apart from "
+            f"the source's (vocab_size={size!r}).",
+        )
     for encoder, decoder in (
         ("encoder_attention_heads", "decoder_attention_heads"),
         ("encoder_ffn_dim", "decoder_ffn_dim"),
@@ -187,7 +197,24 @@ def _read_config(path):
                 f"unsupported {decoder}={config.get(decoder)!r}: tfblocks needs it equal to "
                 f"{encoder}={config.get(encoder)!r}.",
             )
+    heads, width = config.get("encoder_attention_heads"), config.get("d_model")
+    if isinstance(heads, int) and isinstance(width, int) and (heads < 1 or width % heads):
+        _fail(
+            file,
+            f"d_model={width} is not a multiple of encoder_attention_heads={heads} (each head "
+            "takes d_model / heads of the channels).",
+        )
     return config
+
+
+def _count_pieces(file):
+    """The number of pieces of the `vocab.json` file, or None where it cannot be read."""
+    try:
+        with open(file, encoding="utf-8") as f:
+            vocab = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return len(vocab) if isinstance(vocab, dict) else None
 
 
 def _read_weights(path):
