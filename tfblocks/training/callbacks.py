@@ -43,6 +43,44 @@ class TimeLimit(keras.callbacks.Callback):
             self.stopped_early = True
 
 
+class ExactSteps(keras.callbacks.Callback):
+    """Keeps `optimizer.iterations` at the updates that ran, for datasets of unknown length.
+
+    On such a dataset (a streamed corpus; a distributed one, whose length `fit` is not
+    told) Keras' `fit` learns that the epoch is over from a last call that finds no batch,
+    and that call adds one to `optimizer.iterations` without an update: a learning-rate
+    schedule of the step (t2t's) would drift one step an epoch. This callback reads the
+    count after each batch of such an epoch and puts the epoch's last one back at its end.
+    With a known number of steps it does nothing.
+
+    Example:
+
+    >>> callback = ExactSteps()
+    >>> callback.params = {"steps": 100}
+    >>> callback.on_epoch_begin(0)
+    >>> callback.watching
+    False
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.watching = False
+        self._last = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.watching = self.params.get("steps") is None
+        self._last = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.watching:
+            self._last = int(self.model.optimizer.iterations.numpy())
+
+    def on_epoch_end(self, epoch, logs=None):
+        iterations = self.model.optimizer.iterations
+        if self.watching and self._last is not None and int(iterations.numpy()) != self._last:
+            iterations.assign(self._last)
+
+
 class FiniteLoss(keras.callbacks.Callback):
     """Stops `fit` at the first batch whose loss is not finite (NaN or infinite).
 
