@@ -8,10 +8,6 @@ import itertools
 import math
 import numbers
 
-# The backend guard lives in `tfblocks._backend` (the boundary's one home); these names
-# stay importable from here for the modules that still call `_checks.require_tensorflow`.
-from tfblocks._backend import BackendError, require_tensorflow  # noqa: F401
-
 
 def check_positive_int(name, value):
     """Returns `value` if it is a positive int (bools rejected), else raises ValueError."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tfblocks import _backend, _checks
+from tfblocks import _backend
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
@@ -41,11 +41,6 @@ def test_use_tensorflow_chooses_tensorflow_before_keras_loads(monkeypatch):
     monkeypatch.setenv("KERAS_BACKEND", "jax")
     _backend.use_tensorflow("tfblocks-x")
     assert os.environ["KERAS_BACKEND"] == "tensorflow"
-
-
-def test_checks_keeps_the_same_guard():
-    assert _checks.BackendError is _backend.BackendError
-    assert _checks.require_tensorflow is _backend.require_tensorflow
 
 
 def test_the_boundary_module_loads_neither_keras_nor_tensorflow():

@@ -15,7 +15,7 @@ from tests.translation.run_job import options, parts, train
 from tfblocks.cli import evaluate as evaluate_cli
 from tfblocks.cli import train as train_cli
 from tfblocks.training.callbacks import TimeLimit
-from tfblocks.translation import job as job_module
+from tfblocks.translation import job_fit as job_module
 from tfblocks.translation import progress
 from tfblocks.translation.run_folder import RunFolder
 
