@@ -167,6 +167,7 @@ def packed_rows(strategy, initial):
     from tests.fixtures import tiny_hparams, tiny_model
     from tests.training.multi_worker_script import DigitTokenizer, text_pairs
     from tfblocks.text import distribute_dataset, make_dataset
+    from tfblocks.training.callbacks import ExactSteps
 
     tokenizer, pairs = DigitTokenizer(), text_pairs(20, 24)
     settings = {"batch_tokens": 60, "max_length": 10, "shuffle": False, "shapes": "packed"}
@@ -178,19 +179,21 @@ def packed_rows(strategy, initial):
                         run_eagerly=True)  # fmt: skip
     with strategy.scope():
         mirrored = tiny_model(hp, weights=initial, jit_compile=False, learning_rate=1e-3)
-    # The steps each `fit` ran (not `optimizer.iterations`, which the end of a distributed
-    # dataset of unknown length can raise once more without an update).
+    # The steps each `fit` ran, and the optimizer's count of them: the end of a distributed
+    # dataset of unknown length raises it once more without an update, which `ExactSteps`
+    # (the job's) puts back.
     steps = [[], []]
     for model, data, seen in zip((single, mirrored), (whole, distributed), steps, strict=True):
         counter = keras.callbacks.LambdaCallback(
             on_train_batch_end=lambda batch, logs, s=seen: s.append(batch)
         )
-        model.fit(data, epochs=1, verbose=0, shuffle=False, callbacks=[counter])
+        model.fit(data, epochs=1, verbose=0, shuffle=False, callbacks=[counter, ExactSteps()])
     features = next(iter(distributed))[0]
     local = strategy.experimental_local_results(features["inputs"])
     weights = [m.get_weights() for m in (single, mirrored)]
     return {
         "steps": [len(seen) for seen in steps],
+        "iterations": [int(m.optimizer.iterations.numpy()) for m in (single, mirrored)],
         "features": sorted(features),
         "replica_rows": [int(ids.shape[0]) for ids in local],
         "weight_diff": max(float(np.abs(a - b).max()) for a, b in zip(*weights, strict=True)),
