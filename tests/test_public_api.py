@@ -6,15 +6,9 @@ import importlib
 
 import pytest
 
-PACKAGES = (
-    "tfblocks",
-    "tfblocks.layers",
-    "tfblocks.models",
-    "tfblocks.training",
-    "tfblocks.text",
-    "tfblocks.decoding",
-    "tfblocks.serving",
-)
+from tests.test_api_docs import PUBLIC_SUBPACKAGES
+
+PACKAGES = ("tfblocks", *PUBLIC_SUBPACKAGES)
 RENAMED = (
     ("tfblocks.decoding", "SearchStrategy", "Search"),
     ("tfblocks.models", "PRESETS", "HPARAMS_SETS"),
