@@ -136,3 +136,87 @@ def dataset_rows(dataset):
 def tokenized_rows(tokenizer, pairs, side):
     """The ids of side `side` (0 = source, 1 = target) of `pairs` as tuples."""
     return [tuple(row) for row in tokenizer.tokenize([p[side] for p in pairs]).to_list()]
+
+
+# An OPUS-MT folder whose sides' SentencePiece models learnt different pieces: "!" only
+# in the source, "ä" only in the target (each side's model leaves the other's unknown).
+MARIAN_SOURCE_LINES = ["the cat sleeps!", "the dog sits in the garden!", "a small cat!"] * 5
+MARIAN_TARGET_LINES = ["die katze schläft.", "der hund sitzt im garten.", "eine kleine katze."] * 5
+
+
+def write_marian_folder(folder, generation=None):
+    """Writes a Hugging Face Marian folder (as `MarianMTModel.save_pretrained` and
+    `MarianTokenizer.save_pretrained` lay it out) at `folder`: SentencePiece models trained
+    on `MARIAN_SOURCE_LINES` / `MARIAN_TARGET_LINES` with Marian's ids, `vocab.json` the
+    union of both sides' pieces (`</s>` 0, `<unk>` 1, ..., `<pad>` last), and the shared
+    fixture's weights with random vocabulary rows; `generation` replaces
+    `generation_config.json`'s values. Returns `folder` (a `pathlib.Path`)."""
+    import io
+    import json
+    import pathlib
+
+    import sentencepiece
+    from safetensors.numpy import load_file, save_file
+
+    folder, shared = pathlib.Path(folder), pathlib.Path(__file__).parent / "data/marian/shared"
+    folder.mkdir(parents=True)
+    pieces = ["</s>", "<unk>"]
+    for side, lines in (("source", MARIAN_SOURCE_LINES), ("target", MARIAN_TARGET_LINES)):
+        model = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines), model_writer=model, vocab_size=40,
+            character_coverage=1.0, normalization_rule_name="identity",
+            hard_vocab_limit=False, num_threads=1, minloglevel=2,
+        )  # fmt: skip
+        (folder / f"{side}.spm").write_bytes(model.getvalue())
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+        for i in range(processor.get_piece_size()):
+            piece = processor.id_to_piece(i)
+            if not processor.is_control(i) and not processor.is_unknown(i) and piece not in pieces:
+                pieces.append(piece)
+    pieces.append("<pad>")
+    size = len(pieces)
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    config = json.loads((shared / "config.json").read_text(encoding="utf-8"))
+    ids = {"vocab_size": size, "decoder_vocab_size": size, "pad_token_id": size - 1}
+    config.update(ids, decoder_start_token_id=size - 1)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    values = json.loads((shared / "generation_config.json").read_text(encoding="utf-8"))
+    values.update(bad_words_ids=[[size - 1]], decoder_start_token_id=size - 1)
+    values.update(pad_token_id=size - 1, **(generation or {}))
+    (folder / "generation_config.json").write_text(json.dumps(values), encoding="utf-8")
+    weights = load_file(shared / "model.safetensors")
+    rng = np.random.default_rng(0)
+    weights["model.shared.weight"] = rng.normal(size=(size, config["d_model"])).astype("float32")
+    weights["final_logits_bias"] = (0.5 * rng.normal(size=(1, size))).astype("float32")
+    weights["final_logits_bias"][0, 0] += 2.0  # EOS: a random model seldom ends otherwise
+    save_file(weights, folder / "model.safetensors")
+    return folder
+
+
+def marian_ids(folder, side, texts):
+    """What Hugging Face's `MarianTokenizer` gives `texts` on `side` ("source" or
+    "target"), in Marian's ids: each SentencePiece piece (as a string, an unknown one as
+    its text) looked up in `vocab.json`, `<unk>` where it has no entry, then `</s>`."""
+    import json
+
+    import sentencepiece
+
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / f"{side}.spm"))
+    return [
+        [vocab.get(piece, vocab["<unk>"]) for piece in processor.encode(text, out_type=str)]
+        + [vocab["</s>"]]
+        for text in texts
+    ]
+
+
+def marian_to_tfblocks(folder):
+    """The tfblocks id of each Marian id of the folder (`import_marian`'s renumbering)."""
+    import json
+
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    to_tf = np.arange(config["vocab_size"]) + 2
+    to_tf[[config["pad_token_id"], config["eos_token_id"], 1]] = [PAD_ID, EOS_ID, UNK_ID]
+    return to_tf

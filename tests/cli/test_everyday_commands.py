@@ -266,7 +266,7 @@ def test_constraints_reads_tab_separated_phrases_per_line(tmp_path, monkeypatch,
     monkeypatch.setattr(engines, "load_translate", real)
     for args, words in [
         (("--engine", "ctranslate2"), "CTranslate2 has no lexical constraints"),
-        (("--sampling-topk", "5"), "--constraints need beam search: drop sampling"),
+        (("--sampling-topk", "5"), "samples instead of searching a beam: --constraints="),
         (("--replace-unknowns",), "drop --replace-unknowns or --constraints"),
         (("--score", source), "--constraints does not apply"),
         (("--interactive",), "--constraints (a file of as many lines"),

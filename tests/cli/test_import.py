@@ -74,6 +74,67 @@ def test_export_translates_as_the_preset_with_the_models_beam(run):
     assert [e.decode() for e in exported] == translate(sources)
 
 
+def test_an_imported_run_exports_to_litert(run, tmp_path):
+    """`tfblocks-export litert --model RUN` of an imported run (its tokenizers hold the
+    joint vocabulary's other side as UNUSED pieces): the file translates as the preset."""
+    pytest.importorskip("ai_edge_litert")
+    from ai_edge_litert.interpreter import InterpreterWithCustomOps
+    from tensorflow_text import tflite_registrar
+
+    from tfblocks.cli import export as export_cli
+
+    path = export_cli.main(["litert", "--model", run, "--output", str(tmp_path / "m.tflite"),
+                            "--beam-size", "1"])  # fmt: skip
+    sources = ["the cat sits on the mat.", "rain\tand sun", "", "dog?"]
+    interpreter = InterpreterWithCustomOps(
+        model_path=path, custom_op_registerers=tflite_registrar.SELECT_TFTEXT_OPS
+    )
+    out = interpreter.get_signature_runner()(text=np.array(sources, object))
+    translate, _ = engines.load_translate(run, beam_size=1, notice=lambda message: None)
+    assert [t.decode() for t in out["translation"]] == translate(sources)
+
+
+# Sentences the shared fixture translates differently with beams 1 and 4 (max_length 8).
+BEAM_SOURCES = ["the cat sits on the mat.", "a frog reads the book, quietly!", "rain", "the dog"]
+
+
+def test_an_imported_run_translates_with_its_num_beams_as_its_export(tmp_path, monkeypatch, capsys):
+    """One beam size a run (`run.json`'s `beam_size`, the folder's `num_beams`): what
+    `tfblocks-translate` (and `tfblocks-evaluate`: the same `engines.load_translate`) and
+    `tfblocks-export litert` use without --beam-size, and export/1."""
+    from tfblocks.cli import translate as translate_cli
+
+    folder = tmp_path / "greedy"
+    shutil.copytree(os.path.join(DATA, "shared"), folder)
+    values = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(
+        json.dumps({**values, "num_beams": 1, "max_length": 9})
+    )
+    run = main(["marian", str(folder), "--output", str(tmp_path / "run")])
+    with open(os.path.join(run, "run.json"), encoding="utf-8") as f:
+        assert json.load(f)["settings"]["beam_size"] == 1
+    saved = tf.saved_model.load(os.path.join(run, "export", "1")).signatures["serving_default"]
+    exported = [t.decode() for t in saved(text=tf.constant(BEAM_SOURCES))["translation"].numpy()]
+    beam_4, _ = engines.load_translate(run, beam_size=4, notice=lambda message: None)
+    assert beam_4(BEAM_SOURCES) != exported  # else the test could not tell them apart
+    (tmp_path / "in.txt").write_text("\n".join(BEAM_SOURCES) + "\n", encoding="utf-8")
+    status, out, err = in_process(
+        translate_cli, monkeypatch, capsys, "--model", run, "--input", tmp_path / "in.txt"
+    )
+    assert status == 0 and out.splitlines() == exported, err
+    assert "(beam 1," in err  # the decoding it says it uses
+    # tfblocks-export litert without --beam-size: the run's too (the file's search).
+    from tfblocks.cli import export as export_cli
+    from tfblocks.serving import Translator
+
+    asked = []
+    monkeypatch.setattr(
+        Translator, "export_litert", lambda self, path, **kw: asked.append(kw["beam_size"]) or path
+    )
+    export_cli.main(["litert", "--model", run, "--output", str(tmp_path / "run.tflite")])
+    assert asked == [1]
+
+
 def test_refused_import_leaves_no_folder(tmp_path):
     folder = tmp_path / "broken"
     shutil.copytree(os.path.join(DATA, "shared"), folder)

@@ -33,6 +33,7 @@ pytestmark = pytest.mark.heavy  # one whole (tiny) run
         (("--limit-test", "0"), "--limit-test=0"),
         (("--max-train-minutes", "nan"), "--max-train-minutes=nan"),
         (("--alpha", "inf"), "--alpha=inf"),
+        (("--beam-size", "1", "--alpha", "0.6"), "--beam-size 1 searches greedily: drop --alpha"),
         (("--early-stopping", "2"), "--early-stopping=2 with --dev-sentences=0"),
         (("--hparams-override", f"{TINY},max_length=0"), "max_length=0"),
         (("--hparams-override", f"{TINY},max_length=1"), "max_length=1"),

@@ -13,7 +13,14 @@ import tensorflow as tf
 import tfblocks
 from tests.decoding.searches import fake_model, log_softmax, penalized
 from tests.fixtures import tiny_hparams, tiny_model
-from tfblocks.decoding import BeamSearch, Decoder, Ensemble, Greedy, Sampling
+from tfblocks.decoding import (
+    BeamSearch,
+    ConstrainedBeamSearch,
+    Decoder,
+    Ensemble,
+    Greedy,
+    Sampling,
+)
 from tfblocks.decoding import dropping as dropping_module
 from tfblocks.decoding.base import NEG_INF
 
@@ -113,19 +120,49 @@ def test_greedy_and_sampling_force_the_prefix_and_count_it():
             assert (np.diff(scores, axis=1) <= 1e-6).all(), scores
 
 
-def test_a_prefix_as_long_as_the_search_leaves_one_hypothesis():
-    # The search ends within the prefix: the forced path is the one hypothesis; the other
-    # n-best slots are empty and score -inf (never a dead beam's ids or NEG_INF score).
+# A prefix of LENGTH ids (no room for EOS) and one of LENGTH − 1 ids, in the fake vocabulary.
+FULL = np.arange(LENGTH, dtype="int32")[None] % 8 + 4  # [1, LENGTH]: ids 4 … 11
+NO_ROOM = r"`prefix` holds 10 ids, but max_length=10 leaves room for at most 9 before EOS"
+
+
+@pytest.mark.parametrize(
+    "search", [Greedy(), Sampling(seed=2), BeamSearch(beam_size=3), ConstrainedBeamSearch(3)]
+)
+def test_a_prefix_that_leaves_no_room_for_eos_is_refused_a_shorter_one_kept_whole(search):
+    # Was: beam search cut such a prefix silently (and the serving side cut it to
+    # max_length − 1 ids, so the search replaced its last forced subword).
     step_fn, numpy_logits, _, _ = _fake()
-    prefix = np.array([[4, 5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7]], "int32")
-    ids, scores = BeamSearch(beam_size=3).search(
-        step_fn, np.zeros(1, "int32"), np.full(1, BOS, "int32"), LENGTH,
-        num_hypotheses=3, prefix=prefix,
-    )  # fmt: skip
-    ids, scores = ids.numpy()[0], scores.numpy()[0]
-    assert ids[0].tolist() == prefix[0, :LENGTH].tolist()
-    np.testing.assert_allclose(scores[0], _reference(numpy_logits, ids[0]), rtol=1e-5, atol=1e-4)
-    assert (ids[1:] == PAD).all() and (scores[1:] == -np.inf).all(), (ids, scores)
+    state, start = np.zeros(1, "int32"), np.full(1, BOS, "int32")
+    n = min(search.max_hypotheses or 3, 3)
+    with pytest.raises(ValueError, match=NO_ROOM):
+        search.search(step_fn, state, start, LENGTH, num_hypotheses=n, prefix=FULL)
+    ids, scores = search.search(
+        step_fn, state, start, LENGTH, num_hypotheses=n, prefix=FULL[:, :-1]
+    )
+    ids, scores = np.reshape(ids.numpy(), [-1, LENGTH]), np.reshape(scores.numpy(), [-1])
+    assert (ids[:, : LENGTH - 1] == FULL[0, :-1]).all(), ids  # every hypothesis keeps it whole
+    own = [_reference(numpy_logits, h, search.get_config().get("alpha")) for h in ids]
+    np.testing.assert_allclose(scores, own, rtol=1e-5, atol=1e-4)
+
+
+def test_a_phrase_that_cannot_fit_after_the_prefix_is_refused():
+    step_fn, _, _, _ = _fake()
+    state, start = np.zeros(1, "int32"), np.full(1, BOS, "int32")
+    prefix = FULL[:, :6]  # 4 5 6 7 8 9: 3 ids fit after it before EOS
+    search = ConstrainedBeamSearch(beam_size=3)
+    for phrase in ([10, 11, 4, 5], [9, 10, 11, 4, 5]):  # 4 ids after it (the second overlaps)
+        with pytest.raises(
+            ValueError,
+            match=r"phrase 0 of sentence 0 .* needs 4 ids after the "
+            r"prefix's 6, but max_length=10 leaves room for 3 before EOS",
+        ):
+            search.search(step_fn, state, start, LENGTH, prefix=prefix, constraints=[[phrase]])
+    # Phrases that fit: after the prefix, overlapping its end, or inside it (however long).
+    for phrase in ([10, 11, 4], [8, 9, 10, 11, 4], [5, 6, 7, 8, 9]):
+        ids, _ = search.search(step_fn, state, start, LENGTH, prefix=prefix, constraints=[[phrase]])
+        row = ids.numpy()[0].tolist()
+        assert row[:6] == prefix[0].tolist() and EOS in row, row
+        assert any(row[i : i + len(phrase)] == phrase for i in range(LENGTH)), (phrase, row)
 
 
 def test_a_compiled_search_forces_as_the_eager_one():
@@ -204,3 +241,27 @@ def test_decoder_prefixes_in_beam_n_best_ensembles_and_dropping(models, eagerly,
         greedy_ids, greedy_scores = greedy_ids.numpy()[:, None], greedy_scores.numpy()[:, None]
         own = whole.score(SOURCE, greedy_ids[:, 0]).numpy().sum(-1)[:, None]
         _check_results(greedy_ids, greedy_scores, TARGET_PREFIX, own, finished_first=False)
+
+
+def test_decoder_refuses_a_prefix_that_leaves_no_room_for_eos(models):
+    model, _ = models
+    decoder = Decoder(model, MAX_LENGTH, jit_compile=False)
+    full = np.arange(MAX_LENGTH, dtype="int32")[None] % 16 + 4  # [1, MAX_LENGTH]
+    no_room = r"`prefix` holds 12 ids, but max_length=12 leaves room for at most 11 before EOS"
+    for search in (Greedy(), Sampling(seed=1), BeamSearch(beam_size=2)):
+        with pytest.raises(ValueError, match=no_room):
+            decoder.decode(search, SOURCE[:1], prefix=full)
+    # t2t's extra_length makes the search shorter than max_length: 5 source ids + 2.
+    with pytest.raises(ValueError, match=r"`prefix` holds 8 ids, but max_length=7 leaves"):
+        decoder.decode(BeamSearch(beam_size=2), SOURCE, prefix=TARGET_PREFIX, extra_length=2)
+    # Traced (a SavedModel's signature, values unknown) with an XLA-compiled search: an
+    # assertion that runs before the compiled search (where XLA would drop it).
+    compiled = Decoder(model, MAX_LENGTH, jit_compile=True)
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[spec, spec], autograph=False)
+    def translate(source, prefix):
+        return compiled.decode(BeamSearch(beam_size=2), source, prefix=prefix)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match=no_room):
+        translate(SOURCE[:1], full)

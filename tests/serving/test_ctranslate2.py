@@ -260,3 +260,20 @@ def test_export_is_written_whole_and_replaces_only_its_own_output(data, tmp_path
 
 def _not_called(*args, **kwargs):
     raise AssertionError("the conversion ran before the path was checked")
+
+
+def test_a_target_prefix_that_leaves_no_room_for_eos_is_refused(data, tmp_path):
+    # Was: cut to its first max_length − 1 pieces, the last one left to CTranslate2.
+    _, tokenizer = data
+    model = tfblocks.build_transformer(
+        tfblocks.hparams("transformer_tiny", vocab_size=tokenizer.vocabulary_size)
+    )
+    translator = CTranslate2Translator(export_ctranslate2(model, tokenizer, tmp_path / "m"),
+                                       max_length=4, beam_size=2, num_hypotheses=2)  # fmt: skip
+    fits, too_long = "Today", "Today's lunch is curry."
+    assert len(translator.target_pieces([fits])[0]) < 4 <= len(tokenizer.tokenize([too_long])[0])
+    assert translator(["今日"], target_prefix=[fits])[0].startswith(fits)
+    for call in (translator, translator.n_best):
+        with pytest.raises(ValueError, match=r"`target_prefix`\[1\] holds \d+ pieces, but "
+                           "max_length=4 leaves room for at most 3 before EOS"):  # fmt: skip
+            call(["今日", "今日"], target_prefix=[fits, too_long])

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 pytest.importorskip("ctranslate2")
 
+from tests.fixtures import marian_ids, write_marian_folder
 from tfblocks.decoding import Decoder, Greedy
 from tfblocks.ids import PAD_ID
 from tfblocks.models.marian import import_marian
@@ -65,6 +66,17 @@ def test_export_of_an_imported_model_scores_and_translates_as_tfblocks(name, tmp
     check_agreement(imported, tmp_path, sources)
 
 
+def test_pieces_only_the_other_side_learnt_keep_their_ids(tmp_path):
+    """CTranslate2 reads a source "ä" and a target "!" (each learnt only by the other
+    side's SentencePiece model) as their `vocab.json` ids, as tfblocks and Hugging Face."""
+    folder = write_marian_folder(tmp_path / "opus")
+    sources, targets = ["the cat sät!", "a dog!"], ["die katze schläft!", "der hund!"]
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    assert vocab["ä"] in marian_ids(folder, "source", sources)[0]
+    assert vocab["!"] in marian_ids(folder, "target", targets)[0]
+    check_agreement(import_marian(folder), tmp_path, sources, targets)
+
+
 def test_stored_position_table_and_untied_softmax_are_exported(tmp_path):
     """A stored table that is not the formula and an untied `lm_head` (older saves)."""
     from safetensors.numpy import load_file, save_file
@@ -106,6 +118,24 @@ def test_translate_engine_ctranslate2_reads_an_imported_run(tmp_path):
         imported.model, imported.source_tokenizer, imported.target_tokenizer, 64, Greedy()
     )
     assert got == [t.decode() for t in translator(tf.constant(SOURCES)).numpy()]
+
+
+def test_engine_ctranslate2_decodes_an_imported_run_with_its_num_beams(tmp_path):
+    """Without a beam size, CTranslate2 decodes an imported run (its folder or its
+    ctranslate2/) with the folder's `num_beams`, the run's one beam size."""
+    from tfblocks.translation import engines, importing
+
+    folder = tmp_path / "greedy"
+    shutil.copytree(os.path.join(DATA, "shared"), folder)
+    values = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**values, "num_beams": 1}))
+    run = importing.import_run(str(folder), str(tmp_path / "run"), ctranslate2=True)
+    exported = os.path.join(run, "ctranslate2")
+    want = CTranslate2Translator(exported, beam_size=1)(SOURCES)
+    assert CTranslate2Translator(exported, beam_size=4)(SOURCES) != want
+    for path in (run, exported):
+        translate, what = engines.load_translate(path, engine="ctranslate2")
+        assert translate(SOURCES) == want and what.endswith("(beam 1)"), what
 
 
 # --- Marian's own format (tests/data/marian/npz, made by make_marian_npz_fixture.py) ---

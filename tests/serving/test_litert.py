@@ -15,8 +15,8 @@ from tfblocks.cli import export as export_cli
 from tfblocks.decoding import Greedy, Sampling
 from tfblocks.models import save_preset
 from tfblocks.serving import Translator
-from tfblocks.serving.litert import custom_ops
-from tfblocks.text import load_phrasebook
+from tfblocks.serving.litert import custom_ops, file_metadata
+from tfblocks.text import load_phrasebook, train_tokenizer
 from tfblocks.translation import evaluation
 
 pytestmark = pytest.mark.heavy  # converts whole translators: scheduled first
@@ -83,6 +83,17 @@ def test_beam_file_translates_as_the_translator(beam, texts):
         ]  # no Select TF op
 
 
+def test_a_batch_of_blank_texts_gives_empty_translations(beam):
+    """Blank texts alone (no subword in the whole batch) give "" with score 0, as beside
+    other texts; the file records no target language (a model of one direction)."""
+    _, path = beam
+    for blanks in ([""], ["   \t "], ["", " \u3000", "\n"]):
+        translations, scores = _run(path, blanks)
+        assert translations == [""] * len(blanks)
+        assert scores.tolist() == [0.0] * len(blanks)
+    assert file_metadata(path) == {"target_lang": None}
+
+
 def test_fresh_process_runs_the_file_without_tfblocks(beam, texts):
     translator, path = beam
     done = subprocess.run(
@@ -128,7 +139,13 @@ def test_what_litert_cannot_hold_is_refused_before_writing(beam, tmp_path):
         "transformer_tiny", vocab_size=tokenizer.vocabulary_size, pos="emb", max_length=8
     )  # fmt: skip: a table of 8 positions
     short = tfblocks.build_transformer(hp)
+    pairs = load_phrasebook(size=1000)["train"][:100]
+    bpe = train_tokenizer([side for pair in pairs for side in pair], 300, model_type="bpe")
+    bpe_model = tfblocks.build_transformer(
+        tfblocks.hparams("transformer_tiny", vocab_size=bpe.vocabulary_size)
+    )
     cases = [
+        (Translator(bpe_model, bpe, bpe, MAX_LENGTH), {}, "a bpe SentencePiece model"),
         (Translator(short, tokenizer, tokenizer, MAX_LENGTH), {}, "exceeds the 8 positions"),
         (Translator(ensemble, tokenizer, tokenizer, MAX_LENGTH), {}, "Ensemble"),
         (Translator(translator.model, tokenizer, tokenizer, MAX_LENGTH, search=Sampling()),

@@ -18,20 +18,25 @@ SENTENCE, TARGET = "今日のランチはカレーだ。", "Today's lunch is cur
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """The path of a tiny Translator's export (beam 2, no XLA, with the `align` and
-    `constrained` signatures)."""
+def exported(translator, tmp_path_factory):
+    """The path of `translator`'s export."""
+    return translator.export(tmp_path_factory.mktemp("export") / "translator")
+
+
+@pytest.fixture(scope="module")
+def translator():
+    """A tiny Translator (beam 2, no XLA, max_length 8, with the `align` and `constrained`
+    signatures)."""
     tokenizer = train_tokenizer([SENTENCE, TARGET] * 20, vocab_size=40)
     keras.utils.set_random_seed(0)  # module fixtures run before conftest's per-test seed
     hp = tfblocks.hparams(
         "transformer_tiny", vocab_size=tokenizer.vocabulary_size, hidden_size=16,
         filter_size=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
     )  # fmt: skip
-    translator = Translator(
+    return Translator(
         tfblocks.build_transformer(hp), tokenizer, tokenizer, max_length=8,
         search=BeamSearch(2), jit_compile=False, alignments=True, constrained=True,
     )  # fmt: skip
-    return translator.export(tmp_path_factory.mktemp("export") / "translator")
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +102,21 @@ def test_tfblocks_translate_constraints_use_the_constrained_signature(exported):
     assert "curry" in out[0] and out[1] == "" and len(out) == 3, out
     with pytest.raises(ValueError, match="`constrained` signature takes no target prefix"):
         engines.load_translate(exported, constraints=True, prefix=True)
+
+
+def test_the_prefix_signature_refuses_a_prefix_that_leaves_no_room_for_eos(loaded):
+    # Was: cut to its first max_length − 1 subwords, the last one left to the search.
+    prefix = loaded.signatures["prefix"]
+    out = prefix(text=tf.constant([SENTENCE]), target_prefix=tf.constant(["Today"]))
+    assert out["translation"].numpy()[0].startswith(b"Today")
+    words = r"`prefix` holds \d+ ids, but max_length=8 leaves room for at most 7 before EOS"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=words):
+        prefix(text=tf.constant([SENTENCE]), target_prefix=tf.constant([TARGET + " " + TARGET]))
+
+
+def test_a_phrase_that_cannot_fit_after_the_target_prefix_is_refused(translator):
+    # "Today" is 6 subwords of this tokenizer and "curry" 6 more: 1 fits before EOS.
+    with pytest.raises(ValueError, match=r"needs 6 ids after the prefix's 6, but max_length=8"):
+        translator([SENTENCE], target_prefix=["Today"], constraints=[["curry"]])
+    out = translator([SENTENCE], target_prefix=["Today"], constraints=[["Today"]])
+    assert out.numpy()[0].startswith(b"Today")

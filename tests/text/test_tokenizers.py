@@ -114,6 +114,58 @@ def test_separate_vocabularies(pairs):
     assert UNK_ID not in target.tokenize(["lunch"]).to_list()[0]
 
 
+def test_a_saved_model_keeps_each_tokenizers_own_sentencepiece_model(pairs, tmp_path):
+    """Two tokenizers of different models in one SavedModel (separate vocabularies): each
+    tokenizes and detokenizes with its own model once loaded, whichever runs first."""
+    source, target = tokenizers.train_tokenizers(pairs[:300], vocab_size=150, shared=False)
+    module = tf.Module()
+    module.source, module.target = source, target
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    restored = tf.saved_model.load(str(tmp_path / "saved"))
+    texts = [EXAMPLE_JA, EXAMPLE_EN]
+    for mine, saved in ((source, restored.source), (target, restored.target)):
+        ids = mine.tokenize(texts)
+        assert saved.tokenize(texts).to_list() == ids.to_list()
+        assert _texts(saved.detokenize(ids.to_tensor())) == _texts(mine.detokenize(ids.to_tensor()))
+
+
+def test_unknown_text_that_is_an_unused_piece_gets_its_id(tmp_path):
+    """An `UNUSED` piece (another side's piece of an imported vocabulary) is the id of
+    text its model leaves unknown: in a graph, `tf.data`, a SavedModel, after
+    `clear_session`, and from the `sentencepiece` package's ids (`unknown_as_pieces`)."""
+    from tfblocks.text.vocabulary import reordered_tokenizer
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(["the cat sat", "the mat"] * 20), model_writer=model,
+        vocab_size=16, hard_vocab_limit=False, minloglevel=2,
+    )  # fmt: skip
+    processor = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    words = [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
+    pieces = ["<pad>", "</s>", "<unk>", "<s>", *words, "!", "▁dog"]  # unused: "!", "▁dog"
+    tokenizer = reordered_tokenizer(model.getvalue(), pieces)
+    texts = ["the cat!", "a dog?!"]  # "!" alone is a piece; "a", "?!" and "dog" are not
+    want = [
+        [pieces.index(p) if p in pieces else UNK_ID for p in processor.encode(t, out_type=str)]
+        + [EOS_ID]
+        for t in texts
+    ]
+    assert pieces.index("!") in want[0] and UNK_ID in want[1]
+    assert tokenizer.tokenize(texts).to_list() == want
+    assert tf.function(lambda t: tokenizer.tokenize(t).to_tensor())(texts).numpy()[0].tolist() == (
+        want[0] + [PAD_ID] * (len(want[1]) - len(want[0]))
+    )
+    dataset = tf.data.Dataset.from_tensor_slices(texts).batch(2).map(tokenizer.tokenize)
+    assert next(iter(dataset)).to_list() == want
+    tf.saved_model.save(tokenizer, str(tmp_path / "saved"))
+    assert tf.saved_model.load(str(tmp_path / "saved")).tokenize(texts).to_list() == want
+    keras.utils.clear_session()
+    assert tokenizer.tokenize(texts).to_list() == want
+    reordered = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.proto)
+    assert tokenizers.unknown_as_pieces(reordered, texts) == [row[:-1] for row in want]
+    assert _texts(tokenizer.detokenize(tf.constant([want[0]]))) == ["the cat!"]
+
+
 def test_a_tokenizer_sample_bounds_what_the_tokenizer_trains_on():
     # A sample of 8 of the 40 pairs: 8 sentences a side, seeded; a sample of at least the
     # corpus is the corpus (both sides, in order, for a shared vocabulary).

@@ -7,11 +7,13 @@ import pathlib
 import random
 import re
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from tests.cli.test_commands import in_process
 from tfblocks.cli import evaluate as evaluate_cli
+from tfblocks.cli import export as export_cli
 from tfblocks.cli import train as train_cli
 from tfblocks.cli import translate as translate_cli
 from tfblocks.translation import targets
@@ -136,6 +138,78 @@ def test_evaluate_scores_a_direction_and_refuses_an_unknown_target(run, monkeypa
     assert status != 0 and "--target-lang='de'" in err
 
 
+def test_a_litert_file_translates_one_direction_as_the_target_signature(run, tmp_path):
+    """`tfblocks-export litert --target-lang`: each direction's file translates as the
+    SavedModel's `target` signature into that language, and records it; a run of several
+    directions without the flag is refused before anything is written."""
+    pytest.importorskip("ai_edge_litert")
+    from ai_edge_litert.interpreter import InterpreterWithCustomOps
+    from tensorflow_text import tflite_registrar
+
+    from tfblocks.serving.litert import file_metadata
+
+    output, _ = run
+    heldout = output / "heldout"
+    sources = [*(heldout / "xa-xb" / "test.xa").read_text().splitlines()[:5],
+               *(heldout / "xb-xa" / "test.xb").read_text().splitlines()[:5], ""]  # fmt: skip
+    signature = tf.saved_model.load(str(output / "export" / "1")).signatures["target"]
+    argv = ["litert", "--model", str(output), "--beam-size", "1"]  # the run's search: greedy
+    with pytest.raises(ValueError, match="without --target-lang"):
+        export_cli.main([*argv, "--output", str(tmp_path / "none.tflite")])
+    assert list(tmp_path.iterdir()) == []
+    for language, trained in (("xb", slice(0, 5)), ("xa", slice(5, 10))):
+        path = export_cli.main([*argv, "--output", str(tmp_path / f"{language}.tflite"),
+                                "--target-lang", language])  # fmt: skip
+        assert file_metadata(path) == {"target_lang": language}
+        interpreter = InterpreterWithCustomOps(
+            model_path=path, custom_op_registerers=tflite_registrar.SELECT_TFTEXT_OPS
+        )
+        out = interpreter.get_signature_runner()(text=np.array(sources, object))
+        got = [t.decode() for t in out["translation"]]
+        want = signature(text=tf.constant(sources), target_lang=tf.constant([language] * 11))
+        assert got == [t.decode() for t in want["translation"].numpy()]
+        assert [language_of(t) for t in got[trained]] == [language] * 5  # a trained direction
+        assert got[-1] == ""
+
+
+def test_ctranslate2_prefixes_and_constraints_follow_the_target_lang(
+    run, tmp_path, monkeypatch, capsys
+):
+    """A CTranslate2 export away from its run folder still needs `--target-lang` (its
+    vocabulary's tags tell the directions); `--target-prefix` and `--constraints` with
+    `--target-lang` keep the asked language."""
+    output, _ = run
+    sources = (output / "heldout" / "xa-xb" / "test.xa").read_text().splitlines()[:4]
+    stdin = "".join(line + "\n" for line in sources)
+    xb = words("xb")
+    prefix = tmp_path / "prefix.xb"
+    prefix.write_text(f"{xb[0]}\n" * 4, encoding="utf-8")
+    phrases = tmp_path / "phrases.xb"
+    phrases.write_text(f"{xb[1]}\n" * 4, encoding="utf-8")
+    for flags, check in (
+        (("--target-prefix", prefix), lambda line: line.split()[0] == xb[0]),
+        (("--constraints", phrases), lambda line: xb[1] in line.split()),
+    ):
+        status, out, err = in_process(
+            translate_cli, monkeypatch, capsys, "--model", output, "--target-lang", "xb",
+            "--beam-size", "2", *flags, stdin=stdin,
+        )  # fmt: skip
+        assert status == 0, err[-2000:]
+        assert [language_of(line) for line in out.splitlines()] == ["xb"] * 4
+        assert all(check(line) for line in out.splitlines()), out
+    pytest.importorskip("ctranslate2")
+    exported = export_cli.main(["ctranslate2", "--model", str(output),
+                                "--output", str(tmp_path / "ct2")])  # fmt: skip
+    args = ("--model", exported, "--engine", "ctranslate2", "--beam-size", "1")
+    status, _, err = in_process(translate_cli, monkeypatch, capsys, *args, stdin=stdin)
+    assert status != 0 and "without --target-lang" in err and "xa, xb, xc" in err
+    status, out, err = in_process(
+        translate_cli, monkeypatch, capsys, *args, "--target-lang", "xb", stdin=stdin
+    )
+    assert status == 0, err[-2000:]
+    assert [language_of(line) for line in out.splitlines()] == ["xb"] * 4
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -174,3 +248,21 @@ def test_target_language_follows_the_run_folder(tmp_path):
     assert targets.target_language([str(tmp_path)], "fr", notices.append) == "fr"
     assert "<2fr>" in notices[-1]
     assert targets.tag_lines(["a", " "], "fr") == ["<2fr> a", " "]
+
+
+def test_target_language_reads_the_tags_of_a_model_away_from_its_run(tmp_path):
+    """A CTranslate2 export (or preset) of a run of several directions written elsewhere:
+    no run folder records its directions, its vocabulary's tags do."""
+    from tfblocks.text import train_tokenizer
+
+    tokenizer = train_tokenizer(
+        ["Guten Morgen", "Good morning"] * 10, vocab_size=30,
+        trainer_options={"user_defined_symbols": ["<2de>", "<2en>"]},
+    )  # fmt: skip
+    tokenizer.save(tmp_path / "source.model")
+    notices = []
+    for asked, message in ((None, "without --target-lang"), ("fr", "--target-lang='fr'")):
+        with pytest.raises(ValueError, match=r"\(de, en;.*" + re.escape(message)):
+            targets.target_language([str(tmp_path)], asked, notices.append)
+    assert targets.target_language([str(tmp_path)], "en", notices.append) == "en"
+    assert "<2en>" in notices[-1]

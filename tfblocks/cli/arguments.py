@@ -26,18 +26,34 @@ def command_parser(prog, doc):
 # The most subwords `--max-length` asks for: a sentence's caches and attention grow with
 # it, and a sentence of more subwords is a document.
 MAX_LENGTH = 4096
+# `--batch-size` when none is given (its default is None, so that a mode that takes none,
+# `--interactive`, can tell a given one apart and refuse it).
+BATCH_SIZE = 64
 
 
 def add_decoding_arguments(parser):
     """`--beam-size`, `--alpha`, `--max-length`, `--batch-size` and `--engine`: how a
-    loaded model translates (checked by `check_decoding_arguments`)."""
-    parser.add_argument("--beam-size", type=int, default=None, help="default 4 (1 = greedy)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length-penalty exponent")
+    loaded model translates (checked by `check_decoding_arguments`). `--alpha` and
+    `--batch-size` default to None, so that a mode that has no use for them can tell a
+    given value apart from the default and refuse it (`engines.load_translate` takes
+    None as t2t's 0.6; `BATCH_SIZE`)."""
+    parser.add_argument(
+        "--beam-size", type=int, default=None,
+        help="1 = greedy; default: the run's, as its export/1 (4 unless its run.json records "
+        "another, as an imported model's num_beams)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--alpha", type=float, default=None,
+        help="beam search's length-penalty exponent (default 0.6; CTranslate2's own "
+        "length_penalty with --engine ctranslate2); not with greedy search or sampling",
+    )  # fmt: skip
     parser.add_argument(
         "--max-length", type=int, default=None,
         help=f"subwords per sentence (2 to {MAX_LENGTH}; default: the run's max_length)",
     )  # fmt: skip
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help=f"lines per batch (default {BATCH_SIZE})"
+    )
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
 
 
@@ -67,8 +83,10 @@ def add_verbose_argument(parser):
 def check_decoding_arguments(parser, args):
     """Refuses (`parser.error`) a `--batch-size`, `--beam-size` or `--max-length` that
     cannot work, before anything is loaded: 0 is an error, never "the default"; a
-    `--max-length` above `MAX_LENGTH` too."""
-    if args.batch_size <= 0:
+    `--max-length` above `MAX_LENGTH` too. (Beam search's `--alpha` and `--stop-early`
+    with a beam of 1, greedy search, are refused by `engines.load_translate`, which
+    knows a run's own beam size.)"""
+    if args.batch_size is not None and args.batch_size <= 0:
         parser.error(f"--batch-size must be a positive integer, got --batch-size={args.batch_size}")
     if args.beam_size is not None and args.beam_size <= 0:
         parser.error(f"--beam-size must be a positive integer, got --beam-size={args.beam_size}")
@@ -124,8 +142,9 @@ def _sampling_values(args):
 
 def check_sampling_arguments(parser, args):
     """Refuses (`parser.error`), one line each, a sampling value `Sampling` would refuse,
-    a `--seed` outside int32 or without sampling, and with sampling the options of beam search
-    (`--beam-size` above 1, `--stop-early`), of scoring (`--score`) and of CTranslate2."""
+    a `--seed` outside int32 or without sampling, and with sampling the options of beam
+    search (`--beam-size`, `--alpha`, `--stop-early`, `--constraints`), of scoring
+    (`--score`) and of CTranslate2."""
     if args.sampling_topk is not None and args.sampling_topk < 0:
         parser.error(f"--sampling-topk must be 0 or more, got --sampling-topk={args.sampling_topk}")
     if args.sampling_topp is not None and not 0 < args.sampling_topp <= 1:
@@ -147,9 +166,11 @@ def check_sampling_arguments(parser, args):
         return
     given = next(iter(_sampling_values(args)))
     refused = (
-        ("--beam-size", args.beam_size if (args.beam_size or 1) > 1 else None),
+        ("--beam-size", args.beam_size),
+        ("--alpha", args.alpha),
         ("--stop-early", getattr(args, "stop_early", False) or None),
         ("--score", getattr(args, "score", None)),
+        ("--constraints", getattr(args, "constraints", None)),
         ("--engine", "ctranslate2" if args.engine == "ctranslate2" else None),
     )
     for flag, value in refused:

@@ -15,6 +15,9 @@ _FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 # function it ran raised; the exception's line starts with its class name.
 _PYTHON_TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt):")
+# What a failed `tf.debugging.Assert` in a graph says before its data (`[message] [42]`),
+# after the Python stack of the op's definition.
+_ASSERTION = "assertion failed: "
 
 
 def _op_error():
@@ -38,6 +41,8 @@ def error_line(error):
         message = f"{error.strerror}: {' -> '.join(repr(_text(p)) for p in paths)}"
     elif isinstance(error, _op_error()) and _PYTHON_TRACEBACK in error.message:
         message = _python_error(error.message)
+    elif isinstance(error, _op_error()) and _ASSERTION in error.message:
+        message = f"{type(error).__name__}: {_assertion(error.message)}"
     elif isinstance(error, _op_error()):
         message = f"{type(error).__name__}: {_FUNCTION_NODE.sub('', error.message)}"
     else:
@@ -61,6 +66,19 @@ def _python_error(message):
     lines = [_FUNCTION_NODE.sub("", line) for line in lines]
     starts = [i for i, line in enumerate(lines) if _EXCEPTION_LINE.match(line)]
     return "\n".join(lines[starts[-1] :] if starts else lines[-1:])
+
+
+def _assertion(message):
+    """The data of a graph assertion's message (its text and values), without the stack
+    of the op's definition that TensorFlow puts before it.
+
+    >>> _assertion("Graph execution error:\\n\\nDetected at node A defined at (most recent "
+    ...            "call last):\\n  File 'a.py', line 1\\n\\nassertion failed: [`target` may "
+    ...            "hold at most 8 subwords, got] [9]\\n\\t [[{{node A}}]] [Op:f]")
+    '`target` may hold at most 8 subwords, got 9'
+    """
+    line = message.split(_ASSERTION, 1)[1].split("\n", 1)[0]
+    return " ".join(re.findall(r"\[([^\[\]]*)\]", line)) or line
 
 
 def _text(path):

@@ -31,6 +31,7 @@ import json
 import sys
 
 from tfblocks.cli.arguments import (
+    BATCH_SIZE,
     add_decoding_arguments,
     add_model_argument,
     command_parser,
@@ -70,6 +71,8 @@ def parse_args(argv=None):
     args = parse_translation_arguments(parser, argv, "--src (--ref: auto)")
     if args.output == "-":  # standard output holds the JSON scores
         parser.error("--output - would mix the translations with the scores: name a file")
+    if args.overwrite and args.output is None:
+        parser.error("--overwrite replaces an existing --output file: give --output HYP")
     return args
 
 
@@ -102,7 +105,7 @@ def main(argv=None):
         notice=notice, **search_options(args),
     )  # fmt: skip
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)
-    hypotheses = translate_in_batches(translate, sources, args.batch_size)
+    hypotheses = translate_in_batches(translate, sources, args.batch_size or BATCH_SIZE)
     if args.output is not None:
         from tfblocks._files import write_text
 

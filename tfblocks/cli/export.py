@@ -15,14 +15,17 @@ leaves nothing behind, and nothing already there is replaced.
 
 `litert` writes one LiteRT (TFLite) file that translates strings to strings on a phone
 or with the `ai-edge-litert` interpreter (`Translator.export_litert`; `pip install
-tfblocks[litert]` to run it): beam search of `--beam-size` (default 4, the SavedModel's;
-1: greedy), weights in float32, int8 (`--quantization dynamic`) or float16. `--output`
-must not exist either.
+tfblocks[litert]` to run it): beam search of `--beam-size` (default: the run's, as its
+SavedModel: 4 unless its run.json records another, such as an imported model's
+`num_beams`; 1: greedy), weights in float32, int8 (`--quantization dynamic`) or float16. `--output`
+must not exist either. A file translates into one language: a run of several directions
+(`tfblocks-train --pairs`) needs `--target-lang`, which the file records in its metadata.
 
 Examples:
   tfblocks-export ctranslate2 --model runs/enja --output runs/enja/ctranslate2
   tfblocks-export ctranslate2 --model runs/enja --output enja-int8 --quantization int8
   tfblocks-export litert --model runs/enja --output enja.tflite --beam-size 1
+  tfblocks-export litert --model runs/multi --output into-en.tflite --target-lang en
 """
 
 import os
@@ -97,9 +100,17 @@ def parser():
     litert.add_argument(
         "--beam-size",
         type=int,
-        default=4,
+        default=None,
         metavar="N",
-        help="the file's beam size (default 4, as the run's SavedModel; 1: greedy search)",
+        help="the file's beam size (default: the run's, as its SavedModel: 4 unless the run "
+        "recorded another, as an imported model's num_beams; 1: greedy search)",
+    )
+    litert.add_argument(
+        "--target-lang",
+        default=None,
+        metavar="LANG",
+        help="the one language the file translates into, for a model of several directions "
+        "(tfblocks-train --pairs; required there): recorded in the file's metadata",
     )
     add_verbose_argument(litert)
     return main_parser
@@ -158,8 +169,15 @@ def to_litert(args):
     """`tfblocks-export litert`: returns the written file, absolute."""
     preset = preset_folder(args.model)
     check_output(args.output, "file")
-    if args.beam_size < 1:
+    if args.beam_size is not None and args.beam_size < 1:
         raise ValueError(f"--beam-size must be at least 1, got --beam-size={args.beam_size}")
+    from tfblocks.translation.run_folder import run_beam_size
+
+    beam_size = run_beam_size(preset) if args.beam_size is None else args.beam_size
+    from tfblocks.translation.targets import target_language
+
+    notice = lambda message: print(f"tfblocks-export: {message}", file=sys.stderr)  # noqa: E731
+    target = target_language(args.model, args.target_lang, notice)  # before the model loads
     from tfblocks.models import load_preset, load_target_tokenizer
     from tfblocks.serving import Translator
 
@@ -170,7 +188,7 @@ def to_litert(args):
     max_length = hp.max_length if hp is not None else 256  # as tfblocks-translate reads it
     translator = Translator(model, tokenizer, target_tokenizer, max_length)
     written = translator.export_litert(
-        args.output, quantization=args.quantization, beam_size=args.beam_size
+        args.output, quantization=args.quantization, beam_size=beam_size, target_lang=target
     )
     print(f"wrote {written}", file=sys.stderr)
     return written

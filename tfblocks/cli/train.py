@@ -125,7 +125,11 @@ def _add_fit_arguments(parser):
         "source, target and softmax embeddings (default: t2t's one shared vocabulary and "
         "tied embeddings); not with --init-from, which keeps its run's",
     )  # fmt: skip
-    parser.add_argument("--tokenizer-model", default="bpe", choices=["bpe", "unigram"])
+    parser.add_argument(
+        "--tokenizer-model", default="unigram", choices=["unigram", "bpe"],
+        help="the SentencePiece algorithm (default unigram; a bpe model cannot be exported "
+        "to LiteRT, whose tokenizer implements unigram only)",
+    )  # fmt: skip
     parser.add_argument(
         "--tokenizer-sample",
         type=int,
@@ -192,7 +196,10 @@ def _add_evaluation_arguments(parser):
         help="average the last K epochs' weights (kept if dev BLEU is not worse)",
     )  # fmt: skip
     parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument(
+        "--alpha", type=float, default=None,
+        help="beam search's length-penalty exponent (default 0.6); not with --beam-size 1",
+    )  # fmt: skip
     parser.add_argument("--limit-train", type=int, default=None, help="use only N train pairs")
     parser.add_argument("--limit-test", type=int, default=None, help="evaluate only N pairs")
     parser.add_argument("--seed", type=int, default=0)
@@ -244,7 +251,13 @@ def check_arguments(args):
     check_batch_memory(args.batch_tokens, args.vocab_size)
     if args.seed >= 2**32:  # NumPy's seeds are 32-bit
         raise ValueError(f"`--seed` must be below 2**32, got --seed={args.seed}.")
-    _checks.check_non_negative_float("--alpha", args.alpha)
+    if args.alpha is not None:
+        _checks.check_non_negative_float("--alpha", args.alpha)
+        if args.beam_size == 1:  # greedy search has no length penalty: it would be ignored
+            raise ValueError(
+                f"`--alpha` is beam search's length penalty and --beam-size 1 searches "
+                f"greedily: drop --alpha={args.alpha} or give --beam-size 2 or more."
+            )
     if args.max_train_minutes is not None:
         _checks.check_positive_float("--max-train-minutes", args.max_train_minutes)
     if args.ema is not None:

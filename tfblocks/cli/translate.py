@@ -52,6 +52,7 @@ Examples:
 import sys
 
 from tfblocks.cli.arguments import (
+    BATCH_SIZE,
     add_decoding_arguments,
     add_model_argument,
     command_parser,
@@ -125,7 +126,7 @@ def parse_args(argv=None):
         action="store_true",
         help="translate each line as soon as it is read and write its translation at once "
         "(a line in, a line out; the default when standard input is a terminal); not with "
-        "--output FILE, --score or --target-prefix",
+        "--output FILE, --score, --target-prefix, --constraints or --batch-size",
     )
     args = parse_translation_arguments(parser, argv, "the input (a file or standard input)")
     check_output_arguments(parser, args)
@@ -134,7 +135,9 @@ def parse_args(argv=None):
 
 def check_output_arguments(parser, args):
     """Refuses (`parser.error`) an `--n-best` that cannot work, `--alignments` with an
-    ensemble, options `--score` would ignore and what `--interactive` cannot do."""
+    ensemble, options `--score` would ignore, what `--interactive` cannot do and
+    `--overwrite` without an `--output` file (docs/command-line.md's table of options by
+    mode lists them)."""
     if args.n_best is not None and args.n_best <= 0:
         parser.error(f"--n-best must be a positive integer, got --n-best={args.n_best}")
     beam = None if sampling(args) else args.beam_size  # sampling: any number of samples
@@ -157,6 +160,7 @@ def check_output_arguments(parser, args):
                 ("--alignments", args.alignments or None),
                 ("--n-best", args.n_best),
                 ("--beam-size", args.beam_size),
+                ("--alpha", args.alpha),
                 ("--stop-early", args.stop_early or None),
                 ("--target-prefix", args.target_prefix),
                 ("--constraints", args.constraints),
@@ -166,10 +170,17 @@ def check_output_arguments(parser, args):
         ]
         if given:
             parser.error(f"--score scores given translations: {', '.join(given)} does not apply")
+    if args.overwrite and args.output in (None, "-"):
+        parser.error("--overwrite replaces an existing --output file: give --output FILE")
     if args.interactive and args.output not in (None, "-"):
         parser.error(
             "--interactive writes each translation to standard output as soon as it is done: "
             f"drop --output={args.output!r}"
+        )
+    if args.interactive and args.batch_size is not None:
+        parser.error(
+            "--interactive translates each line as a batch of its own as soon as it comes: "
+            f"--batch-size={args.batch_size} does not apply"
         )
     for flag, value in (
         ("--score", args.score),
@@ -241,7 +252,8 @@ def main(argv=None):
     def progress(done, total):
         print(f"\r{done}/{total} lines", end="" if done < total else "\n", file=sys.stderr)
 
-    out = translate_in_batches(run, items, args.batch_size, progress, length=length)
+    batch_size = args.batch_size or BATCH_SIZE
+    out = translate_in_batches(run, items, batch_size, progress, length=length)
     text = "".join(_output_lines(args, index, result) for index, result in enumerate(out))
     if args.output not in (None, "-"):
         from tfblocks._files import write_text

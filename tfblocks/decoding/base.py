@@ -18,9 +18,11 @@ search's N best hypotheses, or N samples (`ids [B, N, L]`, `scores [B, N]`).
 With `prefix` (ids `[B, P]`) each sentence's results start with its row (`forced_tokens`):
 while the row lasts the search takes its token and no other, whose log-probability counts
 in the score as any other token's (so a result's score is the log-probability of its ids,
-length-penalized by beam search); then the search goes on freely. Forcing is the
-search's, not the step function's: the search renormalizes a step function's logits, so
-they could force a token only by giving it probability 1.
+length-penalized by beam search); then the search goes on freely. A row must leave room
+for EOS (fewer ids than `max_length`): a longer one is refused, never cut
+(`check_prefix_fits`). Forcing is the search's, not the step function's: the search
+renormalizes a step function's logits, so they could force a token only by giving it
+probability 1.
 
 A new search subclasses `Search`: its constructor checks its options, and
 `_pieces` returns the loop's pieces, a `Pieces` with `initial`, `step`, `done`, `result`,
@@ -37,6 +39,7 @@ penalty or 2·beam candidate set.
 import tensorflow as tf
 
 from tfblocks import _checks
+from tfblocks._xla import in_xla_context
 from tfblocks.decoding.dropping import run_dropping
 from tfblocks.ids import EOS_ID, PAD_ID
 
@@ -59,6 +62,61 @@ def write(seqs, index, tokens):
     return seqs + tokens[..., None] * column
 
 
+def prefix_lengths(prefix, pad_id):
+    """`[B]`: the ids of each row of `prefix` `[B, P]` before its first `pad_id`."""
+    ended = tf.math.cumsum(tf.cast(tf.equal(prefix, pad_id), tf.int32), axis=1) > 0  # [B, P]
+    return tf.reduce_sum(tf.cast(tf.logical_not(ended), tf.int32), axis=1)
+
+
+_PREFIX_TOO_LONG = (
+    "{what} holds {length} {unit}, but max_length={max_length} leaves room for at most "
+    "{room} before EOS: shorten the prefix or raise max_length."
+)
+
+
+def prefix_too_long(what, length, max_length, unit="ids"):
+    """The message that refuses a prefix (`what`, e.g. "`prefix`") of `length` ids (or
+    another `unit`) that leaves no room for EOS within `max_length` tokens.
+
+    >>> prefix_too_long("`prefix`", 14, 14)
+    '`prefix` holds 14 ids, but max_length=14 leaves room for at most 13 before EOS: shorten the prefix or raise max_length.'
+    """  # noqa: E501
+    return _PREFIX_TOO_LONG.format(
+        what=what, length=length, unit=unit, max_length=max_length, room=max_length - 1
+    )
+
+
+def check_prefix_fits(prefix, max_length, pad_id):
+    """`prefix` (int `[B, P]`, or `()` for none), refused unless each row's ids (before
+    its first `pad_id`) are fewer than `max_length`: a result holds the whole prefix
+    and EOS (a longer one would be cut, and one as long ends without EOS).
+
+    Where the values are known (eagerly, constants) a ValueError; in a traced graph
+    (values unknown, or `max_length` a tensor) `prefix` with an assertion that fails the
+    call with an InvalidArgumentError of the same message. XLA drops assertions, so
+    inside an XLA-compiled function nothing is added: a caller that compiles the
+    search checks before it (`tfblocks.decoding.Decoder.decode` does).
+    """
+    if not has_prefix(prefix):
+        return prefix
+    lengths = prefix_lengths(prefix, pad_id)  # [B]
+    values, limit = tf.get_static_value(lengths), tf.get_static_value(max_length)
+    if values is not None and limit is not None:
+        if values.size and values.max() >= limit:
+            raise ValueError(prefix_too_long("`prefix`", int(values.max()), int(limit)))
+        return prefix
+    if in_xla_context():
+        return prefix
+    longest = tf.reduce_max(tf.concat([lengths, [0]], axis=0))
+    limit = tf.cast(max_length, tf.int32)
+    template = _PREFIX_TOO_LONG.format(
+        what="`prefix`", length="{}", unit="ids", max_length="{}", room="{}"
+    )
+    message = tf.strings.format(template, (longest, limit, limit - 1))
+    with tf.control_dependencies([tf.debugging.Assert(longest < limit, [message])]):
+        return tf.identity(prefix)
+
+
 def forced_tokens(prefix, index, pad_id):
     """`(forcing [B], token [B])` at position `index` for rows that start with `prefix`
     `[B, P]` (ids padded on the right with `pad_id`): whether row b's prefix (its ids
@@ -69,8 +127,7 @@ def forced_tokens(prefix, index, pad_id):
     >>> forcing.numpy().tolist(), token.numpy().tolist()
     ([True, False, False], [6, 0, 0])
     """
-    ended = tf.math.cumsum(tf.cast(tf.equal(prefix, pad_id), tf.int32), axis=1) > 0  # [B, P]
-    lengths = tf.reduce_sum(tf.cast(tf.logical_not(ended), tf.int32), axis=1)  # [B]
+    lengths = prefix_lengths(prefix, pad_id)  # [B]
     padded = tf.pad(prefix, [[0, 0], [0, 1]], constant_values=pad_id)  # [B, P + 1]
     token = tf.gather(padded, tf.minimum(index, dim(prefix, 1)), axis=1)  # [B]
     return index < lengths, token
@@ -338,10 +395,12 @@ class Search:
             num_hypotheses: None, or N results per sentence, best first (at most
                 `beam_size` for `BeamSearch`, 1 for `Greedy`, any for `Sampling`).
             prefix: None, or int `[B, P]`: the ids each result starts with, padded on
-                the right with `pad_id` (a row of padding forces nothing). While a row
-                lasts its token is forced: every other token is ruled out, and the
-                forced one counts in the score with its log-probability. A beam search
-                keeps no other hypothesis of the sentence until the row ends.
+                the right with `pad_id` (a row of padding forces nothing), each row
+                shorter than `max_length` (room for EOS; a longer one is refused:
+                `check_prefix_fits`). While a row lasts its token is forced: every
+                other token is ruled out, and the forced one counts in the score with
+                its log-probability. A beam search keeps no other hypothesis of the
+                sentence until the row ends.
 
         Returns:
             `(ids [B, max_length], scores [B])`: ids end with `eos_id` (unless
@@ -359,7 +418,7 @@ class Search:
                 "would depend on its batch mates), got drop_finished=True."
             )
         start_ids = tf.cast(start_ids, tf.int32)
-        prefix = _check_prefix(prefix, start_ids)
+        prefix = check_prefix_fits(_check_prefix(prefix, start_ids), max_length, pad_id)
         pieces = self._pieces(step_fn, eos_id, pad_id, max_length, hypotheses)
         initial = pieces.initial(start_ids, state, prefix)
         context = None if context is None else pieces.repeat(context)

@@ -263,8 +263,8 @@ class _Beam(Pieces):
         scores = tf.concat([loop.finished_scores, loop.alive_log_probs], axis=1)  # [B, 2K]
         ids = self.pad_rows(tf.gather(seqs, pick, batch_dims=1), loop.index)  # [B, N, L]
         scores = tf.gather(scores, pick, batch_dims=1)  # [B, N]
-        # A dead beam is picked only where fewer than N live ones exist (the search
-        # ended while a prefix was forced, or a vocabulary is smaller than the beam).
+        # A dead beam is picked only where fewer than N live ones exist (a vocabulary
+        # smaller than the beam; a prefix always leaves the search a free step).
         missing = scores <= DEAD  # finished scores are live: their penalty is at least 1
         ids = tf.where(missing[:, :, None], self.pad_id, ids)
         scores = tf.where(missing, float("-inf"), scores)
@@ -301,8 +301,9 @@ class BeamSearch(Search):
     back: the finished hypotheses by score, then, where fewer than N finished before
     `max_length`, the best live ones with their raw log-probabilities. With a `prefix`
     (see `Search.search`) a sentence's only hypothesis is its forced path until
-    the prefix ends; where fewer than N hypotheses exist when the search ends (within a
-    prefix), the missing ones are empty (PAD) with score `-inf`.
+    the prefix ends (a prefix is shorter than `max_length`, so the beam widens before the
+    search ends); where fewer than N hypotheses exist when the search ends (a vocabulary
+    smaller than the beam), the missing ones are empty (PAD) with score `-inf`.
 
     When a sentence's search ends: by default (t2t's rule) when its best finished score
     beats what any live beam can still reach (its log-probability over the length

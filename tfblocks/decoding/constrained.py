@@ -316,14 +316,15 @@ class _ConstrainedBeam(_Beam):
         return self.keep_done(loop, new)
 
 
-def check_constraints(constraints, start_ids, max_length, eos_id, pad_id):
+def check_constraints(constraints, start_ids, max_length, eos_id, pad_id, prefix=None):
     """`constraints` (int `[B, C, T]`, each phrase padded on the right with `pad_id`, or
     None) as the search's `[B, C, T]` int32 phrases with NO_TOKEN after each phrase's
     end (None for None or a shape without phrases); else a `ValueError` naming it.
 
     Concrete values (not a traced tensor) are also checked phrase by phrase: no id after
     the padding, no negative id or `eos_id`, and at most `max_length - 1` ids (a result
-    holds at most `max_length` tokens, EOS included).
+    holds at most `max_length` tokens, EOS included), and where the sentences' `prefix`
+    `[B, P]` is concrete too, room for the phrase after it (`check_phrases`).
     """
     if constraints is None:
         return None
@@ -334,14 +335,19 @@ def check_constraints(constraints, start_ids, max_length, eos_id, pad_id):
     constraints = tf.cast(constraints, tf.int32)
     values = tf.get_static_value(constraints)
     if values is not None:
-        check_phrases(values, max_length, eos_id, pad_id)
+        prefix = None if prefix is None else tf.get_static_value(tf.convert_to_tensor(prefix))
+        check_phrases(values, max_length, eos_id, pad_id, prefix)
     ended = tf.math.cumsum(tf.cast(tf.equal(constraints, pad_id), tf.int32), axis=2) > 0
     return tf.where(ended, NO_TOKEN, constraints)
 
 
-def check_phrases(values, max_length, eos_id, pad_id):
+def check_phrases(values, max_length, eos_id, pad_id, prefix=None):
     """Each phrase of `values` `[B, C, T]` (NumPy) checked as `check_constraints` says
-    (the length against `max_length` when it is an int, not a tensor or None)."""
+    (the length against `max_length` when it is an int, not a tensor or None; with a
+    `prefix` `[B, P]` (NumPy, padded with `pad_id`), against the room its sentence's
+    prefix leaves: `_needed_after`)."""
+    if isinstance(max_length, np.integer):
+        max_length = int(max_length)
     for b, sentence in enumerate(values):
         for c, row in enumerate(sentence):
             pads = np.flatnonzero(row == pad_id)
@@ -360,6 +366,34 @@ def check_phrases(values, max_length, eos_id, pad_id):
                     f"`constraints`: {where} has {length} ids, more than max_length="
                     f"{max_length} leaves before EOS ({max_length - 1})."
                 )
+            if isinstance(max_length, int) and prefix is not None and b < len(prefix):
+                forced = _ids_before(prefix[b], pad_id)
+                needed, room = _needed_after(forced, ids), max_length - 1 - len(forced)
+                if forced and needed > room:
+                    raise ValueError(
+                        f"`constraints`: {where} needs {needed} ids after the prefix's "
+                        f"{len(forced)}, but max_length={max_length} leaves room for {room} "
+                        "before EOS: shorten the prefix or the phrase, or raise max_length."
+                    )
+
+
+def _ids_before(row, pad_id):
+    """The ids of `row` (NumPy) before its first `pad_id`, a list."""
+    pads = np.flatnonzero(row == pad_id)
+    return row[: int(pads[0]) if pads.size else len(row)].tolist()
+
+
+def _needed_after(prefix, phrase):
+    """The ids a result that starts with `prefix` needs after it to hold `phrase` (lists):
+    none when the prefix holds it, else the phrase's ids beyond the longest end of the
+    prefix that begins it (a prefix's ids count towards the phrases)."""
+    n = len(phrase)
+    if any(prefix[i : i + n] == phrase for i in range(len(prefix) - n + 1)):
+        return 0
+    overlap = max(
+        k for k in range(min(n - 1, len(prefix)) + 1) if prefix[len(prefix) - k :] == phrase[:k]
+    )
+    return n - overlap
 
 
 class ConstrainedBeamSearch(BeamSearch):
@@ -431,7 +465,9 @@ class ConstrainedBeamSearch(BeamSearch):
         _check_search_args(max_length, eos_id, pad_id)
         start_ids = tf.convert_to_tensor(start_ids)
         bound = copy.copy(self)
-        bound._phrases = check_constraints(constraints, start_ids, max_length, eos_id, pad_id)
+        bound._phrases = check_constraints(
+            constraints, start_ids, max_length, eos_id, pad_id, options.get("prefix")
+        )
         return Search.search(
             bound, step_fn, state, start_ids, max_length, eos_id, pad_id, **options
         )

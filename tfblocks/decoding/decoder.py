@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfblocks import _backend, _checks
-from tfblocks.decoding.base import NEG_INF, check_search
+from tfblocks.decoding.base import NEG_INF, check_prefix_fits, check_search
 from tfblocks.decoding.constrained import ConstrainedBeamSearch, check_phrases
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.transformer import padding_mask, shift_right
@@ -222,9 +222,10 @@ class Decoder:
             source_ids: int `[B, S]`, EOS-terminated and 0-padded (encoder–decoder).
             prefix: int `[B, P]` ids each result starts with, 0-padded on the right:
                 a language model's prompt (required), or an encoder–decoder's target
-                prefix (optional; a row of PAD alone forces nothing). Forced tokens
-                count in the scores with their log-probabilities (a result's score is
-                `score`'s of its ids, length-penalized by beam search).
+                prefix (optional; a row of PAD alone forces nothing); each row shorter
+                than L below (room for EOS), else refused (`check_prefix_fits`). Forced
+                tokens count in the scores with their log-probabilities (a result's score
+                is `score`'s of its ids, length-penalized by beam search).
             extra_length: None, or t2t's `extra_length` (see `decode_length`).
             num_hypotheses: None, or N results per sentence, best first: a beam
                 search's N best (N at most its `beam_size`) or N samples.
@@ -238,14 +239,17 @@ class Decoder:
             the search's. With `num_hypotheses=N`: `(ids [B, N, L], scores [B, N])`.
 
         Raises:
-            ValueError: `constraints` without a `ConstrainedBeamSearch`, or not 3-D
-                integer ids; `source_ids` or `prefix` is not a 2-D tensor of an integer
-                dtype (a float id is refused, never truncated), or, where its values are known
-                (eagerly, or a constant), holds an id outside `[0, vocab_size)`. Inside a
-                traced function (a `tf.function`, a SavedModel's signature) the values
-                are not known, so only the dtype and rank are checked: there an id out
-                of range is not refused (an XLA-compiled gather clamps it to the nearest
-                valid id), and the ids must be right when they enter the graph (as
+            ValueError: a `prefix` row of L ids or more (in a traced function: an
+                InvalidArgumentError with the same message when the call runs);
+                `constraints` without a `ConstrainedBeamSearch`, or not 3-D integer
+                ids, or a phrase that cannot fit after its prefix; `source_ids` or
+                `prefix` is not a 2-D tensor of an integer dtype (a float id is
+                refused, never truncated), or, where its values are known (eagerly, or
+                a constant), holds an id outside `[0, vocab_size)`. Inside a traced
+                function (a `tf.function`, a SavedModel's signature) the values are not
+                known, so only the dtype and rank are checked: there an id out of range
+                is not refused (an XLA-compiled gather clamps it to the nearest valid
+                id), and the ids must be right when they enter the graph (as
                 `Translator`'s are: its tokenizer's vocabulary fits the model's).
         """
         check_search(search, self.model.vocab_size)
@@ -254,11 +258,14 @@ class Decoder:
         prefix = _check_ids("prefix", prefix, self.model.vocab_size)
         if extra_length is not None:
             _checks.check_non_negative_int("extra_length", extra_length)
+        # Here, not only in the search: an XLA-compiled search would drop the assertion.
+        prefix = check_prefix_fits(prefix, self.decode_length(source_ids, extra_length), PAD_ID)
         constraints = _check_constraints(
             constraints,
             search,
             self.model.vocab_size,
             self._static_length(source_ids, extra_length),
+            prefix,
         )
         traced = tuple(getattr(search, name) for name in search.traced_args)
 
@@ -451,12 +458,13 @@ def _check_ids(name, ids, vocab_size, rank=2):
     return ids
 
 
-def _check_constraints(constraints, search, vocab_size, max_length):
+def _check_constraints(constraints, search, vocab_size, max_length, prefix=None):
     """`constraints` as a tensor (None stays None), refused (ValueError) unless `search`
     is a `ConstrainedBeamSearch` and they are 3-D integer ids whose known values lie in
     `[0, vocab_size)` and make phrases that fit in `max_length` (an int, or a tensor:
-    not checked) with EOS (`check_phrases`). The search checks the phrases again when
-    their values are known there (not inside the decoder's compiled function)."""
+    not checked) with EOS, after their sentence's `prefix` where its values are known
+    (`check_phrases`). The search checks the phrases again when their values are known
+    there (not inside the decoder's compiled function)."""
     if constraints is None:
         return None
     if not isinstance(search, ConstrainedBeamSearch):
@@ -466,7 +474,8 @@ def _check_constraints(constraints, search, vocab_size, max_length):
     constraints = _check_ids("constraints", constraints, vocab_size, rank=3)
     values = tf.get_static_value(constraints)
     if values is not None:
-        check_phrases(values, max_length, EOS_ID, PAD_ID)
+        prefix = None if prefix is None else tf.get_static_value(prefix)
+        check_phrases(values, max_length, EOS_ID, PAD_ID, prefix)
     return constraints
 
 

@@ -24,8 +24,10 @@ import numpy as np
 
 from tfblocks import _checks
 from tfblocks.decoding import alignment
+from tfblocks.decoding.base import prefix_too_long
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.serving.hypothesis import Hypothesis
+from tfblocks.text.tokenizers import unknown_as_pieces
 
 # The pieces of the special ids, as `train_tokenizer` names them and as the export
 # registers them in CTranslate2's vocabularies (CTranslate2 token i is tfblocks id i).
@@ -158,7 +160,7 @@ class CTranslate2Translator:
 
     def tokenize(self, texts):
         """SentencePiece pieces of each text, cut to `max_length - 1` (EOS is added later)."""
-        rows = self._source.encode(list(texts))  # ids, without EOS
+        rows = unknown_as_pieces(self._source, texts)  # tfblocks' ids, without EOS
         return [[self._source.id_to_piece(i) for i in row[: self.max_length - 1]] for row in rows]
 
     def detokenize(self, pieces):
@@ -168,10 +170,16 @@ class CTranslate2Translator:
         return self._target.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
 
     def target_pieces(self, texts):
-        """CTranslate2's `target_prefix` of each text (a list of str): its target pieces
-        cut to `max_length - 1`, or None for an empty one (nothing forced)."""
-        rows = self._target.encode(list(texts))
-        pieces = [[self._target.id_to_piece(i) for i in row[: self.max_length - 1]] for row in rows]
+        """CTranslate2's `target_prefix` of each text (a list of str): its target pieces,
+        or None for an empty one (nothing forced); a ValueError naming the first whose
+        pieces leave no room for EOS in `max_length` (as `tfblocks.Translator` refuses
+        it: never cut)."""
+        rows = unknown_as_pieces(self._target, texts)
+        for index, row in enumerate(rows):
+            if len(row) >= self.max_length:
+                what = f"`target_prefix`[{index}]"
+                raise ValueError(prefix_too_long(what, len(row), self.max_length, "pieces"))
+        pieces = [[self._target.id_to_piece(i) for i in row] for row in rows]
         return [row or None for row in pieces]
 
     def translate_pieces(self, texts, num_hypotheses=1, target_prefix=None):
@@ -217,6 +225,7 @@ class CTranslate2Translator:
         if target_prefix is not None:
             target_prefix = _texts("target_prefix", target_prefix)
             _check_same_length(("texts", texts), ("target_prefix", target_prefix))
+            self.target_pieces(target_prefix)  # refused before any work, by the caller's index
         chosen = [i for i, text in enumerate(texts) if text.strip()]
         out = [[Hypothesis("", 0.0)] * n for _ in texts]
         if chosen:
@@ -253,8 +262,9 @@ class CTranslate2Translator:
         out = [""] * len(sources)
         if not chosen:
             return out
-        source_ids = [self._source.encode(sources[i])[: self.max_length - 1] for i in chosen]
-        target_ids = [self._target.encode(targets[i]) for i in chosen]
+        source_ids = unknown_as_pieces(self._source, [sources[i] for i in chosen])
+        source_ids = [row[: self.max_length - 1] for row in source_ids]
+        target_ids = unknown_as_pieces(self._target, [targets[i] for i in chosen])
         results = self.translator.translate_batch(
             [[self._source.id_to_piece(i) for i in row] for row in source_ids],
             target_prefix=[[self._target.id_to_piece(i) for i in row] for row in target_ids],
@@ -291,7 +301,8 @@ class CTranslate2Translator:
         if not sources:
             return [] if per_token else np.zeros([0], np.float32)
         target_pieces = [
-            [self._target.id_to_piece(i) for i in row] for row in self._target.encode(targets)
+            [self._target.id_to_piece(i) for i in row]
+            for row in unknown_as_pieces(self._target, targets)
         ]
         results = self.translator.score_batch(
             self.tokenize(sources),

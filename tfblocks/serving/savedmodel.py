@@ -39,8 +39,9 @@ translates to an empty string with score 0 (each of its `n_best` rows too), in t
 graph (`tfblocks.serving.text_module.BLANK`), as `CTranslate2Translator` does. Scoring
 has no such rule: a blank source or target is scored like any other (an empty target is
 its EOS alone), and a target is never truncated. A target prefix is tokenized as a
-target (without EOS) and cut to its first `max_length - 1` subwords; its subwords are
-forced, and count in the score as `score(source, translation)` counts them.
+target (without EOS) and never cut: one of `max_length` subwords or more (no room for
+EOS) fails the call with an InvalidArgumentError that names both lengths; its subwords
+are forced, and count in the score as `score(source, translation)` counts them.
 Each string input is a batch `[B]`: another rank (a scalar, `[B, 1]`) fails the call
 with an InvalidArgumentError naming the input
 (`tfblocks.serving.text_module.batch_input`).
@@ -233,7 +234,7 @@ class Translator(TranslatorSignatures):
             for tokenizer in (source_tokenizer, target_tokenizer)
         ]  # [V] bool each
 
-    def export_litert(self, path, quantization=None, beam_size=None):
+    def export_litert(self, path, quantization=None, beam_size=None, target_lang=None):
         """Writes this translator as one LiteRT (TFLite) file, strings in and out:
         `serving_default(text) -> {"translation", "score"}`, for the `ai-edge-litert`
         interpreter on a phone or in Python (`tfblocks.serving.litert`).
@@ -245,18 +246,24 @@ class Translator(TranslatorSignatures):
                 `"float16"`.
             beam_size: None for this translator's search (greedy or beam search), or
                 the beam size of the file's beam search (1: greedy search).
+            target_lang: a model of several directions: the one language the file
+                translates into (recorded in the file's metadata); None: this
+                translator's `target_lang`, required for such a model.
 
         Returns:
             `path`, absolute.
 
         Raises:
             ValueError: before anything is written, for an Ensemble, a sampling
-                search, a `max_length` beyond the model's position table, or an
-                unknown `quantization`.
+                search, a `max_length` beyond the model's position table, an unknown
+                `quantization`, a BPE tokenizer (the file's tokenizer implements
+                unigram only), or a model of several directions without `target_lang`.
         """
         from tfblocks.serving.litert import export_litert
 
-        return export_litert(self, path, quantization=quantization, beam_size=beam_size)
+        return export_litert(
+            self, path, quantization=quantization, beam_size=beam_size, target_lang=target_lang
+        )
 
     def __call__(
         self, texts, target_prefix=None, replace_unknowns=False, constraints=None,

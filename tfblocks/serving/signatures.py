@@ -11,6 +11,7 @@ calls them.
 import tensorflow as tf
 
 from tfblocks.decoding import alignment
+from tfblocks.decoding.constrained import check_phrases
 from tfblocks.ids import EOS_ID, PAD_ID
 from tfblocks.serving import unknowns
 from tfblocks.serving.constraints import (
@@ -97,9 +98,11 @@ class TranslatorSignatures(TextModule):
         return _pad_to_bucket(ids, self.source_buckets)
 
     def encode_prefix(self, text):
-        """Target prefix ids `[B, P]` (0-padded, no EOS), each cut to its first
-        `max_length - 1` subwords; an empty (or blank) prefix is a row of PAD."""
-        ids = self.target_tokenizer.tokenize(text)[:, :-1][:, : self.max_length - 1]
+        """Target prefix ids `[B, P]` (0-padded, no EOS), never cut: a prefix that
+        leaves no room for EOS in the search's length is refused by the decoder (a call
+        of the signature fails with an InvalidArgumentError that names both lengths);
+        an empty (or blank) prefix is a row of PAD."""
+        ids = self.target_tokenizer.tokenize(text)[:, :-1]
         return ids.to_tensor(default_value=PAD_ID)
 
     def encode_target(self, text):
@@ -237,6 +240,11 @@ class TranslatorSignatures(TextModule):
         check_phrase_lengths(self.target_tokenizer, table, self.max_length)
         if target_prefix is None:
             return self.serve_constrained(texts, table)
+        # Eagerly, as the search would where the ids are known: room for each phrase
+        # after its prefix (in the graph the ids are not known).
+        phrases = encode_phrases(self.target_tokenizer, table, self.max_length).numpy()
+        prefixes = self.encode_prefix(target_prefix).numpy()
+        check_phrases(phrases, self.max_length, EOS_ID, PAD_ID, prefixes)
         with_prefix = self._optional(
             "constrained_prefix", self._constrained_prefix, [TEXT, CONSTRAINTS, _TARGET_PREFIX]
         )

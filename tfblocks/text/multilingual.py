@@ -39,6 +39,29 @@ def target_tag(language):
     return _TAG.format(check_language("language", language))
 
 
+def vocabulary_tags(proto):
+    """The languages whose tags (`target_tag`) the SentencePiece model `proto` (bytes)
+    holds as user-defined pieces, sorted: those of a model of several directions,
+    `[]` for a model of one.
+
+    >>> pairs = (LanguagePair("de", "en", {"train": [("Guten Morgen", "Good morning")] * 9}),)
+    >>> vocabulary_tags(train_multilingual_tokenizer(MixedPairs(pairs), vocab_size=40).proto)
+    ['de', 'en']
+    """
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    before, after = _TAG.split("{}")
+    return sorted(
+        piece.piece[len(before) : -len(after)]
+        for piece in model.pieces
+        if piece.type == piece.USER_DEFINED
+        and piece.piece.startswith(before) and piece.piece.endswith(after)
+        and len(piece.piece) > len(before) + len(after)
+    )  # fmt: skip
+
+
 def tag_source(text, language):
     """`text` with the tag of the target `language` in front.
 
@@ -291,7 +314,7 @@ class MixedPairs:
         return lines
 
 
-def train_multilingual_tokenizer(mixed, vocab_size, model_type="bpe", *, sample=1_000_000,
+def train_multilingual_tokenizer(mixed, vocab_size, model_type="unigram", *, sample=1_000_000,
                                  seed=0, **kwargs):  # fmt: skip
     """The shared tokenizer of a `MixedPairs`: trained on `mixed.tokenizer_lines(sample,
     seed)` with the tag of every language (`target_tag`) as a user-defined symbol, one

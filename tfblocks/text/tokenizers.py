@@ -9,8 +9,17 @@ and never emits BOS (the model prepends BOS as the decoder's start symbol); `det
 the first EOS and skips pad and BOS. The trained model proto travels with the tokenizer: `save`
 writes it to a file, and it is a variable of the `tf.Module`, so a SavedModel holding the
 tokenizer holds the proto (it is never re-trained when loaded).
+
+A model may list `UNUSED` pieces: pieces of its vocabulary that its segmentation never
+produces, such as the other side's pieces of an imported joint vocabulary
+(`tfblocks.text.reordered_tokenizer`). Where SentencePiece leaves a piece of text unknown
+and that text is such a piece, `tokenize` gives the piece's own id, as Hugging Face's
+`MarianTokenizer` looks each piece's string up in `vocab.json` (e.g. "!" that only the
+source side learnt keeps its id in a target); `unknown_as_pieces` does the same for the
+`sentencepiece` package's ids.
 """
 
+import hashlib
 import io
 import os
 
@@ -59,17 +68,28 @@ class SubwordTokenizer(tf.Module):
                 f"`train_tokenizer`), got pad, EOS, unknown, BOS = {ids}."
             )
         self._proto = proto
+        # The ops' name scope: a loaded SavedModel shares one parsed model among the
+        # SentencePiece ops of one node name, so each model gets its own (its digest).
+        self._op_name = f"sentencepiece_{hashlib.sha256(proto).hexdigest()[:16]}"
         self.vocabulary_size = processor.get_piece_size()
-        with tf.device("CPU:0"):  # string variables have no accelerator kernels
+        unused = unused_pieces(processor)
+        with tf.device("CPU:0"):  # string variables and tables have no accelerator kernels
             self.model_proto = tf.Variable(proto, trainable=False, name="sentencepiece_model")
+            # piece → id of the unused pieces (module docstring); None when there are none.
+            self.unused_pieces = None
+            if unused:
+                initializer = tf.lookup.KeyValueTensorInitializer(
+                    list(unused), list(unused.values()), tf.string, tf.int32
+                )
+                self.unused_pieces = tf.lookup.StaticHashTable(initializer, UNK_ID)
 
-    def _sentencepiece(self):
+    def _sentencepiece(self, out_type=tf.int32):
         # The tensorflow-text op keeps the parsed model in a kernel-owned resource. Created
         # eagerly, that resource dies with `keras.utils.clear_session()` (which clears the kernel
         # cache); created here, inside each traced function, it is part of the function's graph
         # and lives as long as the function (and any SavedModel traced from it).
         return tensorflow_text.SentencepieceTokenizer(
-            model=self._proto, out_type=tf.int32, add_eos=True
+            model=self._proto, out_type=out_type, add_eos=True, name=self._op_name
         )
 
     @property
@@ -86,8 +106,17 @@ class SubwordTokenizer(tf.Module):
 
         Returns:
             An int32 `tf.RaggedTensor` `[batch, (length)]`, each row ending with EOS (1).
+            An unknown piece whose text is an unused piece of the model has that piece's
+            id (module docstring).
         """
-        return self._sentencepiece().tokenize(strings)
+        ids = self._sentencepiece().tokenize(strings)
+        if self.unused_pieces is None:
+            return ids
+        # The same segmentation as strings: an unknown piece is its (normalized) text.
+        pieces = self._sentencepiece(tf.string).tokenize(strings).flat_values
+        flat = ids.flat_values
+        flat = tf.where(flat == UNK_ID, self.unused_pieces.lookup(pieces), flat)
+        return ids.with_flat_values(flat)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
     def detokenize(self, ids):
@@ -115,6 +144,34 @@ class SubwordTokenizer(tf.Module):
         """Reads a tokenizer written by `save` (or any SentencePiece `.model` with our ids)."""
         with open(path, "rb") as f:
             return cls(f.read(), name=os.path.splitext(os.path.basename(os.fspath(path)))[0])
+
+
+def unused_pieces(processor):
+    """`{piece: id}` of the `UNUSED` pieces of a `sentencepiece.SentencePieceProcessor`."""
+    size = processor.get_piece_size()
+    return {processor.id_to_piece(i): i for i in range(size) if processor.is_unused(i)}
+
+
+def unknown_as_pieces(processor, texts):
+    """The ids `SubwordTokenizer.tokenize` gives `texts` (a list of str), without EOS,
+    from the `sentencepiece` processor of its model: each unknown piece whose text is an
+    unused piece has that piece's id (the module docstring). A list of lists of int.
+
+    >>> import sentencepiece
+    >>> tok = train_tokenizer(["the cat sat on the mat"] * 20, vocab_size=20)
+    >>> processor = sentencepiece.SentencePieceProcessor(model_proto=tok.proto)
+    >>> unknown_as_pieces(processor, ["the dog"]) == processor.encode(["the dog"])
+    True
+    """
+    rows = processor.encode(list(texts))
+    unused = unused_pieces(processor)
+    if not unused:
+        return rows
+    unk = processor.unk_id()
+    return [
+        [unused.get(piece, unk) if i == unk else i for i, piece in zip(row, pieces, strict=True)]
+        for row, pieces in zip(rows, processor.encode(list(texts), out_type=str), strict=True)
+    ]
 
 
 def kept_ids(ids, vocabulary_size):

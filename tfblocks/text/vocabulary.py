@@ -12,7 +12,9 @@ strings-in SavedModel, CTranslate2 exports) carries it, and serving still needs 
 TensorFlow and tensorflow-text.
 
 Pieces of the vocabulary that this SentencePiece model does not produce (the other side's
-pieces in a shared vocabulary) are kept as `UNUSED` pieces: never produced, still decoded.
+pieces in a shared vocabulary) are kept as `UNUSED` pieces: never produced by the
+segmentation, still decoded, and the id of text the model leaves unknown that is one of
+them (`SubwordTokenizer.tokenize`, as Hugging Face's `MarianTokenizer` looks pieces up).
 Target-language tags such as `>>fra<<` become user-defined pieces, so they stay one piece
 (written at the start of a sentence and followed by a space, as OPUS-MT expects them).
 """

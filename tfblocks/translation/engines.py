@@ -16,7 +16,8 @@ SavedModel is said on standard error.
 import os
 import sys
 
-from tfblocks.translation.run_folder import CTRANSLATE2_DIR
+from tfblocks.translation.run_folder import CTRANSLATE2_DIR, run_beam_size
+from tfblocks.translation.searches import ALPHA
 
 
 def _saved_model_dir(path):
@@ -37,10 +38,14 @@ def _say(message):
     print(message, file=sys.stderr)
 
 
+# How the commands name the options that sample (`--sampling-*`).
+SAMPLING_FLAGS = "sampling (--sampling-topk, --sampling-topp or --sampling-temperature)"
+
+
 def load_translate(
     path,
     beam_size=None,
-    alpha=0.6,
+    alpha=None,
     max_length=None,
     engine="tensorflow",
     notice=_say,
@@ -61,15 +66,21 @@ def load_translate(
     `constraints`, `(text, phrases)` pairs (phrases: a list of str each translation holds,
     `Translator(..., constraints=...)`); with both, `(text, target_prefix, phrases)`.
 
-    A run folder or preset is preferred to its SavedModel (its beam size can be set, and
-    Keras' safe mode loads it); a SavedModel translates with the beam it was exported
-    with (`beam_size` must then be None, and `stop_early` False), and `notice(message)`
+    `alpha` is beam search's length-penalty exponent (None: `ALPHA`; CTranslate2's
+    `length_penalty`). A run folder or preset is preferred to its SavedModel (its beam
+    size can be set, and Keras' safe mode loads it); a SavedModel translates with the
+    beam it was exported with (`beam_size` and `alpha` must then be None, and
+    `stop_early` False), and `notice(message)`
     is called first with a line saying that it runs its own graph; for `n_best` it needs
     an `n_best` signature of at least K (`prefix`: its `prefix` signature; `alignments`:
     its `align` signature; `constraints`: its `constrained` signature, without `prefix`).
     Raises ValueError naming `path` when nothing there can translate, naming `--n-best`
     when K is more than the beam keeps, and for `constraints` with CTranslate2 (it has
     none), with sampling or with `replace_unknowns`.
+
+    Without `beam_size`, a run folder's model (its preset or CTranslate2 export) decodes
+    with the run's beam size, as its export/1 does (`run_folder.run_beam_size`: 4 unless
+    its run.json records another, such as an imported model's `num_beams`).
 
     `search`, a `tfblocks.decoding.Sampling` (`console.sampling_search`), decodes instead
     of the beam (`n_best` K: K samples), and `replace_unknowns` replaces each `<unk>` of
@@ -81,14 +92,17 @@ def load_translate(
     if alignments and n_best is not None:
         raise ValueError("`--alignments` aligns the best translation only; drop --n-best.")
     for flag, value in (
-        ("sampling (--sampling-*)", search),
+        (SAMPLING_FLAGS, search),
         ("--replace-unknowns", replace_unknowns),
     ):
         if constraints and value:
             raise ValueError(f"--constraints need beam search: drop {flag} or --constraints.")
     kind, found = _find(path, max_length, engine)
     _check_preset_only(path, kind, search, replace_unknowns)
-    beam, count = beam_size or 4, n_best or 1
+    # Without `beam_size`: the run's one beam size (its export/1's; an ensemble: the first's).
+    beam = beam_size or run_beam_size(found[0] if isinstance(found, list) else found)
+    count = n_best or 1
+    _check_greedy_options(path, kind, beam, search, constraints, alpha, stop_early)
     if kind != "saved" and search is None and count > beam:
         raise ValueError(
             f"`--n-best` must be at most the beam size {beam}, got --n-best={n_best}; "
@@ -99,6 +113,7 @@ def load_translate(
 
         raise ValueError(f"--constraints: {NO_CONSTRAINTS}")
     if kind in ("ctranslate2", "preset"):
+        alpha = ALPHA if alpha is None else alpha
         if kind == "ctranslate2":
             from tfblocks.serving import ctranslate2 as ct2  # the optional extra
 
@@ -123,11 +138,21 @@ def load_translate(
         if alignments:
             translate = _aligned(translate, translator.align)
         return _with_inputs(translate, prefix, constraints), what
-    if beam_size is not None or max_length is not None or stop_early:
+    fixed = [
+        f"{flag}={value}"
+        for flag, value in (
+            ("--beam-size", beam_size),
+            ("--alpha", alpha),
+            ("--stop-early", stop_early or None),
+            ("--max-length", max_length),
+        )
+        if value is not None
+    ]
+    if fixed:
         raise ValueError(
-            f"--model={path!r} is a SavedModel: its beam size, stopping rule and max_length "
-            "were fixed at export; drop --beam-size/--stop-early/--max-length or give the "
-            "run folder."
+            f"--model={path!r} is a SavedModel: its beam size, length penalty, stopping rule "
+            f"and max_length were fixed at export; drop {', '.join(fixed)} or give the run "
+            "folder."
         )
     if constraints and prefix:
         raise ValueError(
@@ -192,6 +217,26 @@ def _saved_translate(found, path, notice, n_best, prefix, alignments, constraint
     return _with_inputs(translate, prefix, constraints), what
 
 
+def _check_greedy_options(path, kind, beam, search, constraints, alpha, stop_early):
+    """Refuses (ValueError) beam search's `--alpha` and `--stop-early` where a beam of 1
+    (`--beam-size 1`, or the run's own) decodes with greedy search, which would ignore
+    them (with `constraints` a beam of 1 is a constrained beam search, which takes both;
+    a SavedModel refuses them whatever its beam)."""
+    if beam != 1 or search is not None or constraints or kind == "saved":
+        return
+    given = [
+        f"{flag}={value} does not apply"
+        for flag, value in (("--alpha", alpha), ("--stop-early", stop_early or None))
+        if value is not None
+    ]
+    if given:
+        raise ValueError(
+            f"--model={path!r} decodes with a beam of 1, greedy search, which has no length "
+            f"penalty and no beam to stop: {' and '.join(given)}; drop it or give "
+            "--beam-size 2 or more."
+        )
+
+
 def _check_preset_only(path, kind, search, replace_unknowns):
     """Refuses sampling and unknown-word replacement (ValueError) for a model that is no
     run folder or preset: a SavedModel decodes with the search it was exported with,
@@ -199,7 +244,7 @@ def _check_preset_only(path, kind, search, replace_unknowns):
     wanted = [
         flag
         for flag, value in (
-            ("sampling (--sampling-*)", search),
+            (SAMPLING_FLAGS, search),
             ("--replace-unknowns", replace_unknowns),
         )
         if value

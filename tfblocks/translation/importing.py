@@ -2,8 +2,10 @@
 
 `import_run` reads the folder (`tfblocks.models.import_marian`), writes `run.json` (where
 the model came from, its languages when the folder names them, the decoding defaults it
-kept), the tokenizers, `model/` (the preset) and `export/1/` (the strings-in SavedModel,
-decoding with the folder's `num_beams`), and with `ctranslate2=True` also `ctranslate2/`.
+kept, and `beam_size`: the folder's `num_beams`, the run's one beam size), the tokenizers,
+`model/` (the preset) and `export/1/` (the strings-in SavedModel, decoding with that beam
+size, as `tfblocks-translate` and `tfblocks-evaluate` do without `--beam-size`:
+`run_folder.run_beam_size`), and with `ctranslate2=True` also `ctranslate2/`.
 """
 
 import json
@@ -69,7 +71,7 @@ def _write(folder, source, imported):
     from tfblocks.models import save_preset
     from tfblocks.serving import Translator
     from tfblocks.translation.run_folder import RUN_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
-    from tfblocks.translation.searches import beam_or_greedy
+    from tfblocks.translation.searches import DEFAULT_BEAM_SIZE, beam_or_greedy
 
     os.makedirs(folder)
     model, source_tokenizer, target_tokenizer, hp, generation = imported
@@ -81,6 +83,8 @@ def _write(folder, source, imported):
         "source_lang": languages[0],
         "target_lang": languages[1],
         "generation": generation,
+        # The run's one beam size: export/1's, and every command's without --beam-size.
+        "beam_size": generation.get("num_beams", DEFAULT_BEAM_SIZE),
         "separate_vocab": separate,
     }
     write_json(os.path.join(folder, RUN_FILE), {"format": 1, "settings": settings})
@@ -90,7 +94,7 @@ def _write(folder, source, imported):
     else:
         target_tokenizer = source_tokenizer
     save_preset(model, source_tokenizer, os.path.join(folder, "model"), hp, target_tokenizer)
-    search = beam_or_greedy(generation.get("num_beams", 4))
+    search = beam_or_greedy(settings["beam_size"])
     translator = Translator(model, source_tokenizer, target_tokenizer, hp.max_length, search=search)
     translator.export(os.path.join(folder, "export", "1"))
 

@@ -76,7 +76,8 @@ class TrainingOptions:
             to the init run's settings instead (None: none), and may change only the
             training settings (`tfblocks.models.hyperparameters.TRAINING_FIELDS`).
         vocab_size: the SentencePiece vocabulary size (each one's with `separate_vocab`).
-        tokenizer_model: `"bpe"` or `"unigram"`.
+        tokenizer_model: `"unigram"` (SentencePiece's, the one a LiteRT file can
+            reproduce) or `"bpe"`.
         tokenizer_sample: the tokenizer trains on a random sample of at most this many
             pairs (seeded by `seed`).
         separate_vocab: one vocabulary per language and untied embeddings.
@@ -124,7 +125,7 @@ class TrainingOptions:
     hparams: str | None = None
     hparams_override: str | None = None
     vocab_size: int = 1000
-    tokenizer_model: str = "bpe"
+    tokenizer_model: str = "unigram"
     tokenizer_sample: int = 1_000_000
     separate_vocab: bool = False
     accumulate_steps: int = 1

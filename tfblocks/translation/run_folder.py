@@ -361,6 +361,20 @@ def run_languages(path):
     return None
 
 
+def run_beam_size(path):
+    """The beam size that the run whose folder is `path` (or whose `model/`, `export/N`
+    or `ctranslate2/` is `path`) decodes with when none is given: its `run.json`'s
+    `beam_size` (an imported model's `num_beams`, what its export/1 decodes with), else
+    `searches.DEFAULT_BEAM_SIZE` (4). Reads only `run.json`."""
+    from tfblocks.translation.searches import DEFAULT_BEAM_SIZE
+
+    for settings in _run_settings(path):
+        beam_size = settings.get("beam_size")
+        if isinstance(beam_size, int) and not isinstance(beam_size, bool) and beam_size >= 1:
+            return beam_size
+    return DEFAULT_BEAM_SIZE
+
+
 def run_pairs(path):
     """The directions (`["de-en", ...]`) recorded by the run of several directions whose
     folder (or `model/`, `export/N`) is `path`; None for any other. Reads only `run.json`."""
@@ -373,11 +387,11 @@ def run_pairs(path):
 
 def _run_settings(path):
     """Yields the `run.json` settings of the run folder `path`, or of the folder whose
-    `model/` or `export/N` it is, that can be read."""
+    `model/`, `export/N` or `ctranslate2/` it is, that can be read."""
     path = os.path.abspath(os.fspath(path))
     folders = [path]
     parent = os.path.dirname(path)
-    if os.path.basename(path) == "model":
+    if os.path.basename(path) in ("model", CTRANSLATE2_DIR):
         folders.append(parent)
     if os.path.basename(parent) == "export":
         folders.append(os.path.dirname(parent))

@@ -3,10 +3,19 @@ engines choose it (`--beam-size`, an imported model's `num_beams`)."""
 
 from tfblocks import _checks
 
+# The beam size of a run that recorded none in its run.json (`run_folder.run_beam_size`):
+# t2t's default.
+DEFAULT_BEAM_SIZE = 4
 
-def beam_or_greedy(beam_size, alpha=0.6, stop_early=False):
+
+# Beam search's length-penalty exponent where none is given (t2t's; with CTranslate2, its
+# `length_penalty`).
+ALPHA = 0.6
+
+
+def beam_or_greedy(beam_size, alpha=None, stop_early=False):
     """The search a beam width names (`--beam-size`): `Greedy()` for 1, else
-    `BeamSearch(beam_size, alpha, stop_early)`.
+    `BeamSearch(beam_size, alpha, stop_early)` (alpha None: `ALPHA`).
 
     >>> beam_or_greedy(1), beam_or_greedy(4)
     (Greedy(), BeamSearch(beam_size=4, alpha=0.6, stop_early=False))
@@ -16,4 +25,4 @@ def beam_or_greedy(beam_size, alpha=0.6, stop_early=False):
     _checks.check_bool("stop_early", stop_early)
     if _checks.check_positive_int("beam_size", beam_size) == 1:
         return Greedy()
-    return BeamSearch(beam_size, alpha, stop_early)
+    return BeamSearch(beam_size, ALPHA if alpha is None else alpha, stop_early)

@@ -30,6 +30,21 @@ def target_language(models, target_lang, notice):
 
     model = models if isinstance(models, str) else next(iter(models))
     pairs = run_pairs(model)
+    if pairs is None and run_languages(model) is None:
+        tags = model_tags(model)  # a model of several directions away from its run folder
+        if tags:
+            if target_lang not in tags:
+                got = "without --target-lang"
+                if target_lang is not None:
+                    got = f"--target-lang={target_lang!r}"
+                raise ValueError(
+                    f"`--target-lang` must name one of the languages whose tags the vocabulary "
+                    f"of --model={model!r} holds ({', '.join(tags)}; no run folder records its "
+                    f"directions), got {got}."
+                )
+            notice(f"no run folder records the directions of {model}: each line is tagged "
+                   f"{target_tag(target_lang)} as --target-lang asks")  # fmt: skip
+            return target_lang
     if pairs is None:
         languages = run_languages(model)
         if target_lang is None or (languages is not None and target_lang == languages[1]):
@@ -60,6 +75,22 @@ def target_language(models, target_lang, notice):
     else:
         notice(f"translating into {target_lang}: zero-shot (no trained direction into it)")
     return target_lang
+
+
+def model_tags(path):
+    """The languages whose target tags `<2xx>` the vocabulary of the model folder `path`
+    holds (a CTranslate2 export's `source.model`, a preset's or run folder's
+    `tokenizer.model`), sorted; `[]` when it holds none or has no such file."""
+    import os
+
+    for name in ("source.model", "tokenizer.model", os.path.join("model", "tokenizer.model")):
+        file = os.path.join(os.fspath(path), name)
+        if os.path.isfile(file):
+            from tfblocks.text.multilingual import vocabulary_tags
+
+            with open(file, "rb") as f:
+                return vocabulary_tags(f.read())
+    return []
 
 
 def tag_lines(lines, target_lang):
