@@ -30,8 +30,9 @@ import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# An entry of setup.py's console_scripts: "tfblocks-train=tfblocks.translation.x:run".
-ENTRY = re.compile(r'"(tfblocks-[\w-]+)=([\w.]+):(\w+)"')
+# An entry of setup.py's console_scripts: "tfblocks-train=tfblocks.cli.train:run" (and the
+# overview, "tfblocks=tfblocks.cli.overview:run").
+ENTRY = re.compile(r'"(tfblocks(?:-[\w-]+)?)=([\w.]+):(\w+)"')
 # What pip's script does, with the program's name where pip's script has its path.
 SCRIPT = (
     "import sys\nsys.argv[0] = {path!r}\nfrom {module} import {function}\nsys.exit({function}())"

@@ -170,7 +170,7 @@ class Translator(TranslatorSignatures):
     TensorShape([2])
     >>> translator.score(["今日のランチはカレーだ。"], ["Today's lunch is curry."]).shape
     (1,)
-    >>> translator(["今日のランチはカレーだ。"], target_prefix=["Today's"]).shape
+    >>> translator(["今日のランチはカレーだ。"], target_prefix=["Today"]).shape
     TensorShape([1])
     """
 
