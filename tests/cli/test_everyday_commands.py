@@ -327,3 +327,28 @@ def test_a_corpus_folder_without_the_pair_names_the_language_flags(tmp_path, mon
         assert status == 2 and err.startswith("tfblocks-train: error:"), err
         assert words in err and "--source-lang and --target-lang" in err, err
         assert not run.exists()
+
+
+def test_a_refused_phrase_is_named_by_its_line_of_constraints(run_folder, tmp_path, monkeypatch,
+                                                              capsys):  # fmt: skip
+    # The lines are translated sorted by length, so the refused phrase's batch row is not
+    # its line: the message names the line of --constraints. A phrase of more subwords than
+    # max_length leaves, and one of characters the vocabulary lacks (the search would
+    # "meet" it with <unk>), are refused in one line.
+    run, _ = run_folder
+    source, constraints = tmp_path / "input.txt", tmp_path / "glossary.tsv"
+    source.write_text("今日のランチはカレーだ。\n私は学生です。\n健太は学校で本を読む。\n本\n",
+                      encoding="utf-8")  # fmt: skip
+    model = ("--model", run, "--input", source, "--constraints", constraints)
+    long = " ".join(["lunch"] * MAX_LENGTH)
+    for lines, words in [
+        (["", "", long, ""], f"line 3, phrase 1 ('{long}') has "),
+        (
+            ["", "", "", "lunch\t🍛"],
+            "line 4, phrase 2 ('🍛') holds characters the target vocabulary lacks ('🍛')",
+        ),
+    ]:
+        constraints.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        status, _, err = in_process(translate_cli, monkeypatch, capsys, *model)
+        last = err.strip().splitlines()[-1]
+        assert status == 2 and f"--constraints={str(constraints)!r} {words}" in last, err

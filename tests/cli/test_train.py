@@ -191,6 +191,7 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
     assert (settings["source_lang"], settings["target_lang"]) == ("xx", "yy")
     assert (tmp_path / "run" / "export" / "1" / "saved_model.pb").exists()
     assert settings["separate_vocab"] is True and settings["stream"] is True
+    assert settings["beam_size"] == 1  # what its test and export/1 decoded with
     # The folder's epochs are passes: a continuation in epochs of N steps is refused
     # before anything is trained (tests/translation/test_steps_per_epoch.py trains them).
     message = "steps_per_epoch: the folder has None, this run asks for 4"
@@ -207,8 +208,8 @@ def test_after_a_failed_start_the_corrected_command_works(tmp_path, monkeypatch,
     ]
     assert UNK_ID in ids[0] and UNK_ID not in ids[1]  # yy's letters are yy's own
     run, test = tmp_path / "run", ("--src", corpus / "test.xx", "--ref", corpus / "test.yy")
-    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run, *test,
-                                  "--beam-size", "1")  # fmt: skip
+    # Without --beam-size, the run's own (run.json): greedy, as its test translation was.
+    status, out, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run, *test)
     assert status == 0 and json.loads(out)["bleu"] == metrics["bleu"], err[-2000:]
     assert list(metrics["samples"]) == [source for source, _ in splits["test"][:2]]  # no ja
 

@@ -454,6 +454,12 @@ def test_constraints_hold_in_every_translation(parts, translators, eagerly):
         (translator, {"constraints": [["curry"], "book", []]}, r"`constraints\[1\]` must be"),
         (translator, {"constraints": [[], [], [3]]}, r"`constraints\[2\]\[0\]` must be a str"),
         (translator, {"constraints": [[], [], ["curry " * 12]]}, r"`constraints\[2\]\[0\]`"),
+        (
+            translator,
+            {"constraints": [[], ["🍛 curry"], []]},
+            r"`constraints\[1\]\[0\]` \('🍛 curry'\) holds characters the target vocabulary "
+            r"lacks \('🍛'\)",
+        ),
         (translators(search=Greedy()), {"constraints": [[]] * 3}, "need a beam search"),
         (translator, {"constraints": [[]] * 3, "replace_unknowns": True}, "cannot be combined"),
     ]:

@@ -91,6 +91,10 @@ def test_the_constrained_signature_takes_phrases_as_strings(loaded):
     for constraints, words in [
         (tf.constant(["curry"]), "`constraints` must be a 2-D batch of strings"),
         (tf.constant([["curry " * 8]]), "`constraints`: a phrase may hold at most 7 subwords"),
+        (
+            tf.constant([["🍛"]]),
+            "`constraints`: a phrase holds characters the target vocabulary lacks",
+        ),
     ]:
         with pytest.raises(tf.errors.InvalidArgumentError, match=words):
             constrained(text=tf.constant([SENTENCE]), constraints=constraints)

@@ -242,3 +242,33 @@ def test_small_parallel_enja_vocabulary_and_unknown_share(record_property):
     print(stats)
     assert unknown_share < 0.01, stats
     assert 5 < stats["tokens_per_sentence_ja"] < 30 and 5 < stats["tokens_per_sentence_en"] < 30
+
+
+def test_a_model_without_a_normalization_table_segments_alike_and_quietly(pairs, capfd):
+    # An `identity` model has no compiled table, and tensorflow-text's op says so on
+    # standard error for each model it loads. The op gets the model with a table that
+    # rewrites nothing (`charsmaps.identity_charsmap`): the same pieces for every text
+    # (SentencePiece's own Python processor is the reference), and no line.
+    from sentencepiece import sentencepiece_model_pb2
+
+    from tfblocks.models.preset import TransformerTokenizer
+    from tfblocks.text import charsmaps
+
+    lines = [side for pair in pairs[:300] for side in pair] + ["tab\there", "x\uffffy"]
+    tokenizer = tokenizers.train_tokenizer(lines, vocab_size=200, normalization="identity",
+                                           character_coverage=0.995)  # fmt: skip
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(tokenizer.op_proto)
+    assert model.normalizer_spec.precompiled_charsmap == charsmaps.identity_charsmap()
+    assert charsmaps.with_identity_charsmap(tokenizer.op_proto) == tokenizer.op_proto
+    rng = np.random.default_rng(0)
+    rare = ["".join(map(chr, rng.integers(1, 0x2FFFF, 20))) for _ in range(50)]
+    texts = [*lines[:40], "  two  spaces\tand\na line ", "ｆｕｌｌ　ｗｉｄｔｈ", "e\u0301"]
+    texts += ["a\uffff\uffff", *(t.encode("utf-8", "replace").decode("utf-8") for t in rare)]
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.proto)
+    expected = [[*processor.encode(text), EOS_ID] for text in texts]
+    assert tokenizer.tokenize(texts).to_list() == expected
+    layer = TransformerTokenizer(proto=tokenizer.proto)  # KerasHub's layer, in presets
+    got = layer(tf.constant(texts))
+    assert [list(map(int, row)) for row in got] == [row[:-1] for row in expected]
+    assert "precompiled_charsmap" not in capfd.readouterr().err

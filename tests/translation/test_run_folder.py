@@ -164,6 +164,15 @@ def test_run_folder_refuses_a_users_directory_and_other_settings(tmp_path):
         folder.check_settings({"vocab_size": 1000, "corpus": "abc"}, keys)
     saved = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
     assert saved["vocab_size"] == 8000
+    # A key outside `keys` (the beam size the run decodes with) binds nothing: it takes
+    # the new value, which every command then reads (`run_beam_size`).
+    for beam_size in (1, 6):
+        got = folder.check_settings({"vocab_size": 8000, "corpus": "abc", "beam_size": beam_size},
+                                    keys)  # fmt: skip
+        assert (
+            got["beam_size"] == beam_size
+            and run_folder.run_beam_size(tmp_path / "run") == beam_size
+        )
 
 
 def test_an_epoch_is_recorded_whole_or_not_at_all(job, straight, tmp_path, monkeypatch):

@@ -253,6 +253,8 @@ def main(argv=None):
         print(f"\r{done}/{total} lines", end="" if done < total else "\n", file=sys.stderr)
 
     batch_size = args.batch_size or BATCH_SIZE
+    if args.constraints is not None and args.score is None:
+        run, length, items = _by_line(run, length, items, args.constraints)
     out = translate_in_batches(run, items, batch_size, progress, length=length)
     text = "".join(_output_lines(args, index, result) for index, result in enumerate(out))
     if args.output not in (None, "-"):
@@ -261,6 +263,25 @@ def main(argv=None):
         write_text(args.output, text)
     else:
         _write_out(text)
+
+
+def _by_line(run, length, items, path):
+    """`run`, `length` and `items` with each item numbered, so that a phrase the model
+    refuses (a `PhraseError` of the batch it came in, sorted by length) is named by its
+    line of `--constraints` (`path`), from 1."""
+    from tfblocks.decoding.constrained import PhraseError
+
+    def numbered_run(batch):
+        try:
+            return run([item for _, item in batch])
+        except PhraseError as error:
+            line = batch[error.sentence][0] + 1
+            raise ValueError(
+                f"--constraints={path!r} line {line}, phrase {error.phrase + 1} "
+                f"({error.shown!r:.60}) {error.reason}"
+            ) from None
+
+    return numbered_run, lambda pair: length(pair[1]), list(enumerate(items))
 
 
 def _output_lines(args, index, result):

@@ -341,6 +341,17 @@ def check_constraints(constraints, start_ids, max_length, eos_id, pad_id, prefix
     return tf.where(ended, NO_TOKEN, constraints)
 
 
+class PhraseError(ValueError):
+    """A constraint phrase refused: a ValueError that also says which one, so a caller
+    that batched the phrases (a command sorting its lines by length) can name its own
+    line. `sentence` and `phrase` index the batch given, `shown` is the phrase as the
+    message shows it (its text or ids) and `reason` what is wrong with it."""
+
+    def __init__(self, message, sentence, phrase, shown, reason):
+        super().__init__(message)
+        self.sentence, self.phrase, self.shown, self.reason = sentence, phrase, shown, reason
+
+
 def check_phrases(values, max_length, eos_id, pad_id, prefix=None):
     """Each phrase of `values` `[B, C, T]` (NumPy) checked as `check_constraints` says
     (the length against `max_length` when it is an int, not a tensor or None; with a
@@ -353,28 +364,34 @@ def check_phrases(values, max_length, eos_id, pad_id, prefix=None):
             pads = np.flatnonzero(row == pad_id)
             length = int(pads[0]) if pads.size else len(row)
             ids = row[:length].tolist()
-            where = f"phrase {c} of sentence {b} ({ids})"
+            refuse = lambda reason, b=b, c=c, ids=ids: _refuse(b, c, ids, reason)  # noqa: E731
             if (row[length:] != pad_id).any():
-                raise ValueError(
-                    f"`constraints`: {where} has ids after its padding ({row.tolist()}); "
-                    f"pad each phrase on the right with pad_id={pad_id}."
+                refuse(
+                    f"has ids after its padding ({row.tolist()}); pad each phrase on the "
+                    f"right with pad_id={pad_id}."
                 )
             if any(i < 0 or i == eos_id for i in ids):
-                raise ValueError(f"`constraints`: {where} holds a negative id or eos_id={eos_id}.")
+                refuse(f"holds a negative id or eos_id={eos_id}.")
             if isinstance(max_length, int) and length >= max_length:
-                raise ValueError(
-                    f"`constraints`: {where} has {length} ids, more than max_length="
-                    f"{max_length} leaves before EOS ({max_length - 1})."
+                refuse(
+                    f"has {length} ids, more than max_length={max_length} leaves before EOS "
+                    f"({max_length - 1})."
                 )
             if isinstance(max_length, int) and prefix is not None and b < len(prefix):
                 forced = _ids_before(prefix[b], pad_id)
                 needed, room = _needed_after(forced, ids), max_length - 1 - len(forced)
                 if forced and needed > room:
-                    raise ValueError(
-                        f"`constraints`: {where} needs {needed} ids after the prefix's "
-                        f"{len(forced)}, but max_length={max_length} leaves room for {room} "
-                        "before EOS: shorten the prefix or the phrase, or raise max_length."
+                    refuse(
+                        f"needs {needed} ids after the prefix's {len(forced)}, but max_length="
+                        f"{max_length} leaves room for {room} before EOS: shorten the prefix "
+                        "or the phrase, or raise max_length."
                     )
+
+
+def _refuse(sentence, phrase, ids, reason):
+    """Raises the PhraseError of phrase `phrase` (ids `ids`) of sentence `sentence`."""
+    where = f"phrase {phrase} of sentence {sentence} ({ids})"
+    raise PhraseError(f"`constraints`: {where} {reason}", sentence, phrase, ids, reason)
 
 
 def _ids_before(row, pad_id):

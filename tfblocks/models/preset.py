@@ -33,6 +33,7 @@ from tfblocks._files import read_json, replace_directory
 from tfblocks.models.hyperparameters import HParams
 from tfblocks.models.transformer import Transformer
 from tfblocks.text import SubwordTokenizer
+from tfblocks.text.charsmaps import with_identity_charsmap
 
 HPARAMS_FILE = "hparams.json"
 TARGET_TOKENIZER_FILE = "target_tokenizer.model"
@@ -55,6 +56,10 @@ class TransformerTokenizer(keras_hub.tokenizers.SentencePieceTokenizer):
     """
 
     backbone_cls = Transformer
+
+    def _set_proto_tf(self, proto):
+        # The same segmentation, without the op's "precompiled_charsmap is empty" line.
+        super()._set_proto_tf(with_identity_charsmap(proto))
 
 
 class Preset(NamedTuple):

@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from tfblocks import _checks
 from tfblocks.decoding import BeamSearch, ConstrainedBeamSearch
-from tfblocks.ids import PAD_ID
+from tfblocks.decoding.constrained import PhraseError
+from tfblocks.ids import PAD_ID, UNK_ID
 from tfblocks.serving.text_module import blank_lines, text_spec
 
 # The phrases input of the `constrained` signature: `tf.string [B, C]`.
@@ -81,8 +82,8 @@ def phrase_batch(constraints, name):
 def encode_phrases(tokenizer, phrases, max_length):
     """The ids `[B, C, T]` (PAD-padded, no EOS, T at least 1) of the phrases `[B, C]`,
     tokenized with `tokenizer` (a target tokenizer); a blank phrase is a row of PAD. A
-    phrase of `max_length` subwords or more (it cannot fit before EOS) fails the call
-    with an InvalidArgumentError naming `constraints`."""
+    phrase of `max_length` subwords or more (it cannot fit before EOS) or with `<unk>`
+    among them fails the call with an InvalidArgumentError naming `constraints`."""
     flat = tf.reshape(phrases, [-1])  # [B·C]
     flat = tf.where(blank_lines(flat), "", flat)
     ids = tokenizer.tokenize(flat)[:, :-1].to_tensor(default_value=PAD_ID)  # [B·C, T]
@@ -91,23 +92,53 @@ def encode_phrases(tokenizer, phrases, max_length):
         f"`constraints`: a phrase may hold at most {max_length - 1} subwords (max_length "
         "- 1, before EOS), got one of"
     )
-    with tf.control_dependencies([tf.debugging.Assert(longest < max_length, [message, longest])]):
+    unknown = (
+        "`constraints`: a phrase holds characters the target vocabulary lacks (tokenized "
+        "to <unk>); drop or respell it"
+    )
+    known = tf.logical_not(tf.reduce_any(tf.equal(ids, UNK_ID)))
+    checks = [
+        tf.debugging.Assert(longest < max_length, [message, longest]),
+        tf.debugging.Assert(known, [unknown]),
+    ]
+    with tf.control_dependencies(checks):
         ids = tf.pad(ids, [[0, 0], [0, tf.maximum(1 - longest, 0)]])  # [B·C, max(T, 1)]
     shape = tf.shape(phrases)
     return tf.reshape(ids, [shape[0], shape[1], -1])  # [B, C, T]
 
 
-def check_phrase_lengths(tokenizer, table, max_length):
-    """Eagerly: a ValueError naming the first phrase of `table` `[B, C]` that has
-    `max_length` subwords or more (before EOS)."""
-    lengths = (tokenizer.tokenize(tf.reshape(table, [-1])).row_lengths() - 1).numpy()
+def check_phrase_table(tokenizer, table, max_length):
+    """Eagerly: a `PhraseError` naming the first phrase of `table` `[B, C]` that has
+    `max_length` subwords or more (before EOS), or that `tokenizer` (a target tokenizer)
+    can only write with `<unk>` (its characters named): the search would meet it with
+    the unknown token, which is no translation of the phrase."""
+    ragged = tokenizer.tokenize(tf.reshape(table, [-1]))
     width = int(table.shape[1])
-    for flat, length in enumerate(lengths):
-        if length >= max_length:
-            row, column = divmod(flat, width)
-            phrase = table[row, column].numpy().decode("utf-8")
-            raise ValueError(
-                f"`constraints[{row}][{column}]` ({phrase!r:.60}) has {length} subwords; a "
-                f"phrase must fit before EOS in max_length={max_length} (at most "
-                f"{max_length - 1})."
+    for flat, ids in enumerate(ragged.to_list()):
+        ids = ids[:-1]  # without EOS
+        if not ids:
+            continue
+        row, column = divmod(flat, width)
+        phrase = table[row, column].numpy().decode("utf-8")
+        if len(ids) >= max_length:
+            reason = (
+                f"has {len(ids)} subwords; a phrase must fit before EOS in max_length="
+                f"{max_length} (at most {max_length - 1})."
             )
+        elif UNK_ID in ids:
+            reason = (
+                f"holds characters the target vocabulary lacks ({_unknown(tokenizer, phrase)}): "
+                "the translation could only hold <unk> for them; drop or respell the phrase."
+            )
+        else:
+            continue
+        message = f"`constraints[{row}][{column}]` ({phrase!r:.60}) {reason}"
+        raise PhraseError(message, row, column, phrase, reason)
+
+
+def _unknown(tokenizer, phrase):
+    """The characters of `phrase` that `tokenizer` writes as `<unk>`, as `'x', 'y'`."""
+    characters = sorted({c for c in phrase if not c.isspace()})
+    rows = tokenizer.tokenize(tf.constant(characters, tf.string)).to_list()
+    lacking = [c for c, ids in zip(characters, rows, strict=True) if UNK_ID in ids]
+    return ", ".join(repr(c) for c in lacking) or repr(phrase)

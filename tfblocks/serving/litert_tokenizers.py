@@ -25,12 +25,8 @@ on lines of rare characters and on an imported OPUS-MT vocabulary):
 table of another kind than `nmt_nfkc`'s that keeps tabs or line breaks.
 """
 
-import functools
-import io
-import os
-import tempfile
-
 from tfblocks.ids import PAD_ID, UNK_ID
+from tfblocks.text.charsmaps import compiled_charsmap
 from tfblocks.text.multilingual import target_tag, vocabulary_tags
 
 # The model types whose segmentation the fast tokenizer reproduces.
@@ -90,30 +86,6 @@ def check_tokenizer(tokenizer, name="tokenizer"):
         )
 
 
-@functools.cache
-def _charsmap(characters):
-    """SentencePiece's compiled normalization that writes each of `characters` as its
-    private-use stand-in and keeps everything else (compiled by SentencePiece's trainer
-    from a rule file: the format has no other writer)."""
-    import sentencepiece
-    from sentencepiece import sentencepiece_model_pb2
-
-    rules = "".join(f"{ord(c):X}\t{_PRIVATE + ord(c):X}\n" for c in characters)
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "rules.tsv")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(rules)
-        written = io.BytesIO()
-        sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(["a b"] * 4), model_writer=written, vocab_size=8,
-            model_type="char", hard_vocab_limit=False, normalization_rule_tsv=path,
-            minloglevel=2,
-        )  # fmt: skip
-    model = sentencepiece_model_pb2.ModelProto()
-    model.ParseFromString(written.getvalue())
-    return model.normalizer_spec.precompiled_charsmap
-
-
 def _source_model(tokenizer):
     """`(model, unknown)`: the SentencePiece model (a `ModelProto`) a LiteRT file
     tokenizes with, and the ids of the unused pieces it produces for unknown text."""
@@ -122,7 +94,9 @@ def _source_model(tokenizer):
     kept = _kept_spaces(tokenizer)
     if kept:  # an identity normalization (`check_tokenizer` refuses another kind)
         stand_in = {ord(c): chr(_PRIVATE + ord(c)) for c in kept}
-        model.normalizer_spec.precompiled_charsmap = _charsmap(kept)
+        model.normalizer_spec.precompiled_charsmap = compiled_charsmap(
+            tuple((c, chr(_PRIVATE + ord(c))) for c in kept)
+        )
         for piece in model.pieces:
             piece.piece = piece.piece.translate(stand_in)
     # `SubwordTokenizer.tokenize` gives a run of unknown characters the id of the unused

@@ -16,7 +16,7 @@ from tfblocks.ids import EOS_ID, PAD_ID
 from tfblocks.serving import unknowns
 from tfblocks.serving.constraints import (
     CONSTRAINTS,
-    check_phrase_lengths,
+    check_phrase_table,
     constrained_search,
     encode_phrases,
     phrase_batch,
@@ -237,7 +237,7 @@ class TranslatorSignatures(TextModule):
             return self.serve_prefix(texts, target_prefix)
         constrained_search(self.search)  # a beam search, else a ValueError naming it
         table = phrase_table(constraints, texts.shape[0])
-        check_phrase_lengths(self.target_tokenizer, table, self.max_length)
+        check_phrase_table(self.target_tokenizer, table, self.max_length)
         if target_prefix is None:
             return self.serve_constrained(texts, table)
         # Eagerly, as the search would where the ids are known: room for each phrase

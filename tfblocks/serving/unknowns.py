@@ -95,7 +95,7 @@ def replace(texts, translations, ids, aligned, source_tokenizer, target_tokenize
 
     ids, aligned = np.asarray(ids), np.asarray(aligned)
     target = sentencepiece.SentencePieceProcessor(model_proto=target_tokenizer.proto)
-    splitter = tensorflow_text.SentencepieceTokenizer(model=source_tokenizer.proto)
+    splitter = tensorflow_text.SentencepieceTokenizer(model=source_tokenizer.op_proto)
     _, starts, ends = splitter.tokenize_with_offsets(tf.constant(list(texts), tf.string))
     out = []
     for row, text in enumerate(texts):

@@ -29,6 +29,7 @@ import tensorflow_text
 
 from tfblocks import _checks
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tfblocks.text.charsmaps import with_identity_charsmap
 from tfblocks.text.streamed import sample_pairs
 
 _MODEL_TYPES = ("unigram", "bpe", "char", "word")
@@ -68,6 +69,7 @@ class SubwordTokenizer(tf.Module):
                 f"`train_tokenizer`), got pad, EOS, unknown, BOS = {ids}."
             )
         self._proto = proto
+        self._op_proto = with_identity_charsmap(proto)
         # The ops' name scope: a loaded SavedModel shares one parsed model among the
         # SentencePiece ops of one node name, so each model gets its own (its digest).
         self._op_name = f"sentencepiece_{hashlib.sha256(proto).hexdigest()[:16]}"
@@ -89,13 +91,19 @@ class SubwordTokenizer(tf.Module):
         # cache); created here, inside each traced function, it is part of the function's graph
         # and lives as long as the function (and any SavedModel traced from it).
         return tensorflow_text.SentencepieceTokenizer(
-            model=self._proto, out_type=out_type, add_eos=True, name=self._op_name
+            model=self._op_proto, out_type=out_type, add_eos=True, name=self._op_name
         )
 
     @property
     def proto(self):
         """The serialized SentencePiece model (bytes)."""
         return self._proto
+
+    @property
+    def op_proto(self):
+        """`proto` as tensorflow-text's SentencePiece ops load it: the same segmentation,
+        with a normalization table where it has none (`tfblocks.text.charsmaps`)."""
+        return self._op_proto
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, strings):

@@ -31,6 +31,7 @@ from tfblocks.text.multilingual import MixedPairs
 from tfblocks.text.phrasebook import RUNNING_EXAMPLE
 from tfblocks.text.streamed import StreamedPairs
 from tfblocks.translation.progress import summary
+from tfblocks.translation.searches import search_beam_size
 
 # What `metrics.json` holds of the export, and the phases after training whose seconds
 # it keeps (a rerun that skips them keeps these).
@@ -83,6 +84,9 @@ class JobRecord:
             "stream": job.stream,
             "steps_per_epoch": options.steps_per_epoch,
             "bleu_tokenize": options.bleu_tokenize,
+            # What the test translation and export/1 decode with, and so every command
+            # that is given no --beam-size (`run_folder.run_beam_size`); not binding.
+            "beam_size": search_beam_size(options.search),
         }
         if job.mixed is not None:
             settings.update(source_lang=None, target_lang=None, pairs=job.mixed.names,
@@ -93,7 +97,7 @@ class JobRecord:
         """Records the settings in `folder`, or checks them against those it was trained
         with; returns those (None: the folder is new, nothing in it was made yet)."""
         settings = self.settings()
-        return folder.check_settings(settings, must_match=list(settings))
+        return folder.check_settings(settings, must_match=[k for k in settings if k != "beam_size"])
 
     # After training -----------------------------------------------------------------------
 

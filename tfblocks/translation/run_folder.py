@@ -171,6 +171,9 @@ class RunFolder:
         then (a start that failed before its first epoch was recorded) a new command's
         settings replace the saved ones, so a corrected command is never locked out.
 
+        A key not in `must_match` (what the run decodes with, not what it learnt) takes
+        the new value.
+
         Returns:
             The settings the folder was trained with, or None when they are new (then
             nothing in the folder, such as a tokenizer, was made with them yet).
@@ -193,6 +196,9 @@ class RunFolder:
                 "with the same settings, or use a new --output (to start from this run's "
                 "weights on new data: --init-from)."
             )
+        if any(saved.get(k) != v for k, v in settings.items() if k not in must_match):
+            saved = {**saved, **{k: v for k, v in settings.items() if k not in must_match}}
+            write_json(self.join(RUN_FILE), {"format": 1, "settings": saved})
         return saved
 
     # Progress and weights -------------------------------------------------------------------

@@ -26,3 +26,24 @@ def beam_or_greedy(beam_size, alpha=None, stop_early=False):
     if _checks.check_positive_int("beam_size", beam_size) == 1:
         return Greedy()
     return BeamSearch(beam_size, ALPHA if alpha is None else alpha, stop_early)
+
+
+def search_beam_size(search):
+    """The beam size `search` decodes with, as `--beam-size` would name it: 1 for greedy
+    search, a beam search's width, `DEFAULT_BEAM_SIZE` for None (`Translator`'s default
+    search); None for a search of another kind (sampling).
+
+    >>> search_beam_size(beam_or_greedy(1)), search_beam_size(beam_or_greedy(6))
+    (1, 6)
+    >>> search_beam_size(None) == DEFAULT_BEAM_SIZE
+    True
+    """
+    from tfblocks.decoding import BeamSearch, Greedy
+
+    if search is None:
+        return DEFAULT_BEAM_SIZE
+    if isinstance(search, Greedy):
+        return 1
+    if isinstance(search, BeamSearch):
+        return search.beam_size
+    return None
