@@ -187,6 +187,7 @@ def test_zeroed_id_gives_the_signal_alone_and_stays_unmasked():
         ({"vocab_size": 5, "hidden_size": -4}, "hidden_size=-4"),
         ({"vocab_size": 5, "hidden_size": 4, "dropout": 2}, "dropout=2"),
         ({"vocab_size": 5, "hidden_size": 4, "min_timescale": 0.0}, "min_timescale=0.0"),
+        ({"vocab_size": 5, "hidden_size": 4, "position_offset": -1}, "position_offset=-1"),
     ],
 )
 def test_bad_arguments(kwargs, words):
@@ -221,3 +222,33 @@ def test_float_ids_raise_inside_a_graph_too():
         graph(tf.constant([[1.0, 2.0]]))
     # Values are not checked in a graph (documented): the data paths guarantee the range.
     assert tuple(graph(tf.constant([[1, 11]])).shape) == (1, 2, 4)
+
+
+def _fairseq_table(positions, channels):
+    """fairseq's / Hugging Face M2M-100's sinusoid at `positions`, in NumPy: sines of
+    d/2 frequencies spaced by log(10000) / (d/2 − 1), then their cosines."""
+    half = channels // 2
+    frequencies = np.exp(np.arange(half) * -(np.log(10000.0) / (half - 1)))
+    angles = np.asarray(positions, "float64")[..., None] * frequencies
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)
+
+
+@pytest.mark.parametrize("max_positions", [None, 20])
+def test_position_offset_reads_the_signal_from_there(max_positions):
+    # M2M-100 / NLLB number a sentence's tokens from padding_idx + 1 = 2: a token at
+    # index i (and in one-step decoding at start_index i, or at packed position i) gets
+    # the signal of position i + 2; padding changes no real position.
+    layer = SinusoidalEmbedding(30, 8, scale=False, position_offset=2, max_positions=max_positions)
+    ids = np.array([[5, 6, 7, 1], [9, 1, 0, 0]], "int32")
+    layer.build()
+    table = _np(layer.embeddings)
+    out = _np(layer(ids))
+    expected = table[ids] + _fairseq_table(np.arange(4) + 2, 8)[None]
+    real = ids != 0
+    np.testing.assert_allclose(out[real], expected[real], atol=1e-5)
+    step = _np(layer(ids[:, 2:3], start_index=2))
+    np.testing.assert_allclose(step[:, 0], out[:, 2], atol=1e-6)
+    positions = np.array([[0, 1, 0, 1], [0, 0, 0, 0]], "int32")
+    packed = _np(layer(ids, positions=positions))
+    np.testing.assert_allclose(packed[0, 2], table[7] + _fairseq_table(2, 8), atol=1e-5)
+    assert layer.get_config()["position_offset"] == 2

@@ -40,6 +40,15 @@ def tiny(**overrides):
     )
 
 
+# M2M-100 / NLLB's options: Pre-LN with final norms, biases, positions from 2.
+M2M100 = {
+    "norm_first": True,
+    "attention_use_bias": True,
+    "position_offset": 2,
+    "norm_epsilon": 1e-5,
+}
+
+
 def batch(rng, b=2, s=7, t=6):
     src = rng.integers(FIRST_ID, VOCAB, (b, s)).astype("int32")
     tgt = rng.integers(FIRST_ID, VOCAB, (b, t)).astype("int32")
@@ -95,8 +104,9 @@ def test_decoder_is_causal_and_sees_the_previous_target():
     np.testing.assert_allclose(out[1], base[1], atol=1e-5)
 
 
-def test_padding_does_not_change_real_positions():
-    model = build_transformer(tiny())
+@pytest.mark.parametrize("options", [{}, M2M100], ids=["t2t", "m2m100"])
+def test_padding_does_not_change_real_positions(options):
+    model = build_transformer(tiny(**options))
     x = batch(np.random.default_rng(2))
     base = np.asarray(model(x))
     padded = {k: np.pad(v, [(0, 0), (0, 3)]) for k, v in x.items()}
@@ -146,11 +156,12 @@ RELATIVE = {
 }
 
 
-@pytest.mark.parametrize("attention", [{}, RELATIVE], ids=["absolute", "relative"])
+@pytest.mark.parametrize(
+    "attention", [{}, RELATIVE, M2M100], ids=["absolute", "relative", "m2m100"]
+)
 def test_cached_decode_equals_full_decode(attention):
-    model = build_transformer(
-        tiny(shared_embedding_and_softmax_weights=False, norm_first=False, **attention)
-    )
+    options = {"shared_embedding_and_softmax_weights": False, "norm_first": False, **attention}
+    model = build_transformer(tiny(**options))
     x = batch(np.random.default_rng(6))
     memory = model.encode(x["inputs"])
     mask = padding_mask(x["inputs"])

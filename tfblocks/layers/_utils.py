@@ -16,6 +16,7 @@ from keras import ops
 from tfblocks._checks import (  # noqa: F401  (the layers' checks: one home)
     check_bool,
     check_choice,
+    check_non_negative_int,
     check_optional_positive_int,
     check_positive_int,
     check_rate,

@@ -123,6 +123,9 @@ class SinusoidalEmbedding(keras.layers.Layer):
             initialised with the signal (t2t `pos="emb"`, whose table starts random;
             an importer overwrites it with a model's stored table). Positions must then
             stay below `max_positions`. Needs `add_timing_signal`.
+        position_offset: the signal's position of a sequence's first token (0, t2t);
+            every position is shifted by it, `start_index` and `positions` included
+            (fairseq's M2M-100 / NLLB count from `padding_idx + 1` = 2).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -161,10 +164,12 @@ class SinusoidalEmbedding(keras.layers.Layer):
         add_timing_signal=True,
         timescale_rule="t2t",
         max_positions=None,
+        position_offset=0,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.add_timing_signal = bool(add_timing_signal)
+        self.position_offset = _utils.check_non_negative_int("position_offset", position_offset)
         self.timescale_rule = _utils.check_choice("timescale_rule", timescale_rule, TIMESCALE_RULES)
         self.max_positions = _utils.check_optional_positive_int("max_positions", max_positions)
         if self.max_positions is not None and not self.add_timing_signal:
@@ -255,6 +260,8 @@ class SinusoidalEmbedding(keras.layers.Layer):
             return self.dropout_layer(x, training=training)
         if positions is not None:
             _utils.check_mask_shape("positions", positions, tuple(ids.shape))
+            positions = ops.cast(positions, "int32") + self.position_offset
+        start_index = start_index + self.position_offset
         signal = self._signal(ops.shape(ids)[1], start_index, positions)  # [1|B, L, d]
         x = x + ops.cast(signal, x.dtype)
         return self.dropout_layer(x, training=training)
@@ -286,6 +293,7 @@ class SinusoidalEmbedding(keras.layers.Layer):
                 "add_timing_signal": self.add_timing_signal,
                 "timescale_rule": self.timescale_rule,
                 "max_positions": self.max_positions,
+                "position_offset": self.position_offset,
             }
         )
         return config

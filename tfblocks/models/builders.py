@@ -31,6 +31,7 @@ def _from_hparams(hp, num_encoder_layers, name, dtype=None):
         norm_epsilon=hp.norm_epsilon,
         scale_embedding=hp.multiply_embedding_mode == "sqrt_depth",
         timescale_rule=hp.timescale_rule,
+        position_offset=hp.position_offset,
         decoder_start=hp.decoder_start,
         source_vocab_size=hp.source_vocab_size or None,
         final_logits_bias=hp.final_logits_bias,

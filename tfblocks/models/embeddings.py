@@ -93,6 +93,7 @@ def make_embeddings(config, dtype=None):
             scale=config["scale_embedding"],
             timescale_rule=config["timescale_rule"],
             max_positions=config["max_positions"],
+            position_offset=config["position_offset"],
             dtype=dtype,
             name=name,
         )

@@ -21,7 +21,8 @@ no sinusoidal timing signal, as t2t's hparams sets of these names.
 The architecture options of imported models (Marian / OPUS-MT: `ffn_activation`,
 `attention_use_bias`, `ffn_use_bias`, `norm_epsilon`, `final_logits_bias`,
 `timescale_rule`, `pos="emb"`, `multiply_embedding_mode`, `decoder_start`,
-`source_vocab_size`) default to t2t's values in every set.
+`source_vocab_size`; M2M-100 / NLLB: `position_offset`) default to t2t's values in every
+set.
 
 `transformer_base` is t2t's v3: Adam β₂ = 0.997 and the learning rate
 `constant*linear_warmup*rsqrt_decay*rsqrt_hidden_size` with constant 2 and 8000 warmup
@@ -123,6 +124,8 @@ class HParams:
         multiply_embedding_mode: `"sqrt_depth"` (embeddings × √d) or `"none"`.
         decoder_start: the decoder's first input, `"bos"` (`BOS_ID`'s embedding) or
             `"zeros"` (t2t's zero vector).
+        position_offset: the timing signal's position of a sequence's first token (0, t2t;
+            2 in M2M-100 / NLLB).
         source_vocab_size: 0: the source shares the target vocabulary (`vocab_size`);
             else the size of a separate source vocabulary with its own embedding
             (`shared_embedding_and_softmax_weights` then ties the target's only).
@@ -168,6 +171,7 @@ class HParams:
     multiply_embedding_mode: str = "sqrt_depth"
     decoder_start: str = "bos"
     source_vocab_size: int = 0
+    position_offset: int = 0
 
     def __post_init__(self):
         for name in (
@@ -194,6 +198,7 @@ class HParams:
         ):
             _checks.check_rate(name, getattr(self, name))
         _checks.check_non_negative_int("source_vocab_size", self.source_vocab_size)
+        _checks.check_non_negative_int("position_offset", self.position_offset)
         for name in (
             "learning_rate",
             "learning_rate_constant",

@@ -38,6 +38,7 @@ def check_arguments(
     scale_embedding,
     timescale_rule,
     max_positions,
+    position_offset,
     decoder_start,
     source_vocab_size,
     final_logits_bias,
@@ -79,6 +80,7 @@ def check_arguments(
     norm_epsilon = _checks.check_positive_float("norm_epsilon", norm_epsilon)
     _checks.check_choice("timescale_rule", timescale_rule, TIMESCALE_RULES)
     max_positions = _checks.check_optional_positive_int("max_positions", max_positions)
+    position_offset = _checks.check_non_negative_int("position_offset", position_offset)
     _checks.check_choice("decoder_start", decoder_start, DECODER_STARTS)
     source_vocab_size = _checks.check_optional_positive_int("source_vocab_size", source_vocab_size)
     if source_vocab_size is not None and num_encoder_layers == 0:
@@ -107,6 +109,7 @@ def check_arguments(
         "scale_embedding": scale_embedding,
         "timescale_rule": timescale_rule,
         "max_positions": max_positions,
+        "position_offset": position_offset,
         "decoder_start": decoder_start,
         "source_vocab_size": source_vocab_size,
         "final_logits_bias": final_logits_bias,

@@ -118,6 +118,8 @@ class Transformer(keras_hub.models.Backbone):
         max_positions: None computes the timing signal; an int reads it from a table
             weight of that many positions per embedding (`position_embeddings`,
             initialised with the signal; t2t `pos="emb"`, an imported model's table).
+        position_offset: the timing signal's position of each sequence's first token
+            (0, t2t; 2 in M2M-100 / NLLB, which count from `padding_idx + 1`).
         decoder_start: the decoder's first input: `"bos"` (the embedding of `BOS_ID`, which
             the shifted targets start with) or `"zeros"` (t2t's zero vector; the id stays
             `BOS_ID`, its embedding is zeroed; the timing signal is still added).
@@ -173,6 +175,7 @@ class Transformer(keras_hub.models.Backbone):
         scale_embedding=True,
         timescale_rule="t2t",
         max_positions=None,
+        position_offset=0,
         decoder_start="bos",
         source_vocab_size=None,
         final_logits_bias=False,
@@ -201,6 +204,7 @@ class Transformer(keras_hub.models.Backbone):
             scale_embedding=scale_embedding,
             timescale_rule=timescale_rule,
             max_positions=max_positions,
+            position_offset=position_offset,
             decoder_start=decoder_start,
             source_vocab_size=source_vocab_size,
             final_logits_bias=final_logits_bias,
