@@ -210,7 +210,7 @@ def _copy(tmp_path, name="shared"):
         (lambda f: os.remove(f / "config.json"), r"config\.json: missing"),
         (
             lambda f: os.rename(f / "model.safetensors", f / "pytorch_model.bin"),
-            r"model\.safetensors: missing; the folder has only pytorch_model\.bin.*save_pretrained",
+            r"pytorch_model\.bin: is not a zip archive, not a torch checkpoint",
         ),
         (
             lambda f: _edit_config(f, normalize_before=True),

@@ -3,7 +3,6 @@ without running the pickle: every dtype, views, shared storages; legacy, truncat
 hostile and malformed files are refused in one line naming the file."""
 
 import io
-import os
 import pickle
 import struct
 import subprocess
@@ -97,6 +96,17 @@ def test_refuses_a_truncated_file(tmp_path, keep):
     _refusal(path, "truncated or corrupt zip")
 
 
+@pytest.mark.parametrize("entry", ["state/data.pkl", "state/data/0"])
+def test_refuses_a_corrupt_entry(tmp_path, entry):
+    data = bytearray((DATA / "state.bin").read_bytes())
+    start = zipfile.ZipFile(DATA / "state.bin").getinfo(entry).header_offset
+    name_size, extra_size = struct.unpack("<HH", data[start + 26 : start + 30])
+    data[start + 30 + name_size + extra_size] ^= 0xFF  # the entry's first byte
+    path = tmp_path / "corrupt.bin"
+    path.write_bytes(bytes(data))
+    assert "Bad CRC-32" in _refusal(path, "truncated or corrupt zip")
+
+
 def test_refuses_a_file_that_is_no_zip(tmp_path):
     path = tmp_path / "text.bin"
     path.write_text("not a checkpoint\n")
@@ -168,15 +178,21 @@ class _Exec:
 
 def test_refuses_a_hostile_pickle_without_running_it(tmp_path):
     marker = tmp_path / "ran"
-    by_reduce = pickle.dumps({"weight": _Exec(marker)}, protocol=2)
-    by_hand = _state({"w": _global("os", "system") + b"(" + _text(f"touch {marker}") + b"tR"})
-    assert b"builtins\nexec" in by_reduce
-    for pickled, name in [(by_reduce, "builtins.exec"), (by_hand, "os.system")]:
+    hostile = [
+        # GLOBAL (protocol 2 names builtins as Python 2 did) and STACK_GLOBAL (protocol 4)
+        (pickle.dumps({"weight": _Exec(marker)}, protocol=2), "__builtin__.exec"),
+        (pickle.dumps({"weight": _Exec(marker)}, protocol=4), "builtins.exec"),
+        (
+            _state({"w": _global("os", "system") + b"(" + _text(f"touch {marker}") + b"tR"}),
+            "os.system",
+        ),
+    ]
+    for pickled, name in hostile:
         path = _checkpoint(tmp_path / "hostile.bin", pickled, {})
         message = _refusal(path, "refuses to run it")
-        assert name in message
-    assert not marker.exists()
-    assert "os.system" not in ALLOWED and "builtins.exec" not in ALLOWED
+        assert f"the global {name};" in message
+    assert not marker.exists()  # the payload would have made it
+    assert not [name for _, name in hostile if name in ALLOWED]
 
 
 @pytest.mark.parametrize(
@@ -187,6 +203,15 @@ def test_refuses_a_hostile_pickle_without_running_it(tmp_path):
         ({"w": _tensor("1", 4, 0, (4,), (1,))}, {"0": FOUR}, "little", "lacks the entry"),
         ({"w": _tensor("0", 5, 0, (4,), (1,))}, {"0": FOUR}, "little", "16 bytes"),
         ({"w": _tensor("0", 4, 0, (4,), (1,))}, {"0": FOUR}, "big", "little-endian ones only"),
+        (
+            {
+                "w": _tensor("0", 4, 0, (4,), (1,)),
+                "v": _tensor("0", 4, 0, (4,), (1,), "LongStorage"),
+            },
+            {"0": FOUR},
+            "little",
+            "4 elements of 8 bytes",
+        ),
         ({"w": _tensor("0", 2, 0, (2,), (1,), "ComplexFloatStorage")}, {}, "little", "Complex"),
         ({"w": _text("a string")}, {}, "little", "is a str, not a tensor"),
     ],

@@ -31,6 +31,7 @@ import numpy as np
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfblocks.models import marian_npz
 from tfblocks.models.builders import build_transformer
+from tfblocks.models.hf_weights import read_weights
 from tfblocks.models.hyperparameters import HParams, hparams
 from tfblocks.models.marian_npz import ADDED_ROW_MARGIN
 from tfblocks.models.marian_npz import fail as _fail
@@ -73,8 +74,9 @@ def import_marian(path):
 
     Args:
         path: the folder (`config.json`, `model.safetensors`, `vocab.json`, `source.spm`,
-            `target.spm`; `generation_config.json` if present), or a folder in Marian's
-            own format (`model.npz` with `vocab.yml` and `source.spm` / `target.spm`, or
+            `target.spm`; `generation_config.json` if present; the weights may also be
+            sharded or in `pytorch_model.bin`: `tfblocks.models.hf_weights`), or a folder
+            in Marian's own format (`model.npz` with `vocab.yml` and `source.spm` / `target.spm`, or
             with a SentencePiece vocabulary `*.spm`: see `tfblocks.models.marian_npz`).
 
     Returns:
@@ -85,8 +87,7 @@ def import_marian(path):
         means the same way.
 
     Raises:
-        ValueError: one line naming the file and what is wrong: a missing file (a
-            `pytorch_model.bin`-only folder is told how to convert it), a `config.json`
+        ValueError: one line naming the file and what is wrong: a missing file, a `config.json`
             option tfblocks does not support (key and value), a vocabulary whose size is
             not the embedding's, a weight missing or of the wrong shape, a truncated or
             unreadable safetensors file.
@@ -111,12 +112,12 @@ def import_marian(path):
     else:
         config = _read_config(path)
         vocab = _read_json(os.path.join(path, "vocab.json"))
-        weights = _read_weights(path)
+        weights, file = read_weights(path)
         protos = []
         for side in ("source", "target"):
             with open(os.path.join(path, f"{side}.spm"), "rb") as f:
                 protos.append(f.read())
-        options = {"generation": _generation(path)}
+        options = {"generation": _generation(path), "file": file}
     size = int(config["vocab_size"])
     embedding = _embedding(weights, path)
     _check_vocab(vocab, size, embedding.shape, path)
@@ -215,27 +216,6 @@ def _count_pieces(file):
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return len(vocab) if isinstance(vocab, dict) else None
-
-
-def _read_weights(path):
-    import safetensors
-    import safetensors.numpy
-
-    file = os.path.join(path, WEIGHTS_FILE)
-    if not os.path.isfile(file):
-        if os.path.isfile(os.path.join(path, "pytorch_model.bin")):
-            _fail(
-                file,
-                "missing; the folder has only pytorch_model.bin, which tfblocks reads not "
-                "(it needs torch). Convert it once where torch is installed: python -c "
-                '"from transformers import MarianMTModel; MarianMTModel.from_pretrained('
-                f"'{path}').save_pretrained('{path}', safe_serialization=True)\"",
-            )
-        _fail(file, "missing (a Hugging Face Marian folder holds its weights there).")
-    try:
-        return safetensors.numpy.load_file(file)
-    except (safetensors.SafetensorError, OSError, ValueError) as error:
-        _fail(file, f"not a readable safetensors file (truncated?): {error}.")
 
 
 def _embedding(weights, path):
@@ -387,14 +367,25 @@ def _assign(model, weights, embedding, order, file):
         block(layer, f"model.encoder.layers.{i}")
     for i, layer in enumerate(model.decoder_blocks):
         block(layer, f"model.decoder.layers.{i}")
+    for layer, key in (
+        (model.encoder_norm, "model.encoder"),
+        (model.decoder_norm, "model.decoder"),
+    ):
+        if layer is not None:  # Pre-LN's final LayerNorms (M2M-100 / NLLB)
+            norm(layer, f"{key}.layer_norm")
     if model.softmax is not None:
         head = take("lm_head.weight", embedding.shape)
         model.softmax.kernel.assign(head[order].T)  # [d, V + 1]
-    bias = take("final_logits_bias", (1, embedding.shape[0]))[0][order].copy()
+    if "final_logits_bias" in weights:
+        bias = take("final_logits_bias", (1, embedding.shape[0]))[0][order].copy()
+    else:  # none (M2M-100 / NLLB; Hugging Face starts Marian's at zeros too)
+        bias = np.zeros(len(order), "float32")
     bias[BOS_ID] -= ADDED_ROW_MARGIN  # the added BOS row (the start token's): never predicted
     model.logits_bias.bias.assign(bias)
     # The token embedding under its other names (tied copies), read above as `embedding`.
     used.update(EMBEDDING_KEYS + (() if model.softmax is not None else ("lm_head.weight",)))
+    # Older M2M-100 files keep the sinusoid they compute (a buffer): tfblocks computes it.
+    used.update(key for key in weights if key.endswith(".embed_positions.weights"))
     unread = sorted(set(weights) - used)
     if unread:  # a part of another architecture: refused rather than dropped
         _fail(file, f"unsupported weight {unread[0]} (tfblocks has no place for it).")

@@ -34,6 +34,7 @@ import os
 import pickle
 import re
 import zipfile
+import zlib
 from collections import OrderedDict
 
 import ml_dtypes
@@ -93,14 +94,17 @@ def read_torch_checkpoint(path):
     with _open_zip(path) as archive:
         top = _top_folder(archive, path)
         _check_byteorder(archive, top, path)
-        state = _unpickle(archive.read(f"{top}/data.pkl"), path)
+        state = _unpickle(_read_entry(archive, f"{top}/data.pkl", path), path)
         storages = {}
         weights = {}
         for name, tensor in state.items():
             storage = tensor.storage
-            if storage.key not in storages:
-                storages[storage.key] = _read_storage(archive, top, storage, path)
-            weights[name] = _materialize(tensor, storages[storage.key], name, path)
+            # Each storage is read once; a key named with another dtype or length is
+            # checked against its entry again (torch never writes one).
+            seen = (storage.key, storage.dtype, storage.numel)
+            if seen not in storages:
+                storages[seen] = _read_storage(archive, top, storage, path)
+            weights[name] = _materialize(tensor, storages[seen], name, path)
     return weights
 
 
@@ -130,6 +134,18 @@ def _open_zip(path):
         _fail(path, f"is {kind}, not a torch checkpoint ({error}).")
 
 
+def _read_entry(archive, entry, path):
+    """The bytes of `entry` in `archive` (KeyError if it has none)."""
+    try:
+        return archive.read(entry)
+    except KeyError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, ValueError) as error:
+        _fail(path, f"is a truncated or corrupt zip archive ({entry!r}: {error}).")
+    except NotImplementedError as error:  # a compression zipfile does not know
+        _fail(path, f"cannot be read ({entry!r}: {error}).")
+
+
 def _top_folder(archive, path):
     """The name of the archive's top folder: the one holding `data.pkl`."""
     tops = [name[: -len("/data.pkl")] for name in archive.namelist() if name.endswith("/data.pkl")]
@@ -143,11 +159,10 @@ def _top_folder(archive, path):
 def _check_byteorder(archive, top, path):
     """Refuses a big-endian checkpoint (files without `byteorder` are little-endian)."""
     try:
-        order = archive.read(f"{top}/byteorder").decode("ascii", "replace").strip()
+        order = _read_entry(archive, f"{top}/byteorder", path)
     except KeyError:
         return
-    except (zipfile.BadZipFile, OSError, EOFError) as error:
-        _fail(path, f"is a corrupt zip archive ({error}).")
+    order = order.decode("ascii", "replace").strip()
     if order != "little":
         _fail(path, f"is a {order!r}-endian checkpoint; tfblocks reads little-endian ones only.")
 
@@ -315,11 +330,7 @@ def _read_storage(archive, top, storage, path):
             f"has {info.file_size} bytes in {entry!r} where its data.pkl says "
             f"{storage.numel} elements of {storage.dtype.itemsize} bytes ({expected}).",
         )
-    try:
-        data = archive.read(entry)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
-        _fail(path, f"is a truncated or corrupt zip archive ({entry!r}: {error}).")
-    return np.frombuffer(data, dtype=storage.dtype)
+    return np.frombuffer(_read_entry(archive, entry, path), dtype=storage.dtype)
 
 
 def _materialize(tensor, elements, name, path):

@@ -32,7 +32,7 @@ _SPECIAL = {PAD_ID: "pad", EOS_ID: "eos", UNK_ID: "unk", BOS_ID: "bos"}
 _Piece = sentencepiece_model_pb2.ModelProto.SentencePiece
 
 
-def reordered_tokenizer(proto, pieces, name=None):
+def reordered_tokenizer(proto, pieces, name=None, tags=None, control=()):
     """A `SubwordTokenizer` whose id `i` is the piece `pieces[i]`.
 
     Args:
@@ -41,6 +41,11 @@ def reordered_tokenizer(proto, pieces, name=None):
             EOS, unknown and BOS (`PAD_ID`, `EOS_ID`, `UNK_ID`, `BOS_ID`) whatever their
             strings. Pieces that `proto` lacks are kept unused, tags `>>xx<<` as one piece.
         name: name of the tokenizer's `tf.Module`.
+        tags: the pieces to keep as tags (one piece, written at the start of a text and
+            followed by a space: M2M-100's `__de__`, NLLB's `deu_Latn` on the source
+            side); None: those of the form `>>xx<<`.
+        control: pieces that text never turns into and that decode to nothing (a
+            language token the decoder is made to start with, on the target side).
 
     Returns:
         A `SubwordTokenizer` with `len(pieces)` ids.
@@ -64,6 +69,7 @@ def reordered_tokenizer(proto, pieces, name=None):
     True
     """
     pieces = [str(piece) for piece in pieces]
+    tags, control = None if tags is None else set(tags), set(control)
     if len(pieces) <= BOS_ID + 1:
         raise ValueError(f"`pieces` must hold more than {BOS_ID + 1} pieces, got {len(pieces)}.")
     seen = {}
@@ -87,9 +93,11 @@ def reordered_tokenizer(proto, pieces, name=None):
             setattr(model.trainer_spec, f"{_SPECIAL[i]}_id", i)
             setattr(model.trainer_spec, f"{_SPECIAL[i]}_piece", piece)
             model.pieces.add(piece=piece, score=0.0, type=kind)
+        elif piece in control:
+            model.pieces.add(piece=piece, score=0.0, type=_Piece.CONTROL)
         elif piece in known:
             model.pieces.add(piece=piece, score=known[piece].score, type=known[piece].type)
-        elif TAG.match(piece):
+        elif TAG.match(piece) if tags is None else piece in tags:
             # After SentencePiece's dummy prefix "▁", so that ">>fra<< text" starts with it.
             model.pieces.add(piece=prefix + piece, score=0.0, type=_Piece.USER_DEFINED)
         else:
