@@ -13,6 +13,7 @@ __getattr__, __dir__, __all__ = _lazy.public_names(
         "tfblocks.models.builders": ["build_language_model", "build_transformer"],
         "tfblocks.models.hyperparameters": ["HPARAMS_SETS", "REGIMES", "HParams", "hparams"],
         "tfblocks.models.inputs": ["padding_mask", "shift_right"],
+        "tfblocks.models.m2m100": ["M2M100Import", "import_m2m100", "import_nllb"],
         "tfblocks.models.marian": ["MarianImport", "import_marian"],
         "tfblocks.models.preset": ["Preset", "load_preset", "load_target_tokenizer", "save_preset"],
         "tfblocks.models.transformer": ["Transformer"],

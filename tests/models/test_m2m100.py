@@ -1,0 +1,137 @@
+"""`import_m2m100` / `import_nllb` against what Hugging Face transformers computes with the
+same folders.
+
+The fixture (`tests/data/m2m100/`, made by `tests/data/make_m2m100_fixture.py`) holds a tiny
+random M2M-100 folder (sharded safetensors) and NLLB folder (only `pytorch_model.bin`, read
+without torch) with their logits and greedy outputs; nothing here needs torch or
+transformers.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from tfblocks.decoding import Decoder, Greedy
+from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tfblocks.models.m2m100 import import_m2m100, import_nllb
+
+DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "m2m100")
+IMPORTERS = {"m2m100": import_m2m100, "nllb": import_nllb}
+
+
+def code(kind, language):
+    """The language token the folder's tokenizer writes for `language` (as the npz holds it)."""
+    return f"__{language}__" if kind == "m2m100" else str(language)
+
+
+@pytest.fixture(scope="module", params=sorted(IMPORTERS))
+def case(request):
+    kind = request.param
+    folder = os.path.join(DATA, kind)
+    imported = IMPORTERS[kind](folder)
+    expected = dict(np.load(os.path.join(DATA, f"{kind}.npz")))
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        size = json.load(f)["vocab_size"]
+    # tfblocks id of each fairseq id: <pad> 1, </s> 2, <unk> 3 -> 0, 1, 2; BOS 3 is the added
+    # row (the decoder start, </s>'s embedding); then <s> 0 and the rest in the folder's order.
+    to_tf = np.zeros(size, "int64")
+    to_tf[[1, 2, 3]] = [PAD_ID, EOS_ID, UNK_ID]
+    rest = [0, *range(4, size)]
+    to_tf[rest] = np.arange(BOS_ID + 1, size + 1)
+    return kind, imported, expected, to_tf
+
+
+def _unpadded(row):
+    row = list(row)
+    return row[: row.index(2) + 1] if 2 in row else row  # up to fairseq's </s>
+
+
+def test_language_tokens_and_tokenizers_give_the_folders_ids(case):
+    # The source is `[source code] pieces </s>`: the code written before the text, as a tag.
+    # The target tokenizer gives the pieces and </s> (the code is forced, not tokenized).
+    kind, imported, expected, to_tf = case
+    assert len(imported.languages) == (100 if kind == "m2m100" else 202)
+    for row, text in enumerate(expected["sources"]):
+        source = code(kind, expected["src_langs"][row])
+        ids = imported.source_tokenizer.tokenize([f"{source} {text}"]).to_list()[0]
+        assert ids == to_tf[_unpadded(expected["source_ids"][row])].tolist(), text
+        assert ids[0] == imported.languages[source]
+        target = _unpadded(expected["target_ids"][row])
+        assert imported.languages[code(kind, expected["tgt_langs"][row])] == to_tf[target[0]]
+        got = imported.target_tokenizer.tokenize([str(expected["targets"][row])]).to_list()[0]
+        assert got == to_tf[target[1:]].tolist()
+    # Detokenizing drops the language token (a control piece of the target tokenizer).
+    target = to_tf[_unpadded(expected["target_ids"][0])]
+    text = imported.target_tokenizer.detokenize(target[None].astype("int32")).numpy()[0]
+    assert text.decode("utf-8") == str(expected["targets"][0])
+
+
+def test_logits_equal_hugging_faces(case):
+    _, imported, expected, to_tf = case
+    source, target = to_tf[expected["source_ids"]], to_tf[expected["target_ids"]]
+    logits = imported.model({"inputs": source, "targets": target}).numpy()  # [B, T, V + 1]
+    assert logits.shape[-1] == len(to_tf) + 1
+    real = target != PAD_ID
+    np.testing.assert_allclose(logits[..., to_tf][real], expected["logits"][real], atol=1e-4)
+    # The added start row takes no probability: 30 below </s>, whose embedding it holds.
+    np.testing.assert_allclose(logits[..., BOS_ID], logits[..., EOS_ID] - 30.0, atol=1e-4)
+
+
+def test_greedy_outputs_with_the_forced_language_token_equal_hugging_faces(case):
+    # Hugging Face's forced_bos_token_id: the target language's token is the first output,
+    # forced here as a one-token prefix.
+    _, imported, expected, to_tf = case
+    limit = int(expected["max_new_tokens"])
+    prefix = to_tf[expected["forced_bos"]][:, None].astype("int32")
+    decoder = Decoder(imported.model, max_length=limit + 1)
+    ids, _ = decoder.decode(Greedy(), to_tf[expected["source_ids"]], prefix=prefix)
+    for got, want in zip(ids.numpy(), to_tf[expected["greedy"]], strict=True):
+        end = list(want).index(EOS_ID) + 1 if EOS_ID in want else limit
+        assert got[:end].tolist() == want[:end].tolist()
+
+
+def test_hparams_and_generation_defaults(case):
+    _, imported, _, to_tf = case
+    hp = imported.hparams
+    assert (hp.norm_first, hp.position_offset, hp.norm_epsilon) == (True, 2, 1e-5)
+    assert (hp.ffn_activation, hp.attention_use_bias, hp.timescale_rule) == ("relu", True, "t2t")
+    assert hp.vocab_size == imported.model.vocab_size == len(to_tf) + 1
+    assert imported.generation["max_length"] == 16
+
+
+@pytest.mark.parametrize(
+    ("kind", "edit", "message"),
+    [
+        ("m2m100", lambda f: os.remove(f / "model-00002-of-00003.safetensors"),
+         r"model-00002-of-00003\.safetensors: missing: a shard that .*index\.json lists"),
+        ("m2m100", lambda f: os.remove(f / "special_tokens_map.json"),
+         r"tokenizer_config\.json: no language codes"),
+        ("m2m100", lambda f: _edit_config(f, model_type="bart"),
+         r"config\.json: unsupported model_type='bart'"),
+        ("m2m100", lambda f: _edit_config(f, encoder_attention_heads=3, decoder_attention_heads=3),
+         r"d_model=16 must be a multiple of encoder_attention_heads=3"),
+        ("nllb", lambda f: os.remove(f / "sentencepiece.bpe.model"),
+         r"sentencepiece\.bpe\.model: missing"),
+        ("nllb", lambda f: (f / "pytorch_model.bin").write_bytes(b"not a zip"),
+         r"pytorch_model\.bin: is not a zip archive"),
+        ("nllb", lambda f: _edit_config(f, vocab_size=300),
+         r"the embedding has 366 rows, config\.json's vocab_size=300"),
+    ],
+)  # fmt: skip
+def test_bad_folders_are_refused_in_one_line(kind, edit, message, tmp_path):
+    folder = tmp_path / kind
+    shutil.copytree(os.path.join(DATA, kind), folder)
+    edit(folder)
+    with pytest.raises(ValueError, match=message) as error:
+        IMPORTERS[kind](folder)
+    assert "\n" not in str(error.value)
+
+
+def _edit_config(folder, **values):
+    file = folder / "config.json"
+    config = json.loads(file.read_text(encoding="utf-8"))
+    config.update(values)
+    file.write_text(json.dumps(config), encoding="utf-8")
