@@ -135,3 +135,23 @@ def _edit_config(folder, **values):
     config = json.loads(file.read_text(encoding="utf-8"))
     config.update(values)
     file.write_text(json.dumps(config), encoding="utf-8")
+
+
+def test_a_translator_with_bad_language_tokens_is_refused(case):
+    from tfblocks.serving import Translator
+
+    _, imported, _, _ = case
+    parts = (imported.model, imported.source_tokenizer, imported.target_tokenizer, 8)
+    for tokens, message in [
+        ("deu_Latn", r"must be \(source_code, target_id\)"),
+        (("eng Latn", 5), "source code must be one word"),
+        (("eng_Latn", "deu_Latn"), "target id must be an int"),
+        (("eng_Latn", 10**6), "below the model's vocab_size"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Translator(*parts, language_tokens=tokens, jit_compile=False)
+    code = next(iter(imported.languages))
+    translator = Translator(*parts, language_tokens=(code, imported.languages[code]))
+    with pytest.raises(ValueError, match="LiteRT file of a model with language tokens"):
+        translator.export_litert("never-written.tflite")
+    assert not os.path.exists("never-written.tflite")

@@ -22,7 +22,7 @@ import os
 from tfblocks.cli.arguments import add_verbose_argument
 from tfblocks.cli.console import run_command
 
-FORMATS = ("marian",)
+FORMATS = ("marian", "m2m100", "nllb")
 
 
 def parse_args(argv=None):
@@ -35,7 +35,9 @@ def parse_args(argv=None):
     parser.add_argument(
         "format",
         choices=FORMATS,
-        help="marian: a Hugging Face Marian / OPUS-MT folder, or Marian's model.npz folder",
+        help="marian: a Hugging Face Marian / OPUS-MT folder, or Marian's model.npz folder; "
+        "m2m100 / nllb: a Hugging Face M2M-100 / NLLB-200 folder (with --source-lang and "
+        "--target-lang)",
     )
     parser.add_argument("model_dir", metavar="DIR", help="the folder to import")
     parser.add_argument("--output", required=True, help="the run folder to write (new or empty)")
@@ -44,6 +46,13 @@ def parse_args(argv=None):
         action="store_true",
         help="also write RUN/ctranslate2/, a CTranslate2 model (pip install tfblocks[ctranslate2])",
     )
+    for side in ("source", "target"):
+        parser.add_argument(
+            f"--{side}-lang",
+            metavar="CODE",
+            help=f"m2m100 / nllb: the run's {side} language, a code of the model (de or "
+            "__de__; deu_Latn); the run translates in this direction",
+        )
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
     args.model_dir = os.path.expanduser(args.model_dir)
@@ -55,7 +64,22 @@ def main(argv=None):
     from tfblocks.translation.importing import import_run
 
     args = parse_args(argv)
-    return import_run(args.model_dir, args.output, ctranslate2=args.ctranslate2)
+    pair = (args.source_lang, args.target_lang)
+    if args.format == "marian" and pair != (None, None):
+        raise ValueError(
+            "--source-lang / --target-lang are for m2m100 and nllb (a Marian folder names "
+            "its languages itself); drop them."
+        )
+    if args.format != "marian" and None in pair:
+        raise ValueError(
+            f"`tfblocks-import {args.format}` needs --source-lang and --target-lang (the run's "
+            "direction; a code of the model such as "
+            f"{'de' if args.format == 'm2m100' else 'deu_Latn'})."
+        )
+    return import_run(
+        args.model_dir, args.output, ctranslate2=args.ctranslate2, kind=args.format,
+        source_lang=args.source_lang, target_lang=args.target_lang,
+    )  # fmt: skip
 
 
 def run():

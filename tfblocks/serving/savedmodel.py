@@ -88,6 +88,29 @@ from tfblocks.serving.text_module import check_pairs, check_text_batch
 from tfblocks.text.multilingual import target_tag
 
 
+def _language_tokens(language_tokens, vocab_size):
+    """`(source_code, forced_start)` of `Translator(language_tokens=...)`: `(None, None)`
+    for None; else a ValueError naming it unless a str code and an id of the model."""
+    if language_tokens is None:
+        return None, None
+    if not isinstance(language_tokens, tuple | list) or len(language_tokens) != 2:
+        raise ValueError(
+            "`language_tokens` must be (source_code, target_id), e.g. ('eng_Latn', 207), got "
+            f"language_tokens={language_tokens!r}."
+        )
+    code, target = language_tokens
+    if not isinstance(code, str) or not code or code != code.strip() or " " in code:
+        raise ValueError(f"`language_tokens`' source code must be one word, got {code!r}.")
+    if isinstance(target, bool) or not isinstance(target, int | np.integer):
+        raise ValueError(f"`language_tokens`' target id must be an int, got {target!r}.")
+    if not 0 <= int(target) < vocab_size:
+        raise ValueError(
+            f"`language_tokens`' target id must be below the model's vocab_size={vocab_size}, "
+            f"got {target}."
+        )
+    return code, int(target)
+
+
 def _source_buckets(source_buckets, max_length):
     """The padded source lengths, increasing, ending with `max_length`; None = exact."""
     return _checks.length_ladder("source_buckets", source_buckets, max_length, first=8)
@@ -143,6 +166,12 @@ class Translator(TranslatorSignatures):
             `target_lang` input (a code per text) names each text's target language.
         constrained: the SavedModel also has a `constrained` signature (calls with
             `constraints=` work either way); `search` must be a beam search.
+        language_tokens: a model that names languages by tokens (M2M-100, NLLB:
+            `tfblocks.models.m2m100`): `(source_code, target_id)`, the source language's
+            code, written before each source text (a tag of the source tokenizer), and
+            the target language token's id, which every translation is made to start
+            with before its prefix (Hugging Face's `forced_bos_token_id`; a control piece
+            of the target tokenizer, so the text leaves it out). None: neither.
         name: the module's name.
 
     Besides translating (`translator(texts)`), it returns the n best translations
@@ -195,6 +224,7 @@ class Translator(TranslatorSignatures):
         target_lang=None,
         multilingual=False,
         constrained=False,
+        language_tokens=None,
         name=None,
     ):
         _backend.require_tensorflow("Translator")
@@ -218,6 +248,7 @@ class Translator(TranslatorSignatures):
         self.target_lang = None if target_lang is None else target_tag(target_lang)[2:-1]
         self.multilingual = _checks.check_bool("multilingual", multilingual)
         self.constrained = _checks.check_bool("constrained", constrained)
+        self.source_code, self.forced_start = _language_tokens(language_tokens, model.vocab_size)
         if self.constrained:
             constrained_search(self.search)  # a beam search, else a ValueError naming it
         layers = getattr(model, "num_decoder_layers", None)  # None: an Ensemble
@@ -257,10 +288,17 @@ class Translator(TranslatorSignatures):
             ValueError: before anything is written, for an Ensemble, a sampling
                 search, a `max_length` beyond the model's position table, an unknown
                 `quantization`, a BPE tokenizer (the file's tokenizer implements
-                unigram only), or a model of several directions without `target_lang`.
+                unigram only), a model of several directions without `target_lang`, or
+                one with `language_tokens`.
         """
         from tfblocks.serving.litert import export_litert
 
+        if self.forced_start is not None:
+            raise ValueError(
+                "A LiteRT file of a model with language tokens (M2M-100 / NLLB, "
+                "`language_tokens`) cannot be written yet: its tokenizer is BPE, which a "
+                "LiteRT file's tokenizer does not implement. Serve the SavedModel instead."
+            )
         return export_litert(
             self, path, quantization=quantization, beam_size=beam_size, target_lang=target_lang
         )

@@ -91,6 +91,8 @@ class TranslatorSignatures(TextModule):
         target_lang = self.target_lang if target_lang is None else target_lang
         if target_lang is not None:
             text = tag_sources(text, target_lang)
+        if self.source_code is not None:  # M2M-100 / NLLB: the source language's token
+            text = tf.strings.join([self.source_code, text], separator=" ")
         ids = self.source_tokenizer.tokenize(text)  # ragged [B, (n)], ends with EOS
         ids = ids[:, :-1][:, : self.max_length - 1]  # [B, (≤ max_length − 1)]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], EOS_ID))
@@ -101,9 +103,20 @@ class TranslatorSignatures(TextModule):
         """Target prefix ids `[B, P]` (0-padded, no EOS), never cut: a prefix that
         leaves no room for EOS in the search's length is refused by the decoder (a call
         of the signature fails with an InvalidArgumentError that names both lengths);
-        an empty (or blank) prefix is a row of PAD."""
+        an empty (or blank) prefix is a row of PAD (with `language_tokens`, the forced
+        target language token, then the prefix's ids)."""
         ids = self.target_tokenizer.tokenize(text)[:, :-1]
+        if self.forced_start is not None:
+            start = tf.fill([tf.shape(text)[0], 1], self.forced_start)
+            ids = tf.concat([tf.RaggedTensor.from_tensor(start), ids], axis=1)
         return ids.to_tensor(default_value=PAD_ID)
+
+    def _start(self, text):
+        """The prefix ids `[B, 1]` of a batch `text` decoded without a prefix: the forced
+        target language token (`language_tokens`), or None (nothing forced)."""
+        if self.forced_start is None:
+            return None
+        return tf.fill([tf.shape(text)[0], 1], self.forced_start)
 
     def encode_target(self, text):
         """Target ids `[B, T]` (0-padded, EOS-terminated, never truncated), T the first
@@ -152,7 +165,9 @@ class TranslatorSignatures(TextModule):
         source = self.encode_source(tf.where(blank, "", text), target_lang)
         # With jit_compile the decoder runs its own nested XLA-compiled function;
         # without, the search is traced inline into this signature's graph.
-        ids, scores = self._decoder.decode(self.search, source, extra_length=self.extra_length)
+        ids, scores = self._decoder.decode(
+            self.search, source, self._start(text), extra_length=self.extra_length
+        )
         translation = self.target_tokenizer.detokenize(ids)
         return {
             "translation": tf.where(blank, "", translation),
@@ -205,6 +220,7 @@ class TranslatorSignatures(TextModule):
         text = batch_input(text, "text")  # the `n_best` signature's input
         blank = blank_lines(text)
         source = self.encode_source(tf.where(blank, "", text))
+        prefix = self._start(text) if prefix is None else prefix
         search = self.search if phrases is None else constrained_search(self.search)
         ids, scores = self._decoder.decode(
             search,
@@ -280,6 +296,9 @@ class TranslatorSignatures(TextModule):
             [tf.debugging.Assert(fits, [too_long, tf.shape(target_ids)[1]])]
         ):
             target_ids = tf.identity(target_ids)
+        start = self._start(target)
+        if start is not None:  # the forced language token counts, as in the search's scores
+            target_ids = tf.concat([start, target_ids], axis=1)
         token_scores = self._decoder.score(self.encode_source(source), target_ids)
         return {
             "score": tf.reduce_sum(token_scores, axis=1),

@@ -16,7 +16,7 @@ SavedModel is said on standard error.
 import os
 import sys
 
-from tfblocks.translation.run_folder import CTRANSLATE2_DIR, run_beam_size
+from tfblocks.translation.run_folder import CTRANSLATE2_DIR, run_beam_size, run_language_tokens
 from tfblocks.translation.searches import ALPHA
 
 
@@ -401,7 +401,7 @@ def _preset_translator(preset, max_length, search=None, num_hypotheses=1):
     length = default if max_length is None else max_length
     translator = Translator(
         model, tokenizer, target_tokenizer, length, search=search,
-        num_hypotheses=num_hypotheses,
+        num_hypotheses=num_hypotheses, language_tokens=run_language_tokens(first),
     )  # fmt: skip
     return translator, length
 

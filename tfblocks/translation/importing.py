@@ -1,6 +1,7 @@
 """Another toolkit's pretrained model as a tfblocks run folder (`tfblocks-import`).
 
-`import_run` reads the folder (`tfblocks.models.import_marian`), writes `run.json` (where
+`import_run` reads the folder (`tfblocks.models.import_marian`; M2M-100 and NLLB-200:
+`import_m2m100`, `import_nllb`, with the run's direction), writes `run.json` (where
 the model came from, its languages when the folder names them, the decoding defaults it
 kept, and `beam_size`: the folder's `num_beams`, the run's one beam size), the tokenizers,
 `model/` (the preset) and `export/1/` (the strings-in SavedModel, decoding with that beam
@@ -15,9 +16,15 @@ import sys
 import tempfile
 
 
-def import_run(model_dir, output, ctranslate2=False):
+def import_run(model_dir, output, ctranslate2=False, kind="marian", source_lang=None,
+               target_lang=None):  # fmt: skip
     """Imports the Marian / OPUS-MT folder `model_dir` as the run folder `output` (new or
     empty), with a CTranslate2 model in it when `ctranslate2`; returns its absolute path.
+
+    `kind` `"m2m100"` or `"nllb"` imports an M2M-100 / NLLB-200 folder instead, whose run
+    translates from `source_lang` into `target_lang` (codes of the model: `de` or `__de__`,
+    `deu_Latn`; an unknown one is refused with the closest known ones): `run.json`'s
+    `language_tokens`, which its export/1 and the commands decode with.
 
     The folder is written beside `output` and renamed into place when complete: a refused
     or failed import leaves nothing behind.
@@ -30,9 +37,19 @@ def import_run(model_dir, output, ctranslate2=False):
         )
     if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
         raise ValueError(f"--output={given!r} exists and is not an empty folder; choose a new one.")
-    from tfblocks.models.marian import import_marian
+    if kind == "marian":
+        from tfblocks.models.marian import import_marian
 
-    imported = import_marian(model_dir)
+        imported, tokens = import_marian(model_dir), None
+    else:
+        if ctranslate2:
+            raise ValueError(f"--ctranslate2: not yet for {kind} models; import without it.")
+        from tfblocks.models import m2m100
+
+        imported = (m2m100.import_m2m100 if kind == "m2m100" else m2m100.import_nllb)(model_dir)
+        source = _code(imported.languages, kind, source_lang, "--source-lang")
+        target = _code(imported.languages, kind, target_lang, "--target-lang")
+        tokens = {"source": source, "target": target, "target_id": imported.languages[target]}
     parent = os.path.dirname(output)
     os.makedirs(parent, exist_ok=True)
     # A fresh folder of our own beside `output` (same file system: the rename is atomic);
@@ -40,7 +57,7 @@ def import_run(model_dir, output, ctranslate2=False):
     scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.importing-", dir=parent)
     staging = os.path.join(scratch, "run")
     try:
-        _write(staging, model_dir, imported)
+        _write(staging, model_dir, imported[:5], kind, tokens)
         if ctranslate2:
             from tfblocks.serving.ctranslate2_export import export_ctranslate2
             from tfblocks.translation.run_folder import CTRANSLATE2_DIR
@@ -65,8 +82,24 @@ def import_run(model_dir, output, ctranslate2=False):
     return output
 
 
-def _write(folder, source, imported):
-    """The run folder's files in `folder` (the staging copy)."""
+def _code(languages, kind, given, flag):
+    """The model's code for the language `given` (`flag`'s value): itself, or M2M-100's
+    `__xx__` for `xx`; a ValueError naming the closest known codes otherwise."""
+    import difflib
+
+    for code in (given, f"__{given}__"):
+        if code in languages:
+            return code
+    close = difflib.get_close_matches(given, languages, n=3) or sorted(languages)[:3]
+    raise ValueError(
+        f"{flag}={given!r} is not a language of this {kind} model ({len(languages)} codes); "
+        f"the closest: {', '.join(close)}."
+    )
+
+
+def _write(folder, source, imported, kind="marian", tokens=None):
+    """The run folder's files in `folder` (the staging copy); `tokens`: an M2M-100 /
+    NLLB run's `language_tokens` (`import_run`)."""
     from tfblocks._files import write_json
     from tfblocks.models import save_preset
     from tfblocks.serving import Translator
@@ -76,10 +109,10 @@ def _write(folder, source, imported):
     os.makedirs(folder)
     model, source_tokenizer, target_tokenizer, hp, generation = imported
     separate = target_tokenizer.proto != source_tokenizer.proto
-    languages = _languages(source)
+    languages = _languages(source) if tokens is None else (tokens["source"], tokens["target"])
     settings = {
         "imported_from": os.path.abspath(source),
-        "import_format": "marian",
+        "import_format": kind,
         "source_lang": languages[0],
         "target_lang": languages[1],
         "generation": generation,
@@ -87,6 +120,10 @@ def _write(folder, source, imported):
         "beam_size": generation.get("num_beams", DEFAULT_BEAM_SIZE),
         "separate_vocab": separate,
     }
+    language_tokens = None
+    if tokens is not None:
+        settings["language_tokens"] = tokens
+        language_tokens = (tokens["source"], tokens["target_id"])
     write_json(os.path.join(folder, RUN_FILE), {"format": 1, "settings": settings})
     source_tokenizer.save(os.path.join(folder, TOKENIZER_FILE))
     if separate:
@@ -95,7 +132,8 @@ def _write(folder, source, imported):
         target_tokenizer = source_tokenizer
     save_preset(model, source_tokenizer, os.path.join(folder, "model"), hp, target_tokenizer)
     search = beam_or_greedy(settings["beam_size"])
-    translator = Translator(model, source_tokenizer, target_tokenizer, hp.max_length, search=search)
+    translator = Translator(model, source_tokenizer, target_tokenizer, hp.max_length, search=search,
+                            language_tokens=language_tokens)  # fmt: skip
     translator.export(os.path.join(folder, "export", "1"))
 
 

@@ -391,6 +391,17 @@ def run_pairs(path):
     return None
 
 
+def run_language_tokens(path):
+    """`(source_code, target_id)` of an imported M2M-100 / NLLB run (its `run.json`'s
+    `language_tokens`: `Translator(language_tokens=...)`), or None for any other run.
+    Reads only `run.json`."""
+    for settings in _run_settings(path):
+        tokens = settings.get("language_tokens")
+        if isinstance(tokens, dict) and {"source", "target_id"} <= set(tokens):
+            return str(tokens["source"]), int(tokens["target_id"])
+    return None
+
+
 def _run_settings(path):
     """Yields the `run.json` settings of the run folder `path`, or of the folder whose
     `model/`, `export/N` or `ctranslate2/` it is, that can be read."""

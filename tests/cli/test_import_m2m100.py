@@ -1,0 +1,133 @@
+"""`tfblocks-import m2m100|nllb DIR --output RUN --source-lang CODE --target-lang CODE`: a run
+folder that translates in its direction (the source language's token before the text, the
+target language's token forced first), from the command, its preset and its export/1.
+
+The folders are the tiny random ones of `tests/data/m2m100/` (made with transformers by
+`tests/data/make_m2m100_fixture.py`), with what transformers' greedy search gave.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.cli.test_commands import in_process
+from tfblocks.cli import import_ as import_cli
+from tfblocks.cli import translate as translate_cli
+from tfblocks.translation import engines
+
+DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "m2m100")
+PAIR = ("eng_Latn", "deu_Latn")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    output = tmp_path_factory.mktemp("runs") / "nllb"
+    return import_cli.main(["nllb", os.path.join(DATA, "nllb"), "--output", str(output),
+                            "--source-lang", PAIR[0], "--target-lang", PAIR[1]])  # fmt: skip
+
+
+def _hugging_face_greedy(run):
+    """`(sources, texts)`: the fixture's en→de sources and the text of transformers' greedy
+    output for each (its forced language token left out, as the run's target tokenizer
+    decodes it), and whether transformers stopped it at its limit."""
+    from tfblocks.models import load_target_tokenizer
+
+    expected = np.load(os.path.join(DATA, "nllb.npz"))
+    pairs = zip(expected["src_langs"], expected["tgt_langs"], strict=True)
+    rows = [i for i, pair in enumerate(pairs) if tuple(pair) == PAIR]
+    size = _json(os.path.join(DATA, "nllb", "config.json"))["vocab_size"]
+    to_tf = np.zeros(size, "int64")
+    to_tf[[1, 2, 3]] = [0, 1, 2]
+    to_tf[[0, *range(4, size)]] = np.arange(4, size + 1)
+    target = load_target_tokenizer(os.path.join(run, "model"))
+    ids = to_tf[expected["greedy"][rows]]
+    texts = target.detokenize(tf.constant(ids, tf.int32)).numpy()
+    stopped = [1 not in row.tolist() for row in ids]
+    return [str(expected["sources"][i]) for i in rows], [t.decode() for t in texts], stopped
+
+
+def test_the_run_translates_in_its_direction_as_transformers(run, tmp_path, monkeypatch, capsys):
+    settings = _json(os.path.join(run, "run.json"))["settings"]
+    assert settings["import_format"] == "nllb"
+    assert (settings["source_lang"], settings["target_lang"]) == PAIR
+    assert settings["language_tokens"]["source"] == PAIR[0]
+    sources, want, stopped = _hugging_face_greedy(run)
+    assert len(sources) >= 2
+    (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    status, out, err = in_process(
+        translate_cli,
+        monkeypatch,
+        capsys,
+        "--model",
+        run,
+        "--input",
+        tmp_path / "in.en",
+        "--beam-size",
+        "1",
+        "--max-length",
+        "60",
+    )  # fmt: skip  (no source cut)
+    assert status == 0, err
+    for got, text, limit in zip(out.splitlines(), want, stopped, strict=True):
+        assert got.startswith(text) if limit else got == text, (got, text)
+    # export/1 decodes as the preset with the run's beam (4), the language tokens included.
+    translator, _ = engines._preset_translator(os.path.join(run, "model"), None)
+    saved = tf.saved_model.load(os.path.join(run, "export", "1")).signatures["serving_default"]
+    exported = saved(text=tf.constant([*sources, ""]))["translation"].numpy()
+    preset = [t.decode() for t in translator([*sources, ""]).numpy()]
+    assert [t.decode() for t in exported] == preset and preset[-1] == ""
+
+
+def test_a_score_counts_the_forced_language_token_as_transformers_logits_do(run):
+    # `score(source, target)`: the target's log-probability after the forced language token
+    # (whose own is counted, as the search counts a forced token), from transformers'
+    # teacher-forced logits (pad left out of the softmax, as tfblocks never predicts it).
+    expected = np.load(os.path.join(DATA, "nllb.npz"))
+    pairs = zip(expected["src_langs"], expected["tgt_langs"], expected["source_ids"], strict=True)
+    # A source the run's max_length (15) does not cut.
+    row = [tuple(p[:2]) == PAIR and (p[2] != 1).sum() < 15 for p in pairs].index(True)
+    labels = expected["target_ids"][row]
+    logits = np.delete(expected["logits"][row].astype("float64"), 1, axis=-1)  # without <pad>
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    real = labels != 1
+    columns = np.where(labels > 1, labels - 1, labels)  # the ids after <pad>'s column
+    want = log_probs[np.arange(len(labels)), columns][real].sum()
+    translator, _ = engines._preset_translator(os.path.join(run, "model"), None)
+    got = translator.score([str(expected["sources"][row])], [str(expected["targets"][row])])
+    np.testing.assert_allclose(got, [want], atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("nllb", "--source-lang", "eng_Latn", "--target-lang", "deu_Latm"),
+         r"--target-lang='deu_Latm' is not a language of this nllb model \(202 codes\); the "
+         r"closest: deu_Latn"),
+        (("nllb", "--source-lang", "eng_Latn"), "needs --source-lang and --target-lang"),
+        (("m2m100", "--source-lang", "en", "--target-lang", "de", "--ctranslate2"),
+         "--ctranslate2: not yet for m2m100 models"),
+        (("marian", "--source-lang", "en", "--target-lang", "de"), "are for m2m100 and nllb"),
+    ],
+)  # fmt: skip
+def test_bad_directions_are_refused_in_one_line(args, message, tmp_path):
+    folder = os.path.join(DATA, "m2m100" if args[0] != "nllb" else "nllb")
+    with pytest.raises(ValueError, match=message):
+        import_cli.main([args[0], folder, "--output", str(tmp_path / "run"), *args[1:]])
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_m2m100_run_takes_two_letter_codes(tmp_path):
+    pair = ("--source-lang", "ja", "--target-lang", "__en__")
+    output = str(tmp_path / "run")
+    run = import_cli.main(["m2m100", os.path.join(DATA, "m2m100"), "--output", output, *pair])
+    settings = _json(os.path.join(run, "run.json"))["settings"]
+    assert settings["language_tokens"]["source"] == "__ja__"
+    assert settings["language_tokens"]["target"] == "__en__"
+
+
+def _json(file):
+    with open(file, encoding="utf-8") as f:
+        return json.load(f)
