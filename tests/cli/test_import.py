@@ -66,14 +66,6 @@ def test_import_writes_a_run_folder_that_translates_like_hugging_face(run):
         assert got_one.startswith(want_one.decode()) if forced else got_one == want_one.decode()
 
 
-def test_export_translates_as_the_preset_with_the_models_beam(run):
-    sources = ["the cat sits on the mat.", "rain"]
-    translate, _ = engines.load_translate(run, beam_size=4, notice=lambda message: None)
-    saved = tf.saved_model.load(os.path.join(run, "export", "1")).signatures["serving_default"]
-    exported = saved(text=tf.constant(sources))["translation"].numpy()
-    assert [e.decode() for e in exported] == translate(sources)
-
-
 def test_an_imported_run_exports_to_litert(run, tmp_path):
     """`tfblocks-export litert --model RUN` of an imported run (its tokenizers hold the
     joint vocabulary's other side as UNUSED pieces): the file translates as the preset."""

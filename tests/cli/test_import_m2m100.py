@@ -8,6 +8,7 @@ The folders are the tiny random ones of `tests/data/m2m100/` (made with transfor
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -24,8 +25,16 @@ PAIR = ("eng_Latn", "deu_Latn")
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+    """The NLLB folder imported en→de, its generation_config.json asking for greedy search
+    and 64 tokens (the run's beam 1 and max_length 63: no source of the fixture is cut)."""
+    folder = tmp_path_factory.mktemp("folders") / "nllb"
+    shutil.copytree(os.path.join(DATA, "nllb"), folder)
+    generation = _json(folder / "generation_config.json")
+    (folder / "generation_config.json").write_text(
+        json.dumps({**generation, "num_beams": 1, "max_length": 64}), encoding="utf-8"
+    )
     output = tmp_path_factory.mktemp("runs") / "nllb"
-    return import_cli.main(["nllb", os.path.join(DATA, "nllb"), "--output", str(output),
+    return import_cli.main(["nllb", str(folder), "--output", str(output),
                             "--source-lang", PAIR[0], "--target-lang", PAIR[1]])  # fmt: skip
 
 
@@ -57,28 +66,15 @@ def test_the_run_translates_in_its_direction_as_transformers(run, tmp_path, monk
     sources, want, stopped = _hugging_face_greedy(run)
     assert len(sources) >= 2
     (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
-    status, out, err = in_process(
-        translate_cli,
-        monkeypatch,
-        capsys,
-        "--model",
-        run,
-        "--input",
-        tmp_path / "in.en",
-        "--beam-size",
-        "1",
-        "--max-length",
-        "60",
-    )  # fmt: skip  (no source cut)
-    assert status == 0, err
+    command = ("--model", run, "--input", tmp_path / "in.en")
+    status, out, err = in_process(translate_cli, monkeypatch, capsys, *command)
+    assert status == 0 and "(beam 1, max_length 63)" in err, err
     for got, text, limit in zip(out.splitlines(), want, stopped, strict=True):
         assert got.startswith(text) if limit else got == text, (got, text)
-    # export/1 decodes as the preset with the run's beam (4), the language tokens included.
-    translator, _ = engines._preset_translator(os.path.join(run, "model"), None)
+    # export/1 decodes as the command, the language tokens included.
     saved = tf.saved_model.load(os.path.join(run, "export", "1")).signatures["serving_default"]
     exported = saved(text=tf.constant([*sources, ""]))["translation"].numpy()
-    preset = [t.decode() for t in translator([*sources, ""]).numpy()]
-    assert [t.decode() for t in exported] == preset and preset[-1] == ""
+    assert [t.decode() for t in exported] == [*out.splitlines(), ""]
 
 
 def test_a_score_counts_the_forced_language_token_as_transformers_logits_do(run):
@@ -119,13 +115,13 @@ def test_bad_directions_are_refused_in_one_line(args, message, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_an_m2m100_run_takes_two_letter_codes(tmp_path):
-    pair = ("--source-lang", "ja", "--target-lang", "__en__")
-    output = str(tmp_path / "run")
-    run = import_cli.main(["m2m100", os.path.join(DATA, "m2m100"), "--output", output, *pair])
-    settings = _json(os.path.join(run, "run.json"))["settings"]
-    assert settings["language_tokens"]["source"] == "__ja__"
-    assert settings["language_tokens"]["target"] == "__en__"
+def test_an_m2m100_run_takes_two_letter_codes():
+    from tfblocks.models import import_m2m100
+    from tfblocks.translation.importing import _code
+
+    languages = import_m2m100(os.path.join(DATA, "m2m100")).languages
+    assert _code(languages, "m2m100", "ja", "--source-lang") == "__ja__"
+    assert _code(languages, "m2m100", "__en__", "--target-lang") == "__en__"
 
 
 def _json(file):

@@ -99,30 +99,11 @@ def test_stored_position_table_and_untied_softmax_are_exported(tmp_path):
     check_agreement(imported, tmp_path)
 
 
-def test_translate_engine_ctranslate2_reads_an_imported_run(tmp_path):
-    from tfblocks.cli import import_ as import_cli
-    from tfblocks.cli import translate as translate_cli
-
-    run = import_cli.main(
-        ["marian", os.path.join(DATA, "shared"), "--output", str(tmp_path / "run"), "--ctranslate2"]
-    )
-    assert os.path.isfile(os.path.join(run, "ctranslate2", "model.bin"))
-    (tmp_path / "in.txt").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
-    files = ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
-    translate_cli.main(["--model", run, "--engine", "ctranslate2", "--beam-size", "1", *files])
-    got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
-    imported = import_marian(os.path.join(DATA, "shared"))
-    engine = CTranslate2Translator(os.path.join(run, "ctranslate2"), beam_size=1)
-    assert got == engine(SOURCES) and len(got) == len(SOURCES)
-    translator = Translator(
-        imported.model, imported.source_tokenizer, imported.target_tokenizer, 64, Greedy()
-    )
-    assert got == [t.decode() for t in translator(tf.constant(SOURCES)).numpy()]
-
-
 def test_engine_ctranslate2_decodes_an_imported_run_with_its_num_beams(tmp_path):
     """Without a beam size, CTranslate2 decodes an imported run (its folder or its
-    ctranslate2/) with the folder's `num_beams`, the run's one beam size."""
+    ctranslate2/, through the library or `tfblocks-translate --engine ctranslate2`) with
+    the folder's `num_beams`, the run's one beam size: here 1, greedy, as the model's own
+    greedy `Translator` translates."""
     from tfblocks.translation import engines, importing
 
     folder = tmp_path / "greedy"
@@ -136,6 +117,20 @@ def test_engine_ctranslate2_decodes_an_imported_run_with_its_num_beams(tmp_path)
     for path in (run, exported):
         translate, what = engines.load_translate(path, engine="ctranslate2")
         assert translate(SOURCES) == want and what.endswith("(beam 1)"), what
+    # `tfblocks-translate --engine ctranslate2` on the run folder: the same, and what the
+    # imported model's own greedy Translator gives.
+    from tfblocks.cli import translate as translate_cli
+
+    (tmp_path / "in.txt").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    files = ["--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")]
+    translate_cli.main(["--model", run, "--engine", "ctranslate2", *files])
+    got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
+    assert got == want and len(got) == len(SOURCES)
+    imported = import_marian(os.path.join(DATA, "shared"))
+    translator = Translator(
+        imported.model, imported.source_tokenizer, imported.target_tokenizer, 64, Greedy()
+    )
+    assert got == [t.decode() for t in translator(tf.constant(SOURCES)).numpy()]
 
 
 # --- Marian's own format (tests/data/marian/npz, made by make_marian_npz_fixture.py) ---
