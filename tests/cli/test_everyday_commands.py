@@ -342,7 +342,7 @@ def test_a_refused_phrase_is_named_by_its_line_of_constraints(run_folder, tmp_pa
     model = ("--model", run, "--input", source, "--constraints", constraints)
     long = " ".join(["lunch"] * MAX_LENGTH)
     for lines, words in [
-        (["", "", long, ""], f"line 3, phrase 1 ('{long}') has "),
+        (["", "", long, ""], f"line 3, phrase 1 ('{long[:39]}…') has "),
         (
             ["", "", "", "lunch\t🍛"],
             "line 4, phrase 2 ('🍛') holds characters the target vocabulary lacks ('🍛')",

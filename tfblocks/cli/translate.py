@@ -276,9 +276,11 @@ def _by_line(run, length, items, path):
             return run([item for _, item in batch])
         except PhraseError as error:
             line = batch[error.sentence][0] + 1
+            shown = str(error.shown)
+            shown = shown if len(shown) <= 40 else shown[:39] + "…"
             raise ValueError(
                 f"--constraints={path!r} line {line}, phrase {error.phrase + 1} "
-                f"({error.shown!r:.60}) {error.reason}"
+                f"({shown!r}) {error.reason}"
             ) from None
 
     return numbered_run, lambda pair: length(pair[1]), list(enumerate(items))
