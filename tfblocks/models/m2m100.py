@@ -35,7 +35,7 @@ from typing import NamedTuple
 from tfblocks.models import marian
 from tfblocks.models.builders import build_transformer
 from tfblocks.models.hf_weights import read_weights
-from tfblocks.models.hyperparameters import HParams, hparams
+from tfblocks.models.hyperparameters import HParams
 from tfblocks.models.marian_npz import fail
 from tfblocks.text.tokenizers import SubwordTokenizer
 from tfblocks.text.vocabulary import reordered_tokenizer
@@ -256,28 +256,15 @@ def _vocabulary(path, kind, proto, size):
 
 def _hparams(config, vocab_size, generation):
     """The model's `HParams`: fairseq's M2M-100 architecture at the folder's sizes."""
-    return hparams(
-        "transformer_base_v1",
-        vocab_size=vocab_size,
-        hidden_size=int(config["d_model"]),
-        filter_size=int(config["encoder_ffn_dim"]),
-        num_heads=int(config["encoder_attention_heads"]),
-        num_encoder_layers=int(config["encoder_layers"]),
-        num_decoder_layers=int(config["decoder_layers"]),
-        layer_prepostprocess_dropout=float(config.get("dropout", 0.1)),
-        attention_dropout=float(config.get("attention_dropout", 0.0)),
-        relu_dropout=float(config.get("activation_dropout", 0.0)),
+    return marian.config_hparams(
+        config,
+        vocab_size,
+        marian._max_length(config, generation, stored=False),
+        activation="relu",
         norm_first=True,
-        shared_embedding_and_softmax_weights=bool(config.get("tie_word_embeddings", True)),
-        max_length=marian._max_length(config, generation, stored=False),
         pos="timing",
-        ffn_activation=marian._ACTIVATIONS[config.get("activation_function", "relu")],
-        attention_use_bias=True,
-        ffn_use_bias=True,
         norm_epsilon=1e-5,
-        final_logits_bias=True,  # zeros, and the added BOS row's margin below pad's
         timescale_rule="t2t",
         multiply_embedding_mode="sqrt_depth",
-        decoder_start="bos",
         position_offset=int(config["pad_token_id"]) + 1,
     )

@@ -287,6 +287,24 @@ def _hparams(
     """The model's `HParams`; Hugging Face's LayerNorm epsilon and timing signal unless
     given (Marian's own: 1e-9, t2t's d/2 − 1 rule)."""
     stored = "model.encoder.embed_positions.weight" in weights
+    return config_hparams(
+        config,
+        vocab_size,
+        _max_length(config, generation, stored),
+        activation="swish",
+        norm_first=False,
+        pos="emb" if stored else "timing",
+        norm_epsilon=norm_epsilon,
+        timescale_rule=timescale_rule,
+        multiply_embedding_mode="sqrt_depth" if config.get("scale_embedding") else "none",
+    )
+
+
+def config_hparams(config, vocab_size, max_length, activation, **architecture):
+    """The `HParams` of a Hugging Face BART-family `config.json` (Marian, M2M-100 / NLLB):
+    its sizes, dropout rates and activation (`activation` when it names none), biases on
+    every projection, a `final_logits_bias` (the added BOS row's margin), the decoder
+    started from BOS, and the family's `architecture` fields."""
     return hparams(
         "transformer_base_v1",
         vocab_size=vocab_size,
@@ -298,18 +316,14 @@ def _hparams(
         layer_prepostprocess_dropout=float(config.get("dropout", 0.1)),
         attention_dropout=float(config.get("attention_dropout", 0.0)),
         relu_dropout=float(config.get("activation_dropout", 0.0)),
-        norm_first=False,
         shared_embedding_and_softmax_weights=bool(config.get("tie_word_embeddings", True)),
-        max_length=_max_length(config, generation, stored),
-        pos="emb" if stored else "timing",
-        ffn_activation=_ACTIVATIONS[config.get("activation_function", "swish")],
+        max_length=max_length,
+        ffn_activation=_ACTIVATIONS[config.get("activation_function", activation)],
         attention_use_bias=True,
         ffn_use_bias=True,
-        norm_epsilon=norm_epsilon,
         final_logits_bias=True,
-        timescale_rule=timescale_rule,
-        multiply_embedding_mode="sqrt_depth" if config.get("scale_embedding") else "none",
         decoder_start="bos",
+        **architecture,
     )
 
 
