@@ -116,6 +116,21 @@ def test_init_from_a_run_of_other_languages_is_refused(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+def test_init_from_an_m2m100_run_is_refused_before_anything_is_written(tmp_path):
+    # Fine-tuning does not write M2M-100 / NLLB's language tokens yet: it would train the
+    # model without them, so such a run is refused as a start.
+    run = tmp_path / "run"
+    run.mkdir()
+    tokens = {"source": "jpn_Jpan", "target": "eng_Latn", "target_id": 207}
+    settings = {"source_lang": "ja", "target_lang": "en", "language_tokens": tokens}
+    (run / "run.json").write_text(json.dumps({"format": 1, "settings": settings}))
+    (run / "model").mkdir()
+    (run / "model" / "config.json").write_text("{}")  # never read: refused before
+    with pytest.raises(ValueError, match=r"is an M2M-100 / NLLB run.*Not supported yet"):
+        train_cli.main([*FAST, "--init-from", str(run), "--output", str(tmp_path / "new")])
+    assert not (tmp_path / "new").exists()
+
+
 def made_up_pairs(n, seed):
     """Pairs of a made-up language pair xx -> yy: each xx word is written backwards and
     capitalised in yy, in the same order (`ka mo` -> `Ak Om`)."""

@@ -117,6 +117,8 @@ def test_hparams_and_generation_defaults(case):
          r"sentencepiece\.bpe\.model: missing"),
         ("nllb", lambda f: (f / "pytorch_model.bin").write_bytes(b"not a zip"),
          r"pytorch_model\.bin: is not a zip archive"),
+        ("nllb", lambda f: _edit_json(f / "tokenizer_config.json", legacy_behaviour=True),
+         r"tokenizer_config\.json: unsupported legacy_behaviour=true"),
         ("nllb", lambda f: _edit_config(f, vocab_size=300),
          r"the embedding has 366 rows, config\.json's vocab_size=300"),
     ],
@@ -131,7 +133,10 @@ def test_bad_folders_are_refused_in_one_line(kind, edit, message, tmp_path):
 
 
 def _edit_config(folder, **values):
-    file = folder / "config.json"
+    _edit_json(folder / "config.json", **values)
+
+
+def _edit_json(file, **values):
     config = json.loads(file.read_text(encoding="utf-8"))
     config.update(values)
     file.write_text(json.dumps(config), encoding="utf-8")

@@ -95,6 +95,7 @@ def _import(path, kind):
     if embedding.shape[0] != size:
         fail(file, f"the embedding has {embedding.shape[0]} rows, config.json's vocab_size={size}.")
     proto = _sentencepiece(path)
+    _check_layout(path)
     vocab, codes = _vocabulary(path, kind, proto, size)
     order = marian._order(config, vocab, size, path)  # the folder's id of each tfblocks id
     generation = marian._generation(path)
@@ -201,6 +202,18 @@ def _listed_codes(path):
             if isinstance(listed, list) and listed:
                 return [token["content"] if isinstance(token, dict) else token for token in listed]
     return []
+
+
+def _check_layout(path):
+    """Refuses NLLB's legacy layout (`legacy_behaviour: true`: `pieces </s> [src_lang]`),
+    which the source tokenizer does not write."""
+    file = os.path.join(path, "tokenizer_config.json")
+    if os.path.isfile(file) and _read_json(file).get("legacy_behaviour") in (True, "true", "True"):
+        fail(
+            file,
+            "unsupported legacy_behaviour=true (the source written `pieces </s> [src_lang]`): "
+            "tfblocks writes `[src_lang] pieces </s>`, the layout of legacy_behaviour=false.",
+        )
 
 
 def _vocabulary(path, kind, proto, size):

@@ -77,6 +77,14 @@ class JobData:
         (`build_hparams`)."""
         if not self.options.init_from:
             return None
+        from tfblocks.translation.run_folder import run_language_tokens
+
+        if run_language_tokens(self.options.init_from) is not None:
+            raise ValueError(
+                f"--init-from={self.options.init_from!r} is an M2M-100 / NLLB run, whose "
+                "sources and targets carry language tokens that fine-tuning does not write "
+                "yet: it would train the model without them. Not supported yet."
+            )
         preset = os.path.join(self.options.init_from, "model")
         try:
             model, tokenizer, hp = load_preset(preset)
