@@ -63,6 +63,7 @@ def test_the_run_translates_in_its_direction_as_transformers(run, tmp_path, monk
     assert settings["import_format"] == "nllb"
     assert (settings["source_lang"], settings["target_lang"]) == PAIR
     assert settings["language_tokens"]["source"] == PAIR[0]
+    assert settings["language_tokens"]["target_id"] > 3
     sources, want, stopped = _hugging_face_greedy(run)
     assert len(sources) >= 2
     (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
@@ -122,6 +123,21 @@ def test_an_m2m100_run_takes_two_letter_codes():
     languages = import_m2m100(os.path.join(DATA, "m2m100")).languages
     assert _code(languages, "m2m100", "ja", "--source-lang") == "__ja__"
     assert _code(languages, "m2m100", "__en__", "--target-lang") == "__en__"
+
+
+def test_import_run_checks_the_format_and_direction_itself(tmp_path):
+    from tfblocks.translation import importing
+
+    assert import_cli.FORMATS == importing.FORMATS  # the command's choices (kept light)
+    for kind, pair, words in [
+        ("nllb200", (None, None), "`kind` must be one of marian, m2m100, nllb, got kind='nllb200'"),
+        ("m2m100", ("en", None), "needs --source-lang and --target-lang"),
+        ("marian", ("en", "de"), "are for m2m100 and nllb"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            importing.import_run(os.path.join(DATA, "m2m100"), str(tmp_path / "run"), kind=kind,
+                                 source_lang=pair[0], target_lang=pair[1])  # fmt: skip
+    assert not (tmp_path / "run").exists()
 
 
 def _json(file):

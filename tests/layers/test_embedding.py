@@ -188,6 +188,10 @@ def test_zeroed_id_gives_the_signal_alone_and_stays_unmasked():
         ({"vocab_size": 5, "hidden_size": 4, "dropout": 2}, "dropout=2"),
         ({"vocab_size": 5, "hidden_size": 4, "min_timescale": 0.0}, "min_timescale=0.0"),
         ({"vocab_size": 5, "hidden_size": 4, "position_offset": -1}, "position_offset=-1"),
+        (
+            {"vocab_size": 5, "hidden_size": 4, "position_offset": 2, "max_positions": 8},
+            "position_offset=2, max_positions=8",
+        ),
     ],
 )
 def test_bad_arguments(kwargs, words):

@@ -152,11 +152,29 @@ def test_a_translator_with_bad_language_tokens_is_refused(case):
         (("eng Latn", 5), "source code must be one word"),
         (("eng_Latn", "deu_Latn"), "target id must be an int"),
         (("eng_Latn", 10**6), "below the model's vocab_size"),
+        (("eng_Latn", EOS_ID), "above the special ids"),
     ]:
         with pytest.raises(ValueError, match=message):
             Translator(*parts, language_tokens=tokens, jit_compile=False)
     code = next(iter(imported.languages))
-    translator = Translator(*parts, language_tokens=(code, imported.languages[code]))
+    tokens = (code, imported.languages[code])
+    with pytest.raises(ValueError, match="not with target_lang=None, multilingual=False or align"):
+        Translator(*parts, language_tokens=tokens, alignments=True)
+    translator = Translator(*parts, language_tokens=tokens)
     with pytest.raises(ValueError, match="LiteRT file of a model with language tokens"):
         translator.export_litert("never-written.tflite")
     assert not os.path.exists("never-written.tflite")
+    # What would be off by the language tokens (word positions, tags) is refused.
+    for call, words in [
+        (lambda: translator(["a"], target_lang="fr"), "does not take target_lang='fr'"),
+        (lambda: translator.n_best(["a"], replace_unknowns=True), "replace_unknowns=True"),
+        (lambda: translator.align(["a"], ["b"]), "does not take align=True"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            call()
+    from tfblocks.serving import export_ctranslate2
+
+    with pytest.raises(ValueError, match=r"position_offset=2 .*CTranslate2 export"):
+        export_ctranslate2(imported.model, imported.source_tokenizer, "never-written",
+                           target_tokenizer=imported.target_tokenizer)  # fmt: skip
+    assert not os.path.exists("never-written")

@@ -234,3 +234,11 @@ def test_refuses_what_is_not_a_dict_of_tensors(tmp_path):
         archive.writestr("archive/version", "3")
     (tmp_path / "none.bin").write_bytes(buffer.getvalue())
     _refusal(tmp_path / "none.bin", "no '<folder>/data.pkl' entries")
+
+
+def test_a_view_of_more_elements_than_its_storage_is_refused(tmp_path):
+    # A stride-0 view of one element as 2**20 × 2**20 would copy out 4 TiB.
+    pickled = _state({"big": _tensor("0", 1, 0, (2**20, 2**20), (0, 0))})
+    file = _checkpoint(tmp_path / "big.bin", pickled, {"0": FOUR[:4]})
+    with pytest.raises(ValueError, match=r"'big' of size \(1048576, 1048576\).*storage of 1"):
+        read_torch_checkpoint(file)

@@ -186,7 +186,10 @@ def to_litert(args):
     model, tokenizer, hp = load_preset(preset)
     target_tokenizer = load_target_tokenizer(preset) or tokenizer
     max_length = hp.max_length if hp is not None else 256  # as tfblocks-translate reads it
-    translator = Translator(model, tokenizer, target_tokenizer, max_length)
+    from tfblocks.translation.run_folder import run_language_tokens
+
+    tokens = run_language_tokens(preset)
+    translator = Translator(model, tokenizer, target_tokenizer, max_length, language_tokens=tokens)
     written = translator.export_litert(
         args.output, quantization=args.quantization, beam_size=beam_size, target_lang=target
     )

@@ -22,7 +22,7 @@ import os
 from tfblocks.cli.arguments import add_verbose_argument
 from tfblocks.cli.console import run_command
 
-FORMATS = ("marian", "m2m100", "nllb")
+FORMATS = ("marian", "m2m100", "nllb")  # as tfblocks.translation.importing.FORMATS
 
 
 def parse_args(argv=None):
@@ -64,18 +64,6 @@ def main(argv=None):
     from tfblocks.translation.importing import import_run
 
     args = parse_args(argv)
-    pair = (args.source_lang, args.target_lang)
-    if args.format == "marian" and pair != (None, None):
-        raise ValueError(
-            "--source-lang / --target-lang are for m2m100 and nllb (a Marian folder names "
-            "its languages itself); drop them."
-        )
-    if args.format != "marian" and None in pair:
-        raise ValueError(
-            f"`tfblocks-import {args.format}` needs --source-lang and --target-lang (the run's "
-            "direction; a code of the model such as "
-            f"{'de' if args.format == 'm2m100' else 'deu_Latn'})."
-        )
     return import_run(
         args.model_dir, args.output, ctranslate2=args.ctranslate2, kind=args.format,
         source_lang=args.source_lang, target_lang=args.target_lang,

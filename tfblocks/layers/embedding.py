@@ -170,6 +170,12 @@ class SinusoidalEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         self.add_timing_signal = bool(add_timing_signal)
         self.position_offset = _utils.check_non_negative_int("position_offset", position_offset)
+        if self.position_offset and max_positions is not None:
+            raise ValueError(
+                "`position_offset` shifts a computed timing signal; a stored table "
+                "(`max_positions`) is read from position 0, got "
+                f"position_offset={position_offset}, max_positions={max_positions}."
+            )
         self.timescale_rule = _utils.check_choice("timescale_rule", timescale_rule, TIMESCALE_RULES)
         self.max_positions = _utils.check_optional_positive_int("max_positions", max_positions)
         if self.max_positions is not None and not self.add_timing_signal:

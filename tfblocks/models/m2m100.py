@@ -184,7 +184,12 @@ def _added_tokens(path):
     fast_file = os.path.join(path, "tokenizer.json")
     if os.path.isfile(fast_file):
         for token in _read_json(fast_file).get("added_tokens") or []:
-            added.setdefault(token["content"], int(token["id"]))
+            content, i = token["content"], int(token["id"])
+            if added.setdefault(content, i) != i:
+                fail(
+                    fast_file,
+                    f"gives {content!r} the id {i}, tokenizer_config.json {added[content]}.",
+                )
     return added
 
 

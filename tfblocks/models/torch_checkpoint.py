@@ -345,6 +345,12 @@ def _materialize(tensor, elements, name, path):
                 f"has a tensor {name!r} (offset {tensor.offset}, size {tensor.size}, stride "
                 f"{tensor.stride}) reaching past its storage of {len(elements)} elements.",
             )
+    if count > max(len(elements), 1):  # only overlapping (stride 0) views repeat elements
+        _fail(
+            path,
+            f"has a tensor {name!r} of size {tensor.size} ({count} elements) over a storage "
+            f"of {len(elements)}: an expanded view, which tfblocks does not copy out.",
+        )
     itemsize = elements.dtype.itemsize
     view = np.lib.stride_tricks.as_strided(
         elements[tensor.offset :] if count else elements[:0],

@@ -159,6 +159,11 @@ def _check_model(model):
             "`model` must be an encoder–decoder `tfblocks.Transformer` (from "
             f"`build_transformer`), got {type(model).__name__} '{getattr(model, 'name', '')}'."
         )
+    if getattr(model, "position_offset", 0):
+        raise ValueError(
+            f"`model` '{model.name}' has position_offset={model.position_offset} (an M2M-100 / "
+            "NLLB import): its CTranslate2 export, with the language tokens, is not there yet."
+        )
     for block in [*model.encoder_blocks, *model.decoder_blocks]:
         if block.activation not in ACTIVATIONS:
             raise ValueError(

@@ -77,6 +77,7 @@ import tensorflow as tf
 
 from tfblocks import _backend, _checks
 from tfblocks.decoding import BeamSearch, alignment
+from tfblocks.ids import BOS_ID
 from tfblocks.serving import unknowns
 from tfblocks.serving.constraints import constrained_search
 from tfblocks.serving.hypothesis import Hypothesis
@@ -103,10 +104,10 @@ def _language_tokens(language_tokens, vocab_size):
         raise ValueError(f"`language_tokens`' source code must be one word, got {code!r}.")
     if isinstance(target, bool) or not isinstance(target, int | np.integer):
         raise ValueError(f"`language_tokens`' target id must be an int, got {target!r}.")
-    if not 0 <= int(target) < vocab_size:
+    if not BOS_ID < int(target) < vocab_size:
         raise ValueError(
-            f"`language_tokens`' target id must be below the model's vocab_size={vocab_size}, "
-            f"got {target}."
+            f"`language_tokens`' target id must be a language token's, above the special ids "
+            f"(0–{BOS_ID}) and below the model's vocab_size={vocab_size}, got {target}."
         )
     return code, int(target)
 
@@ -249,6 +250,16 @@ class Translator(TranslatorSignatures):
         self.multilingual = _checks.check_bool("multilingual", multilingual)
         self.constrained = _checks.check_bool("constrained", constrained)
         self.source_code, self.forced_start = _language_tokens(language_tokens, model.vocab_size)
+        if self.forced_start is not None and (target_lang, multilingual, alignments) != (
+            None,
+            False,
+            False,
+        ):
+            raise ValueError(
+                "`language_tokens` name the direction by the model's own tokens: not with "
+                f"target_lang={target_lang!r}, multilingual={multilingual!r} or "
+                f"alignments={alignments!r} (not there yet for such models)."
+            )
         if self.constrained:
             constrained_search(self.search)  # a beam search, else a ValueError naming it
         layers = getattr(model, "num_decoder_layers", None)  # None: an Ensemble
@@ -264,6 +275,18 @@ class Translator(TranslatorSignatures):
             alignment.tokenizer_word_starts(tokenizer, model.vocab_size)
             for tokenizer in (source_tokenizer, target_tokenizer)
         ]  # [V] bool each
+
+    def _check_language_tokens(self, **options):
+        """Refuses (ValueError naming them) the given `options` a translator with
+        `language_tokens` does not handle yet (their word positions, tags and language
+        choice would be off by the language tokens)."""
+        given = {name: value for name, value in options.items() if value not in (None, False)}
+        if self.forced_start is not None and given:
+            listed = ", ".join(f"{name}={value!r}" for name, value in given.items())
+            raise ValueError(
+                f"A translator with `language_tokens` (M2M-100 / NLLB) does not take {listed} "
+                "yet; drop it."
+            )
 
     def export_litert(self, path, quantization=None, beam_size=None, target_lang=None):
         """Writes this translator as one LiteRT (TFLite) file, strings in and out:
@@ -312,6 +335,7 @@ class Translator(TranslatorSignatures):
         `replace_unknowns`, the first of `n_best(..., replace_unknowns=True)`'s; with
         `constraints` (a list of str phrases per text), each holds its text's phrases;
         with `target_lang` (a code), into that language (the model's tag `<2xx>`)."""
+        self._check_language_tokens(target_lang=target_lang, replace_unknowns=replace_unknowns)
         if target_lang is not None:
             if target_prefix is not None or replace_unknowns or constraints is not None:
                 raise ValueError(
@@ -357,6 +381,7 @@ class Translator(TranslatorSignatures):
             texts, target_prefix = check_pairs(texts, target_prefix, ("texts", "target_prefix"))
         if texts.shape[0] == 0:
             return []
+        self._check_language_tokens(replace_unknowns=replace_unknowns)
         if replace_unknowns and constraints is not None:
             raise ValueError(
                 "`replace_unknowns` and `constraints` cannot be combined: a replaced <unk> "
@@ -433,6 +458,7 @@ class Translator(TranslatorSignatures):
         if self.alignment_layer is None:
             raise ValueError("An Ensemble has no one cross-attention to align with: align "
                              "with a Translator of one of its models.")  # fmt: skip
+        self._check_language_tokens(align=True)
         sources, targets = check_pairs(sources, targets)
         if sources.shape[0] == 0:
             return []

@@ -253,7 +253,9 @@ class TranslatorSignatures(TextModule):
             return self.serve_prefix(texts, target_prefix)
         constrained_search(self.search)  # a beam search, else a ValueError naming it
         table = phrase_table(constraints, texts.shape[0])
-        check_phrase_table(self.target_tokenizer, table, self.max_length)
+        # With `language_tokens` the forced token takes one place before the phrases.
+        room = self.max_length - (self.forced_start is not None)
+        check_phrase_table(self.target_tokenizer, table, room)
         if target_prefix is None:
             return self.serve_constrained(texts, table)
         # Eagerly, as the search would where the ids are known: room for each phrase

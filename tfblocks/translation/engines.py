@@ -394,6 +394,11 @@ def _preset_translator(preset, max_length, search=None, num_hypotheses=1):
     from tfblocks.models import load_target_tokenizer
     from tfblocks.serving import Translator
 
+    if isinstance(preset, list) and any(run_language_tokens(p) for p in preset):
+        raise ValueError(
+            "An ensemble of M2M-100 / NLLB runs (language tokens) is not supported yet; "
+            f"translate with one of them, got {', '.join(preset)}."
+        )
     model, tokenizer, hp = _load_presets(preset)
     first = preset[0] if isinstance(preset, list) else preset
     target_tokenizer = load_target_tokenizer(first) or tokenizer  # separate vocabularies

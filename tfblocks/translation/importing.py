@@ -29,6 +29,7 @@ def import_run(model_dir, output, ctranslate2=False, kind="marian", source_lang=
     The folder is written beside `output` and renamed into place when complete: a refused
     or failed import leaves nothing behind.
     """
+    _check_direction(kind, source_lang, target_lang)
     given, output = output, os.path.abspath(output)
     if os.path.islink(output):  # checked before the import's minutes of work, as all here
         raise ValueError(
@@ -82,6 +83,29 @@ def import_run(model_dir, output, ctranslate2=False, kind="marian", source_lang=
     return output
 
 
+# The formats `import_run` reads (`tfblocks-import FORMAT`).
+FORMATS = ("marian", "m2m100", "nllb")
+
+
+def _check_direction(kind, source_lang, target_lang):
+    """Refuses (one line) an unknown `kind`, a direction given for a Marian folder (which
+    names its languages itself) and an M2M-100 / NLLB import without one."""
+    if kind not in FORMATS:
+        raise ValueError(f"`kind` must be one of {', '.join(FORMATS)}, got kind={kind!r}.")
+    pair = (source_lang, target_lang)
+    if kind == "marian" and pair != (None, None):
+        raise ValueError(
+            "--source-lang / --target-lang are for m2m100 and nllb (a Marian folder names "
+            "its languages itself); drop them."
+        )
+    if kind != "marian" and not all(isinstance(lang, str) and lang for lang in pair):
+        raise ValueError(
+            f"`tfblocks-import {kind}` needs --source-lang and --target-lang (the run's "
+            f"direction; a code of the model such as {'de' if kind == 'm2m100' else 'deu_Latn'})"
+            f", got {source_lang!r} and {target_lang!r}."
+        )
+
+
 def _code(languages, kind, given, flag):
     """The model's code for the language `given` (`flag`'s value): itself, or M2M-100's
     `__xx__` for `xx`; a ValueError naming the closest known codes otherwise."""
@@ -109,7 +133,11 @@ def _write(folder, source, imported, kind="marian", tokens=None):
     os.makedirs(folder)
     model, source_tokenizer, target_tokenizer, hp, generation = imported
     separate = target_tokenizer.proto != source_tokenizer.proto
-    languages = _languages(source) if tokens is None else (tokens["source"], tokens["target"])
+    # The languages as the commands read them (BLEU's tokenizer, Japanese spaces): M2M-100's
+    # `__ja__` is `ja`; NLLB's `jpn_Jpan` is read by its first part.
+    languages = _languages(source)
+    if tokens is not None:
+        languages = tuple(tokens[side].strip("_") for side in ("source", "target"))
     settings = {
         "imported_from": os.path.abspath(source),
         "import_format": kind,
