@@ -112,7 +112,7 @@ def test_hparams_and_generation_defaults(case):
         ("m2m100", lambda f: _edit_config(f, model_type="bart"),
          r"config\.json: unsupported model_type='bart'"),
         ("m2m100", lambda f: _edit_config(f, encoder_attention_heads=3, decoder_attention_heads=3),
-         r"d_model=16 must be a multiple of encoder_attention_heads=3"),
+         r"d_model=16 is not a multiple of encoder_attention_heads=3"),
         ("nllb", lambda f: os.remove(f / "sentencepiece.bpe.model"),
          r"sentencepiece\.bpe\.model: missing"),
         ("nllb", lambda f: (f / "pytorch_model.bin").write_bytes(b"not a zip"),

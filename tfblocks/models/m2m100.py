@@ -136,23 +136,7 @@ def _read_config(path):
     activation = config.get("activation_function", "relu")
     if activation not in marian._ACTIVATIONS:
         fail(file, f"unsupported activation_function={activation!r}.")
-    for encoder, decoder in (
-        ("encoder_attention_heads", "decoder_attention_heads"),
-        ("encoder_ffn_dim", "decoder_ffn_dim"),
-    ):
-        if config.get(encoder) != config.get(decoder):
-            fail(
-                file,
-                f"unsupported {decoder}={config.get(decoder)!r}: tfblocks needs it equal to "
-                f"{encoder}={config.get(encoder)!r}.",
-            )
-    heads, width = config.get("encoder_attention_heads"), config.get("d_model")
-    if not isinstance(heads, int) or not isinstance(width, int) or heads < 1 or width % heads:
-        fail(
-            file,
-            f"d_model={width!r} must be a multiple of encoder_attention_heads={heads!r} (each "
-            "head takes d_model / heads of the channels).",
-        )
+    marian.check_shapes(config, file)
     if config.get("pad_token_id") != 1:
         fail(file, f"unsupported pad_token_id={config.get('pad_token_id')!r} (fairseq's is 1).")
     return config

@@ -188,6 +188,13 @@ def _read_config(path):
             f"unsupported decoder_vocab_size={decoder_size!r}: a target vocabulary apart from "
             f"the source's (vocab_size={size!r}).",
         )
+    check_shapes(config, file)
+    return config
+
+
+def check_shapes(config, file):
+    """Refuses (one line naming `file`) a BART-family `config.json` whose encoder and
+    decoder differ in heads or FFN width, or whose heads do not divide `d_model`."""
     for encoder, decoder in (
         ("encoder_attention_heads", "decoder_attention_heads"),
         ("encoder_ffn_dim", "decoder_ffn_dim"),
@@ -199,13 +206,14 @@ def _read_config(path):
                 f"{encoder}={config.get(encoder)!r}.",
             )
     heads, width = config.get("encoder_attention_heads"), config.get("d_model")
-    if isinstance(heads, int) and isinstance(width, int) and (heads < 1 or width % heads):
+    if not isinstance(heads, int) or not isinstance(width, int):
+        _fail(file, f"d_model={width!r} and encoder_attention_heads={heads!r} must be integers.")
+    if heads < 1 or width % heads:
         _fail(
             file,
             f"d_model={width} is not a multiple of encoder_attention_heads={heads} (each head "
             "takes d_model / heads of the channels).",
         )
-    return config
 
 
 def _count_pieces(file):
