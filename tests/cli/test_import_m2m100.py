@@ -38,15 +38,16 @@ def run(tmp_path_factory):
                             "--source-lang", PAIR[0], "--target-lang", PAIR[1]])  # fmt: skip
 
 
-def _hugging_face_greedy(run):
-    """`(sources, texts)`: the fixture's en→de sources and the text of transformers' greedy
-    output for each (its forced language token left out, as the run's target tokenizer
-    decodes it), and whether transformers stopped it at its limit."""
+def _hugging_face_greedy(run, pair=PAIR):
+    """`(sources, texts, stopped)`: the fixture's sources of the direction `pair` and the
+    text of transformers' greedy output for each (its forced language token left out, as
+    the run's target tokenizer decodes it), and whether transformers stopped it at its
+    limit."""
     from tfblocks.models import load_target_tokenizer
 
     expected = np.load(os.path.join(DATA, "nllb.npz"))
     pairs = zip(expected["src_langs"], expected["tgt_langs"], strict=True)
-    rows = [i for i, pair in enumerate(pairs) if tuple(pair) == PAIR]
+    rows = [i for i, given in enumerate(pairs) if tuple(given) == pair]
     size = _json(os.path.join(DATA, "nllb", "config.json"))["vocab_size"]
     to_tf = np.zeros(size, "int64")
     to_tf[[1, 2, 3]] = [0, 1, 2]
@@ -78,10 +79,10 @@ def test_the_run_translates_in_its_direction_as_transformers(run, tmp_path, monk
     assert [t.decode() for t in exported] == [*out.splitlines(), ""]
 
 
-def test_a_score_counts_the_forced_language_token_as_transformers_logits_do(run):
+def test_a_score_leaves_out_the_forced_language_token_as_transformers_generation_does(run):
     # `score(source, target)`: the target's log-probability after the forced language token
-    # (whose own is counted, as the search counts a forced token), from transformers'
-    # teacher-forced logits (pad left out of the softmax, as tfblocks never predicts it).
+    # (whose own counts 0, as in transformers' generation scores and in the search's), from
+    # transformers' teacher-forced logits (pad left out of the softmax: never predicted).
     expected = np.load(os.path.join(DATA, "nllb.npz"))
     pairs = zip(expected["src_langs"], expected["tgt_langs"], expected["source_ids"], strict=True)
     # A source the run's max_length (15) does not cut.
@@ -90,6 +91,7 @@ def test_a_score_counts_the_forced_language_token_as_transformers_logits_do(run)
     logits = np.delete(expected["logits"][row].astype("float64"), 1, axis=-1)  # without <pad>
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     real = labels != 1
+    real[0] = False  # the forced language token
     columns = np.where(labels > 1, labels - 1, labels)  # the ids after <pad>'s column
     want = log_probs[np.arange(len(labels)), columns][real].sum()
     translator, _ = engines._preset_translator(os.path.join(run, "model"), None)
@@ -117,12 +119,16 @@ def test_bad_directions_are_refused_in_one_line(args, message, tmp_path):
 
 
 def test_an_m2m100_run_takes_two_letter_codes():
-    from tfblocks.models import import_m2m100
+    from tfblocks.models import import_m2m100, import_nllb
     from tfblocks.translation.importing import _code
 
     languages = import_m2m100(os.path.join(DATA, "m2m100")).languages
     assert _code(languages, "m2m100", "ja", "--source-lang") == "__ja__"
     assert _code(languages, "m2m100", "__en__", "--target-lang") == "__en__"
+    nllb = import_nllb(os.path.join(DATA, "nllb")).languages
+    assert _code(nllb, "nllb", "jpn", "--source-lang") == "jpn_Jpan"  # its one script
+    with pytest.raises(ValueError, match=r"--target-lang='zho' .* closest: zho_Hans, zho_Hant"):
+        _code(nllb, "nllb", "zho", "--target-lang")  # two scripts: which one is asked
 
 
 def test_import_run_checks_the_format_and_direction_itself(tmp_path):
@@ -143,3 +149,62 @@ def test_import_run_checks_the_format_and_direction_itself(tmp_path):
 def _json(file):
     with open(file, encoding="utf-8") as f:
         return json.load(f)
+
+
+def test_the_commands_and_export_take_any_direction_of_the_model(run, tmp_path, monkeypatch,
+                                                                  capsys):  # fmt: skip
+    # --source-lang / --target-lang on the en->de run: ja->en as transformers translates it;
+    # export/1's `languages` signature: each text in its own direction.
+    sources, want, stopped = _hugging_face_greedy(run, ("jpn_Jpan", "eng_Latn"))
+    (tmp_path / "in.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    command = ("--model", run, "--input", tmp_path / "in.txt", "--source-lang", "jpn_Jpan",
+               "--target-lang", "eng_Latn")  # fmt: skip
+    status, out, err = in_process(translate_cli, monkeypatch, capsys, *command)
+    assert status == 0 and "translating jpn_Jpan->eng_Latn" in err, err
+    for got, text, limit in zip(out.splitlines(), want, stopped, strict=True):
+        assert got.startswith(text) if limit else got == text, (got, text)
+    # --score in that direction: the command's number is the Python API's.
+    (tmp_path / "out.txt").write_text(out, encoding="utf-8")
+    status, scored, _ = in_process(translate_cli, monkeypatch, capsys, *command,
+                                   "--score", tmp_path / "out.txt")  # fmt: skip
+    assert status == 0
+    from tfblocks.translation.run_folder import run_direction
+
+    direction = run_direction(run, "jpn_Jpan", "eng_Latn")
+    translator, _ = engines._preset_translator(os.path.join(run, "model"), None,
+                                               language_tokens=direction)  # fmt: skip
+    np.testing.assert_allclose([float(line) for line in scored.splitlines()],
+                               translator.score(sources, out.splitlines()), atol=1e-4)  # fmt: skip
+    # tfblocks-evaluate in that direction: its own translations as references score 100.
+    from tfblocks.cli import evaluate as evaluate_cli
+
+    files = ("--src", tmp_path / "in.txt", "--ref", tmp_path / "out.txt")
+    direction = ("--source-lang", "jpn", "--target-lang", "eng_Latn")  # jpn: its one script
+    status, report, err = in_process(evaluate_cli, monkeypatch, capsys, "--model", run, *files,
+                                     *direction)  # fmt: skip
+    assert status == 0 and json.loads(report)["bleu"] == 100.0, (report, err)
+    expected = np.load(os.path.join(DATA, "nllb.npz"))
+    rows = {tuple(pair): _hugging_face_greedy(run, tuple(pair))
+            for pair in zip(expected["src_langs"], expected["tgt_langs"], strict=True)}  # fmt: skip
+    saved = tf.saved_model.load(os.path.join(run, "export", "1")).signatures["languages"]
+    columns = [[], [], [], [], []]  # texts, source codes, target codes, HF's texts, stopped
+    for (source, target), (given, texts_wanted, limits) in rows.items():
+        for row in zip(given, [source] * len(given), [target] * len(given), texts_wanted,
+                       limits, strict=True):  # fmt: skip
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+    texts, source_langs, target_langs, wanted, stopped = columns
+    assert len(set(target_langs)) == 3
+    out = saved(text=tf.constant(texts), source_lang=tf.constant(source_langs),
+                target_lang=tf.constant(target_langs))["translation"]  # fmt: skip
+    for got, text, limit in zip(out.numpy(), wanted, stopped, strict=True):
+        got = got.decode()
+        assert got.startswith(text) if limit else got == text, (got, text)
+
+
+def test_an_unknown_code_on_the_command_line_is_refused_with_the_closest(run, tmp_path):
+    (tmp_path / "in.txt").write_text("a\n", encoding="utf-8")
+    for flag, code, closest in [("--target-lang", "deu_Latm", "deu_Latn"),
+                                ("--source-lang", "eng_latn", "eng_Latn")]:  # fmt: skip
+        with pytest.raises(ValueError, match=rf"{flag}='{code}' is not a language .*{closest}"):
+            translate_cli.main(["--model", run, "--input", str(tmp_path / "in.txt"), flag, code])

@@ -7,6 +7,7 @@ without torch) with their logits and greedy outputs; nothing here needs torch or
 transformers.
 """
 
+import functools
 import json
 import os
 import shutil
@@ -29,7 +30,12 @@ def code(kind, language):
 
 @pytest.fixture(scope="module", params=sorted(IMPORTERS))
 def case(request):
-    kind = request.param
+    return _case(request.param)
+
+
+@functools.cache
+def _case(kind):
+    """`(kind, imported, expected, to_tf)` of the fixture folder `kind`, imported once."""
     folder = os.path.join(DATA, kind)
     imported = IMPORTERS[kind](folder)
     expected = dict(np.load(os.path.join(DATA, f"{kind}.npz")))
@@ -178,3 +184,83 @@ def test_a_translator_with_bad_language_tokens_is_refused(case):
         export_ctranslate2(imported.model, imported.source_tokenizer, "never-written",
                            target_tokenizer=imported.target_tokenizer)  # fmt: skip
     assert not os.path.exists("never-written")
+
+
+def test_scores_of_hugging_faces_beam_hypotheses_equal_theirs(case):
+    # HF's `sequences_scores`: the summed log-probabilities of the generated tokens, the
+    # forced language token counting 0, over (tokens generated) ** length_penalty. The
+    # model's own log-softmax over the folder's vocabulary gives them; Decoder.score
+    # (forced_first=True) differs only by leaving out <pad>, which tfblocks never generates.
+    _, imported, expected, to_tf = case
+    beam = to_tf[expected["beam"]]  # [B * 2, T]: the language id first, 0-padded after EOS
+    sources = np.repeat(to_tf[expected["source_ids"]], len(beam) // len(expected["sources"]), 0)
+    real = beam != PAD_ID
+    lengths = real.sum(axis=1)
+    theirs = expected["beam_scores"] * lengths ** float(expected["length_penalty"])
+    logits = imported.model({"inputs": sources, "targets": beam}).numpy()[..., to_tf]
+    log_probs = (
+        logits
+        - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1))[..., None]
+        - logits.max(-1, keepdims=True)
+    )  # [N, T, folder's V], as HF's log_softmax
+    chosen = np.take_along_axis(log_probs, expected["beam"][..., None], axis=-1)[..., 0]
+    chosen[:, 0] = 0.0  # the forced language token
+    np.testing.assert_allclose((chosen * real).sum(axis=1), theirs, atol=1e-4)
+    decoder = Decoder(imported.model, max_length=32, forced_first=True)
+    ours = decoder.score(sources, beam).numpy()  # [B * 2, T]
+    assert np.all(ours[:, 0] == 0.0)
+    pad = np.exp(log_probs[..., 1])  # HF's <pad> (fairseq id 1): its share, renormalized away
+    renormalized = (chosen - np.log1p(-pad)) * real
+    renormalized[:, 0] = 0.0
+    np.testing.assert_allclose(ours, renormalized, atol=1e-4)
+    # Without forced_first the language token's own log-probability counts (below 0).
+    counted = Decoder(imported.model, max_length=32).score(sources, beam).numpy()
+    assert np.all(counted[:, 0] < 0.0)
+    np.testing.assert_allclose(counted[:, 1:], ours[:, 1:], atol=1e-5)
+
+
+def test_forced_first_scores_the_search_as_score_does_and_needs_a_prefix():
+    _, imported, expected, to_tf = _case("nllb")  # the Decoder's rule: one folder suffices
+    source = to_tf[expected["source_ids"]][:2]
+    prefix = to_tf[expected["forced_bos"]][:2, None].astype("int32")
+    free = Decoder(imported.model, max_length=12, forced_first=True)
+    ids, scores = free.decode(Greedy(), source, prefix=prefix)
+    counted_ids, counted = Decoder(imported.model, max_length=12).decode(
+        Greedy(), source, prefix=prefix
+    )
+    assert ids.numpy().tolist() == counted_ids.numpy().tolist()  # the same choices
+    np.testing.assert_allclose(scores, free.score(source, ids).numpy().sum(axis=1), atol=1e-4)
+    assert np.all(counted.numpy() < scores.numpy())  # minus the language token's log-prob
+    with pytest.raises(ValueError, match=r"forced_first=True\) decodes from a `prefix`"):
+        free.decode(Greedy(), source)
+
+
+def test_a_translator_with_languages_translates_in_each_direction():
+    # translator(texts, source_lang=, target_lang=) gives what a translator made for that
+    # direction gives (the SavedModel's `languages` signature: tests/cli/test_import_m2m100).
+    from tfblocks.serving import Translator
+
+    kind, imported, expected, _ = _case("m2m100")  # its codes are also taken plain (`de`)
+    parts = (imported.model, imported.source_tokenizer, imported.target_tokenizer, 12)
+    columns = (expected["sources"], expected["src_langs"], expected["tgt_langs"])
+    rows = [(str(text), code(kind, source), code(kind, target))
+            for text, source, target in zip(*columns, strict=True)]  # fmt: skip
+    rows = [rows[0], next(row for row in rows if row[2] != rows[0][2])]  # two directions
+    # Without XLA: each translator here runs a call or two, which compiling would only slow.
+    own = (rows[0][1], imported.languages[rows[0][2]])
+    translator = Translator(*parts, search=Greedy(), language_tokens=own,
+                            languages=imported.languages, jit_compile=False)  # fmt: skip
+    for text, source, target in rows:
+        alone = Translator(*parts, search=Greedy(), jit_compile=False,
+                           language_tokens=(source, imported.languages[target]))  # fmt: skip
+        plain = (source.strip("_"), target.strip("_"))  # M2M-100's `de` for `__de__`
+        got = translator([text], source_lang=plain[0], target_lang=plain[1]).numpy()[0]
+        assert got == alone([text]).numpy()[0], (text, source, target)
+    with pytest.raises(ValueError, match=r"`target_lang` must be a language code .*closest"):
+        translator(["a"], target_lang="xx_Nope")
+    with pytest.raises(ValueError, match="translate plainly"):
+        translator(["a"], target_lang=rows[0][2], target_prefix=["b"])
+    with pytest.raises(ValueError, match="needs `language_tokens`"):
+        Translator(*parts, languages=imported.languages)
+    with pytest.raises(ValueError, match=r"must be among `languages`' codes and ids"):
+        Translator(*parts, language_tokens=(own[0], 5), languages=imported.languages)

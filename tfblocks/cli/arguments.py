@@ -244,12 +244,19 @@ def add_target_lang_argument(parser):
         "--target-lang", default=None, metavar="LANG",
         help="the language to translate into, for a model of several directions "
         "(tfblocks-train --pairs; required there): one of its run's languages, a direction "
-        "never trained reported as zero-shot",
+        "never trained reported as zero-shot; for an imported M2M-100 / NLLB run, any code "
+        "of the model (deu_Latn, de; default: the run's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--source-lang", default=None, metavar="LANG",
+        help="the language of the input, for an imported M2M-100 / NLLB run: any code of "
+        "the model (eng_Latn, en; default: the run's)",
     )  # fmt: skip
 
 
 def parse_translation_arguments(parser, argv, japanese_spaces_for):
     """Adds the options every command that translates with a model shares (`--target-lang`,
+    `--source-lang`,
     `--japanese-spaces` for the input `japanese_spaces_for` names, `--verbose`,
     `--replace-unknowns`, sampling) to `parser`, parses `argv` and refuses (`parser.error`)
     what those and the decoding options cannot do together; returns the arguments."""

@@ -46,7 +46,7 @@ from tfblocks.translation.evaluation import (
     choose_bleu_tokenize,
     score,
 )
-from tfblocks.translation.targets import tag_lines, target_language
+from tfblocks.translation.targets import language_direction, tag_lines, target_language
 
 
 def parse_args(argv=None):
@@ -86,6 +86,10 @@ def main(argv=None):
     notice = lambda message: print(f"tfblocks-evaluate: {message}", file=sys.stderr)  # noqa: E731
     tag = target_language(args.model, args.target_lang, notice)  # several directions' tag
     source, target = model_languages(args.model) or (None, tag)
+    # An imported M2M-100 / NLLB run: the direction its language tokens name.
+    tokens = language_direction(args.model, args.source_lang, args.target_lang, notice)
+    if tokens is not None:
+        tokens, (source, target) = tokens
     # Refused (a missing MeCab) before anything is translated.
     tokenize = choose_bleu_tokenize(target, args.bleu_tokenize, "--bleu-tokenize")
     sources = tag_lines(read_input(args.src, args.japanese_spaces, language=source), tag)
@@ -102,7 +106,7 @@ def main(argv=None):
         )
     translate, what = engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine,
-        notice=notice, **search_options(args),
+        notice=notice, language_tokens=tokens, **search_options(args),
     )  # fmt: skip
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)
     hypotheses = translate_in_batches(translate, sources, args.batch_size or BATCH_SIZE)

@@ -70,7 +70,7 @@ from tfblocks.cli.console import (
     read_lines_as_they_come,
     run_command,
 )
-from tfblocks.translation.targets import tag_lines, target_language
+from tfblocks.translation.targets import language_direction, tag_lines, target_language
 
 
 def parse_args(argv=None):
@@ -208,11 +208,15 @@ def main(argv=None):
     languages = model_languages(args.model) or (None, None)
     notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
     target = target_language(args.model, args.target_lang, notice)  # several directions' tag
+    # An imported M2M-100 / NLLB run: the direction its language tokens name.
+    tokens = language_direction(args.model, args.source_lang, args.target_lang, notice)
+    if tokens is not None:
+        tokens, languages = tokens
     if _interactive(args):
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
             n_best=args.n_best, stop_early=args.stop_early, alignments=args.alignments,
-            **search_options(args),
+            language_tokens=tokens, **search_options(args),
         )  # fmt: skip
         print(f"translating each line as it is read with {what}", file=sys.stderr)
         skipped = lambda error: notice(f"{error_line(error)} The line is skipped.")  # noqa: E731
@@ -227,7 +231,9 @@ def main(argv=None):
     if args.score is not None:
         targets = _read_aligned(args, "--score", args.score, len(lines), languages[1])
         _check_score_lengths(args.score, targets)  # before the model loads
-        run, what = engines.load_score(args.model, args.max_length, args.engine, notice)
+        run, what = engines.load_score(
+            args.model, args.max_length, args.engine, notice, language_tokens=tokens
+        )
         items, doing, length = list(zip(lines, targets, strict=True)), "scoring", _pair_length
     else:
         prefix = args.target_prefix is not None
@@ -235,7 +241,8 @@ def main(argv=None):
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
             n_best=args.n_best, stop_early=args.stop_early, prefix=prefix,
-            alignments=args.alignments, constraints=constraints, **search_options(args),
+            alignments=args.alignments, constraints=constraints, language_tokens=tokens,
+            **search_options(args),
         )  # fmt: skip
         items, doing, length = lines, "translating", len
         columns = [lines]

@@ -24,7 +24,10 @@ encoder–decoder model may get one too (a target prefix: each translation start
 it): the search forces the row's tokens (`Search.search(prefix=...)`), then
 goes on freely. Forced tokens count with their log-probabilities, so a result's score
 is `score`'s of its ids (length-penalized by beam search), and a beam search keeps no
-other hypothesis of a sentence while its prefix lasts.
+other hypothesis of a sentence while its prefix lasts. A model that is always given its
+first token (M2M-100 / NLLB's target language token: `Decoder(forced_first=True)`) counts
+that token's log-probability 0, in the searches and in `score` alike, as Hugging Face's
+`forced_bos_token_id` does: the token was never the model's choice.
 """
 
 import numpy as np
@@ -59,6 +62,10 @@ class Decoder:
             the search runs in segments (each its own XLA program with `jit_compile`),
             and the batch shrinks between them; the loop around them is not compiled.
             False runs one search over the whole batch. The results do not depend on it.
+        forced_first: every `decode` gets a `prefix` whose first token is forced by how
+            the model is used, not chosen (M2M-100 / NLLB's target language token): its
+            log-probability counts 0 in the results' scores and in `score` (Hugging
+            Face's `forced_bos_token_id`). A `decode` without a prefix is refused.
 
     Example:
 
@@ -77,7 +84,13 @@ class Decoder:
     """
 
     def __init__(
-        self, model, max_length, jit_compile=True, cache_lengths="auto", drop_finished=True
+        self,
+        model,
+        max_length,
+        jit_compile=True,
+        cache_lengths="auto",
+        drop_finished=True,
+        forced_first=False,
     ):
         _backend.require_tensorflow("Decoder")
         self.model = model
@@ -85,6 +98,7 @@ class Decoder:
         self.jit_compile = bool(jit_compile)
         self.cache_lengths = _cache_lengths(cache_lengths, self.max_length)
         self.drop_finished = _checks.check_bool("drop_finished", drop_finished)
+        self.forced_first = _checks.check_bool("forced_first", forced_first)
         self._functions = {}
 
     # The step function ---------------------------------------------------------------------
@@ -155,13 +169,19 @@ class Decoder:
         caches = model.init_cache(batch, max_length, encoder_output)
         if model.has_input:
             context["cross"] = [cache["cross"] for cache in caches]
+        if self.forced_first and prefix is not None:
+            context["forced_first"] = tf.cast(prefix, tf.int32)[:, 0]  # [B]
         return [cache["self"] for cache in caches], context
 
     def step(self, ids, index, state, context):
         """One decoding step: `(logits [N, V], state)` for the ids `[N, 1]` of
         position `index`, PAD and BOS masked."""
-        logits, new_state = self._model_step(ids, index, state, context)
-        return allowed_logits(logits), new_state
+        model_context = {k: v for k, v in context.items() if k != "forced_first"}
+        logits, new_state = self._model_step(ids, index, state, model_context)
+        logits = allowed_logits(logits)
+        if "forced_first" in context:  # only the forced token, at log-probability 0
+            logits = _forced_first(logits, index, context["forced_first"])
+        return logits, new_state
 
     def _model_step(self, ids, index, state, context):
         """The model's part of `step`: `(logits [N, V], new state)`.
@@ -256,6 +276,11 @@ class Decoder:
         num_hypotheses = search.check_num_hypotheses(num_hypotheses)
         source_ids = _check_ids("source_ids", source_ids, self.model.vocab_size)
         prefix = _check_ids("prefix", prefix, self.model.vocab_size)
+        if self.forced_first and (prefix is None or prefix.shape[1] == 0):
+            raise ValueError(
+                "A Decoder(forced_first=True) decodes from a `prefix` whose first column is "
+                f"the forced token (e.g. NLLB's target language token), got prefix={prefix!r}."
+            )
         if extra_length is not None:
             _checks.check_non_negative_int("extra_length", extra_length)
         # Here, not only in the search: an XLA-compiled search would drop the assertion.
@@ -360,6 +385,8 @@ class Decoder:
         logits = allowed_logits(model.logits(hidden))  # [B, T, V]
         chosen = tf.gather(logits, target_ids, batch_dims=2)  # [B, T]
         log_probs = chosen - tf.reduce_logsumexp(logits, axis=-1)  # [B, T]
+        if self.forced_first:  # the first token was given, not chosen: 0, as in `decode`
+            log_probs = tf.concat([tf.zeros_like(log_probs[:, :1]), log_probs[:, 1:]], axis=1)
         return tf.where(tf.not_equal(target_ids, PAD_ID), log_probs, 0.0)
 
     def _dropping(self, key, run, searcher, source_ids, prefix, constraints, extra_length):
@@ -430,6 +457,14 @@ def allowed_logits(logits):
     (the one rule of the searches' steps and of `Decoder.score`)."""
     never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], tf.shape(logits)[-1]), axis=0) > 0  # [V]
     return tf.where(never, NEG_INF, logits)
+
+
+def _forced_first(logits, index, forced):
+    """`logits` `[N, V]` of step `index`, where that is the first step: 0 at each row's
+    `forced` `[N]` id and `NEG_INF` elsewhere, so the forced token's log-probability is 0
+    (`Decoder(forced_first=True)`)."""
+    only = tf.where(tf.one_hot(forced, tf.shape(logits)[-1]) > 0, 0.0, NEG_INF)  # [N, V]
+    return tf.where(tf.equal(index, 0), tf.cast(only, logits.dtype), logits)
 
 
 def _check_ids(name, ids, vocab_size, rank=2):

@@ -26,11 +26,16 @@ graph constants, the decoding loop is XLA-compiled (`jit_compile`), and the sign
     constrained(text: tf.string [None], constraints: tf.string [None, C])
         -> {"translation": tf.string [None], "score": tf.float32 [None],
             "translations": tf.string [None, K], "scores": tf.float32 [None, K]}
+    languages(text: tf.string [None], source_lang: tf.string [None],
+              target_lang: tf.string [None])
+        -> {"translation": tf.string [None], "score": tf.float32 [None]}
 
 (`n_best` only with `Translator(num_hypotheses=K)`, K > 1; `align`, word alignments in
 Pharaoh format (`tfblocks.decoding.alignment`), only with `Translator(alignments=True)`;
 `constrained`, translations that hold each row's target phrases (`""` pads a row), only
-with `Translator(constrained=True)`: `tfblocks.serving.constraints`.)
+with `Translator(constrained=True)`: `tfblocks.serving.constraints`; `languages`, each
+text in its own direction, only with `Translator(language_tokens=..., languages=...)`,
+an imported M2M-100 / NLLB model.)
 
 Input handling: a source longer than `max_length` subwords is truncated to its first
 `max_length - 1` subwords plus EOS; a blank string (empty, or only Unicode whitespace:
@@ -112,6 +117,102 @@ def _language_tokens(language_tokens, vocab_size):
     return code, int(target)
 
 
+class _LanguageTable(tf.Module):
+    """The codes of a model that names languages by tokens (`Translator(languages=...)`)
+    in the graph: `lookup(codes, name)` gives each code's `(code as the model writes it,
+    token id)`, a failed call naming `name` for a code the model does not have."""
+
+    def __init__(self, languages, vocab_size):
+        super().__init__(name="languages")
+        if not isinstance(languages, dict) or not languages:
+            raise ValueError(
+                "`languages` must map each language code of the model to its token's id "
+                f"(e.g. {{'deu_Latn': 256042}}), got languages={_short(languages)}."
+            )
+        codes, ids = [], []
+        for code, token in languages.items():
+            if not isinstance(code, str) or not code or code.split() != [code]:
+                raise ValueError(f"`languages` holds a code that is not one word: {code!r}.")
+            if isinstance(token, bool) or not isinstance(token, int | np.integer):
+                raise ValueError(f"`languages`' id of {code!r} must be an int, got {token!r}.")
+            if not BOS_ID < int(token) < vocab_size:
+                raise ValueError(
+                    f"`languages`' id of {code!r} must be a language token's, above the "
+                    f"special ids (0–{BOS_ID}) and below vocab_size={vocab_size}, got {token}."
+                )
+            codes.append(code)
+            ids.append(int(token))
+        self.codes = tuple(codes)
+        self.token_ids = tuple(ids)
+        keys, rows = list(codes), list(range(len(codes)))
+        for row, code in enumerate(codes):  # M2M-100's `__de__` also as `de`
+            plain = code.strip("_")
+            if plain != code and plain not in languages:
+                keys.append(plain)
+                rows.append(row)
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(tf.constant(keys), tf.constant(rows, tf.int64)),
+            default_value=-1,
+        )
+        self._codes = tf.constant(codes)
+        self._ids = tf.constant(ids, tf.int32)
+
+    def id_of(self, code):
+        """The token id of `code` (a str, as the model writes it or M2M-100's plain
+        form), or None when the model has no such code."""
+        row = int(self.table.lookup(tf.constant(code)))
+        return None if row < 0 else int(self._ids[row])
+
+    def lookup(self, codes, name):
+        """`(codes [B] as the model writes them, token ids [B])` of the string batch
+        `codes` (the input called `name`)."""
+        rows = self.table.lookup(codes)
+        known = tf.debugging.assert_non_negative(
+            rows, message=f"`{name}` must hold language codes of the model (e.g. "
+            f"{self.codes[0]!r}); one is not"
+        )  # fmt: skip
+        with tf.control_dependencies([known]):
+            rows = tf.identity(rows)
+        return tf.gather(self._codes, rows), tf.gather(self._ids, rows)
+
+
+def _unknown_code(name, code, codes):
+    """The error message of a language code `code` (argument `name`) that is none of
+    `codes`: the closest ones named."""
+    import difflib
+
+    close = difflib.get_close_matches(str(code), codes, n=3) or sorted(codes)[:3]
+    return (
+        f"`{name}` must be a language code of the model ({len(codes)} codes), got "
+        f"{name}={code!r}; the closest: {', '.join(close)}."
+    )
+
+
+def _short(value, limit=80):
+    """`repr(value)`, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _language_table(languages, source_code, forced_start, vocab_size):
+    """`_LanguageTable` of `Translator(languages=...)`, or None; refused (ValueError)
+    without `language_tokens`."""
+    if languages is None:
+        return None
+    if forced_start is None:
+        raise ValueError(
+            "`languages` (every code of an M2M-100 / NLLB model) needs `language_tokens`, "
+            "the translator's own direction; got languages without it."
+        )
+    table = _LanguageTable(languages, vocab_size)
+    if forced_start not in table.token_ids or source_code not in table.codes:
+        raise ValueError(
+            f"`language_tokens` ({source_code!r}, {forced_start}) must be among `languages`' "
+            "codes and ids: give the codes of the same model."
+        )
+    return table
+
+
 def _source_buckets(source_buckets, max_length):
     """The padded source lengths, increasing, ending with `max_length`; None = exact."""
     return _checks.length_ladder("source_buckets", source_buckets, max_length, first=8)
@@ -172,7 +273,13 @@ class Translator(TranslatorSignatures):
             code, written before each source text (a tag of the source tokenizer), and
             the target language token's id, which every translation is made to start
             with before its prefix (Hugging Face's `forced_bos_token_id`; a control piece
-            of the target tokenizer, so the text leaves it out). None: neither.
+            of the target tokenizer, so the text leaves it out; its log-probability
+            counts 0 in every score, `Decoder(forced_first=True)`). None: neither.
+        languages: with `language_tokens`, every code of the model and its token's id
+            (`M2M100Import.languages`, e.g. `{"__de__": 128020, ...}`): the SavedModel
+            also has a `languages` signature, and `translator(texts, source_lang=...,
+            target_lang=...)` translates in any direction (M2M-100's codes also as
+            plain `de`).
         name: the module's name.
 
     Besides translating (`translator(texts)`), it returns the n best translations
@@ -226,15 +333,21 @@ class Translator(TranslatorSignatures):
         multilingual=False,
         constrained=False,
         language_tokens=None,
+        languages=None,
         name=None,
     ):
         _backend.require_tensorflow("Translator")
         super().__init__(name=name)
         search = BeamSearch() if search is None else search
+        self.source_code, self.forced_start = _language_tokens(language_tokens, model.vocab_size)
         self._set_decoding(
             model, ("target_tokenizer", target_tokenizer), max_length, search, jit_compile,
             cache_lengths=cache_lengths, drop_finished=drop_finished,
+            forced_first=self.forced_start is not None,
         )  # fmt: skip
+        self._language_table = _language_table(
+            languages, self.source_code, self.forced_start, model.vocab_size
+        )
         self.drop_finished = self._decoder.drop_finished
         self.num_hypotheses = self.search.check_num_hypotheses(num_hypotheses)
         self.source_buckets = _source_buckets(source_buckets, max_length)
@@ -249,7 +362,6 @@ class Translator(TranslatorSignatures):
         self.target_lang = None if target_lang is None else target_tag(target_lang)[2:-1]
         self.multilingual = _checks.check_bool("multilingual", multilingual)
         self.constrained = _checks.check_bool("constrained", constrained)
-        self.source_code, self.forced_start = _language_tokens(language_tokens, model.vocab_size)
         if self.forced_start is not None and (target_lang, multilingual, alignments) != (
             None,
             False,
@@ -328,13 +440,22 @@ class Translator(TranslatorSignatures):
 
     def __call__(
         self, texts, target_prefix=None, replace_unknowns=False, constraints=None,
-        target_lang=None,
+        target_lang=None, source_lang=None,
     ):  # fmt: skip
         """Translations of `texts` (a list of str or a 1-D string tensor), a string
         tensor; with `target_prefix` (as many str), each starts with its prefix; with
         `replace_unknowns`, the first of `n_best(..., replace_unknowns=True)`'s; with
         `constraints` (a list of str phrases per text), each holds its text's phrases;
-        with `target_lang` (a code), into that language (the model's tag `<2xx>`)."""
+        with `target_lang` (a code), into that language (the model's tag `<2xx>`; with
+        `languages`, the model's token, and `source_lang` the source's code)."""
+        if self._language_table is not None and (source_lang, target_lang) != (None, None):
+            return self._in_direction(texts, source_lang, target_lang, target_prefix,
+                                      replace_unknowns, constraints)  # fmt: skip
+        if source_lang is not None:
+            raise ValueError(
+                "`source_lang` chooses the source language of a translator with `languages` "
+                f"(M2M-100 / NLLB); this one has none, got source_lang={source_lang!r}."
+            )
         self._check_language_tokens(target_lang=target_lang, replace_unknowns=replace_unknowns)
         if target_lang is not None:
             if target_prefix is not None or replace_unknowns or constraints is not None:
@@ -351,6 +472,27 @@ class Translator(TranslatorSignatures):
         if target_prefix is None and constraints is None:
             return super().__call__(texts)
         return self._translate(texts, target_prefix, constraints)["translation"]
+
+    def _in_direction(self, texts, source_lang, target_lang, *options):
+        """`translator(texts, source_lang=..., target_lang=...)` of a translator with
+        `languages`: the `languages` signature, every text in that direction (None:
+        the translator's own source or target)."""
+        if any(option not in (None, False) for option in options):
+            raise ValueError(
+                "`source_lang` / `target_lang` translate plainly: not with `target_prefix`, "
+                "`replace_unknowns` or `constraints` (make a Translator with that "
+                "direction's `language_tokens` for those)."
+            )
+        texts = check_text_batch(texts)
+        table = self._language_table
+        for name, code in (("source_lang", source_lang), ("target_lang", target_lang)):
+            if code is not None and (not isinstance(code, str) or table.id_of(code) is None):
+                raise ValueError(_unknown_code(name, code, table.codes))
+        own = self.source_code, table.codes[table.token_ids.index(self.forced_start)]
+        source = own[0] if source_lang is None else source_lang
+        target = own[1] if target_lang is None else target_lang
+        fill = lambda code: tf.fill(tf.shape(texts), code)  # noqa: E731
+        return self.serve_languages(texts, fill(source), fill(target))["translation"]
 
     def n_best(self, texts, target_prefix=None, replace_unknowns=False, constraints=None):
         """The `num_hypotheses` best translations of each of `texts`, best first.

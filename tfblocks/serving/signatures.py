@@ -42,6 +42,7 @@ _SOURCE = text_spec("source")
 _TARGET = text_spec("target")
 _TARGET_PREFIX = text_spec("target_prefix")
 _TARGET_LANG = text_spec("target_lang")
+_SOURCE_LANG = text_spec("source_lang")
 
 
 def _check_same_batch(first, second, names):
@@ -80,19 +81,21 @@ class TranslatorSignatures(TextModule):
     True
     """
 
-    def encode_source(self, text, target_lang=None):
+    def encode_source(self, text, target_lang=None, source_code=None):
         """Source ids `[B, S]` (0-padded, EOS-terminated), S from `source_buckets`.
 
         S is the first bucket that holds the batch's longest source (or that length
         itself when `source_buckets` is None); at most `max_length`. `target_lang`
         (`[B]` codes; None: the translator's `target_lang`, if any) puts the tags of
-        the target languages in front of the texts.
+        the target languages in front of the texts; `source_code` (`[B]`; None: the
+        translator's `language_tokens`' code, if any), the source language's token.
         """
         target_lang = self.target_lang if target_lang is None else target_lang
         if target_lang is not None:
             text = tag_sources(text, target_lang)
-        if self.source_code is not None:  # M2M-100 / NLLB: the source language's token
-            text = tf.strings.join([self.source_code, text], separator=" ")
+        source_code = self.source_code if source_code is None else source_code
+        if source_code is not None:  # M2M-100 / NLLB: the source language's token
+            text = tf.strings.join([source_code, text], separator=" ")
         ids = self.source_tokenizer.tokenize(text)  # ragged [B, (n)], ends with EOS
         ids = ids[:, :-1][:, : self.max_length - 1]  # [B, (≤ max_length − 1)]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], EOS_ID))
@@ -138,6 +141,8 @@ class TranslatorSignatures(TextModule):
             signatures["target"] = self.serve_target()
         if self.constrained:
             signatures["constrained"] = self._constrained_signature()
+        if self._language_table is not None:
+            signatures["languages"] = self._languages_signature()
         return signatures
 
     @tf.function(input_signature=[TEXT], autograph=False)
@@ -157,16 +162,40 @@ class TranslatorSignatures(TextModule):
         _check_same_batch(batch_input(text, "text"), target_lang, ("text", "target_lang"))
         return self._translate_text(text, target_lang)
 
-    def _translate_text(self, text, target_lang=None):
-        """`{"translation", "score"}` of the batch `text`, into `target_lang` (`[B]`)."""
+    def serve_languages(self, text, source_lang, target_lang):
+        """The `languages` signature (`Translator(languages=...)`): `{"translation",
+        "score"}` of each text from its `source_lang` into its `target_lang` (codes of
+        the model, `[B]` each)."""
+        return self._languages_signature()(text, source_lang, target_lang)
+
+    def _languages_signature(self):
+        return self._optional(
+            "languages", self._serve_languages, [TEXT, _SOURCE_LANG, _TARGET_LANG]
+        )
+
+    def _serve_languages(self, text, source_lang, target_lang):
+        text = batch_input(text, "text")
+        source_lang = batch_input(source_lang, "source_lang")
+        target_lang = batch_input(target_lang, "target_lang")
+        _check_same_batch(text, source_lang, ("text", "source_lang"))
+        _check_same_batch(text, target_lang, ("text", "target_lang"))
+        source_code, _ = self._language_table.lookup(source_lang, "source_lang")
+        _, target_id = self._language_table.lookup(target_lang, "target_lang")
+        return self._translate_text(text, source_code=source_code, start=target_id[:, None])
+
+    def _translate_text(self, text, target_lang=None, source_code=None, start=None):
+        """`{"translation", "score"}` of the batch `text`, into `target_lang` (`[B]`), or
+        from the language tokens `source_code` (`[B]`) with each translation started
+        by its row of `start` (`[B, 1]` ids; None: the translator's)."""
         text = batch_input(text, "text")
         blank = blank_lines(text)
         # A blank line is decoded as "" (cheap, and it never lengthens its batch's padding).
-        source = self.encode_source(tf.where(blank, "", text), target_lang)
+        source = self.encode_source(tf.where(blank, "", text), target_lang, source_code)
+        start = self._start(text) if start is None else start
         # With jit_compile the decoder runs its own nested XLA-compiled function;
         # without, the search is traced inline into this signature's graph.
         ids, scores = self._decoder.decode(
-            self.search, source, self._start(text), extra_length=self.extra_length
+            self.search, source, start, extra_length=self.extra_length
         )
         translation = self.target_tokenizer.detokenize(ids)
         return {
@@ -299,9 +328,11 @@ class TranslatorSignatures(TextModule):
         ):
             target_ids = tf.identity(target_ids)
         start = self._start(target)
-        if start is not None:  # the forced language token counts, as in the search's scores
-            target_ids = tf.concat([start, target_ids], axis=1)
-        token_scores = self._decoder.score(self.encode_source(source), target_ids)
+        if start is None:
+            token_scores = self._decoder.score(self.encode_source(source), target_ids)
+        else:  # the forced language token first, its log-probability left out (0)
+            with_start = tf.concat([start, target_ids], axis=1)
+            token_scores = self._decoder.score(self.encode_source(source), with_start)[:, 1:]
         return {
             "score": tf.reduce_sum(token_scores, axis=1),
             "token_scores": token_scores,

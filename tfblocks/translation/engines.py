@@ -56,6 +56,7 @@ def load_translate(
     search=None,
     replace_unknowns=False,
     constraints=False,
+    language_tokens=None,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
     `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first),
@@ -86,6 +87,10 @@ def load_translate(
     of the beam (`n_best` K: K samples), and `replace_unknowns` replaces each `<unk>` of
     a translation by the source word it is aligned to (`Translator`'s
     `replace_unknowns`): both only for a run folder or preset.
+
+    `language_tokens` (`targets.language_direction`'s): an imported M2M-100 / NLLB run
+    translates in that direction instead of its own (a run folder or preset; its
+    SavedModel only in the run's own direction).
     """
     if n_best is not None and (isinstance(n_best, bool) or not n_best >= 1):
         raise ValueError(f"`--n-best` must be a positive integer, got --n-best={n_best!r}.")
@@ -99,6 +104,7 @@ def load_translate(
             raise ValueError(f"--constraints need beam search: drop {flag} or --constraints.")
     kind, found = _find(path, max_length, engine)
     _check_preset_only(path, kind, search, replace_unknowns)
+    _check_direction(path, kind, found, language_tokens)
     # Without `beam_size`: the run's one beam size (its export/1's; an ensemble: the first's).
     beam = beam_size or run_beam_size(found[0] if isinstance(found, list) else found)
     count = n_best or 1
@@ -130,7 +136,9 @@ def load_translate(
                 from tfblocks.decoding import ConstrainedBeamSearch
 
                 search = ConstrainedBeamSearch(beam, alpha, stop_early)
-            translator, length = _preset_translator(found, max_length, search, count)
+            translator, length = _preset_translator(
+                found, max_length, search, count, language_tokens
+            )
             what = f"{_described(found)} ({decoding}, max_length {length})"
         translate = translator.n_best if n_best is not None else _strings(translator)
         if replace_unknowns:
@@ -258,18 +266,20 @@ def _check_preset_only(path, kind, search, replace_unknowns):
         )
 
 
-def load_score(path, max_length=None, engine="tensorflow", notice=_say):
+def load_score(path, max_length=None, engine="tensorflow", notice=_say, language_tokens=None):
     """Returns `(score, description)`: `score(list[(source, target)]) -> list[float]`,
     each target's log-probability given its source (`Translator.score`,
-    `CTranslate2Translator.score`, or a SavedModel's `score` signature)."""
+    `CTranslate2Translator.score`, or a SavedModel's `score` signature); an M2M-100 /
+    NLLB run's in the direction of `language_tokens` (as `load_translate`)."""
     kind, found = _find(path, max_length, engine)
+    _check_direction(path, kind, found, language_tokens)
     if kind == "ctranslate2":
         from tfblocks.serving import ctranslate2 as ct2  # the optional extra
 
         scorer = ct2.CTranslate2Translator(found).score
         what = f"CTranslate2 model {found}"
     elif kind == "preset":
-        translator, length = _preset_translator(found, max_length)
+        translator, length = _preset_translator(found, max_length, language_tokens=language_tokens)
         scorer = translator.score
         what = f"{_described(found)} (max_length {length})"
     else:
@@ -387,10 +397,24 @@ def _target_proto(preset):
     return None if target is None else target.proto
 
 
-def _preset_translator(preset, max_length, search=None, num_hypotheses=1):
+def _check_direction(path, kind, found, language_tokens):
+    """Refuses (ValueError) `language_tokens` other than the run's own where the model
+    found at `path` (`kind`, `found`: `_find`'s) cannot take them."""
+    if language_tokens is None or kind == "preset":
+        return
+    if language_tokens != run_language_tokens(found):
+        raise ValueError(
+            f"--model={path!r} is a {'SavedModel' if kind == 'saved' else 'CTranslate2 model'}"
+            " that translates in its run's direction only; give the run folder for "
+            "--source-lang / --target-lang."
+        )
+
+
+def _preset_translator(preset, max_length, search=None, num_hypotheses=1, language_tokens=None):
     """`(Translator, max_length)` of the preset at `preset` (its run's `max_length`
     unless `max_length` is given), or of the `Ensemble` of a list of presets (the
-    first one's `max_length`)."""
+    first one's `max_length`); an M2M-100 / NLLB run's in its own direction, or in
+    that of `language_tokens`."""
     from tfblocks.models import load_target_tokenizer
     from tfblocks.serving import Translator
 
@@ -406,7 +430,8 @@ def _preset_translator(preset, max_length, search=None, num_hypotheses=1):
     length = default if max_length is None else max_length
     translator = Translator(
         model, tokenizer, target_tokenizer, length, search=search,
-        num_hypotheses=num_hypotheses, language_tokens=run_language_tokens(first),
+        num_hypotheses=num_hypotheses,
+        language_tokens=language_tokens or run_language_tokens(first),
     )  # fmt: skip
     return translator, length
 

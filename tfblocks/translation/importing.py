@@ -24,7 +24,9 @@ def import_run(model_dir, output, ctranslate2=False, kind="marian", source_lang=
     `kind` `"m2m100"` or `"nllb"` imports an M2M-100 / NLLB-200 folder instead, whose run
     translates from `source_lang` into `target_lang` (codes of the model: `de` or `__de__`,
     `deu_Latn`; an unknown one is refused with the closest known ones): `run.json`'s
-    `language_tokens`, which its export/1 and the commands decode with.
+    `language_tokens`, which its export/1 and the commands decode with (its `languages`,
+    every code's id: the commands' `--source-lang` / `--target-lang` and export/1's
+    `languages` signature take any direction).
 
     The folder is written beside `output` and renamed into place when complete: a refused
     or failed import leaves nothing behind.
@@ -50,7 +52,8 @@ def import_run(model_dir, output, ctranslate2=False, kind="marian", source_lang=
         imported = (m2m100.import_m2m100 if kind == "m2m100" else m2m100.import_nllb)(model_dir)
         source = _code(imported.languages, kind, source_lang, "--source-lang")
         target = _code(imported.languages, kind, target_lang, "--target-lang")
-        tokens = {"source": source, "target": target, "target_id": imported.languages[target]}
+        tokens = {"source": source, "target": target, "target_id": imported.languages[target],
+                  "languages": imported.languages}  # fmt: skip
     parent = os.path.dirname(output)
     os.makedirs(parent, exist_ok=True)
     # A fresh folder of our own beside `output` (same file system: the rename is atomic);
@@ -107,14 +110,18 @@ def _check_direction(kind, source_lang, target_lang):
 
 
 def _code(languages, kind, given, flag):
-    """The model's code for the language `given` (`flag`'s value): itself, or M2M-100's
-    `__xx__` for `xx`; a ValueError naming the closest known codes otherwise."""
+    """The model's code for the language `given` (`flag`'s value): itself, M2M-100's
+    `__xx__` for `xx`, or NLLB's one code of a language written in one script (`jpn` for
+    `jpn_Jpan`); a ValueError naming the closest known codes otherwise."""
     import difflib
 
     for code in (given, f"__{given}__"):
         if code in languages:
             return code
-    close = difflib.get_close_matches(given, languages, n=3) or sorted(languages)[:3]
+    scripts = sorted(code for code in languages if code.split("_")[0] == given)
+    if len(scripts) == 1:
+        return scripts[0]
+    close = scripts or difflib.get_close_matches(given, languages, n=3) or sorted(languages)[:3]
     raise ValueError(
         f"{flag}={given!r} is not a language of this {kind} model ({len(languages)} codes); "
         f"the closest: {', '.join(close)}."
@@ -148,10 +155,10 @@ def _write(folder, source, imported, kind="marian", tokens=None):
         "beam_size": generation.get("num_beams", DEFAULT_BEAM_SIZE),
         "separate_vocab": separate,
     }
-    language_tokens = None
+    language_tokens = codes = None
     if tokens is not None:
         settings["language_tokens"] = tokens
-        language_tokens = (tokens["source"], tokens["target_id"])
+        language_tokens, codes = (tokens["source"], tokens["target_id"]), tokens["languages"]
     write_json(os.path.join(folder, RUN_FILE), {"format": 1, "settings": settings})
     source_tokenizer.save(os.path.join(folder, TOKENIZER_FILE))
     if separate:
@@ -161,7 +168,7 @@ def _write(folder, source, imported, kind="marian", tokens=None):
     save_preset(model, source_tokenizer, os.path.join(folder, "model"), hp, target_tokenizer)
     search = beam_or_greedy(settings["beam_size"])
     translator = Translator(model, source_tokenizer, target_tokenizer, hp.max_length, search=search,
-                            language_tokens=language_tokens)  # fmt: skip
+                            language_tokens=language_tokens, languages=codes)  # fmt: skip
     translator.export(os.path.join(folder, "export", "1"))
 
 

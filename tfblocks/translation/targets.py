@@ -6,6 +6,10 @@ Such a model reads a tag `<2xx>` in front of each source (`tfblocks.text.multili
 and `tag_lines` puts the tag in front of each line. Any language of the run may be asked
 for: a direction that was never trained (e.g. fr→de after de-en, fr-en, en-de) is
 zero-shot, translated all the same and reported as such.
+
+An imported M2M-100 / NLLB run names its languages by tokens instead (`run.json`'s
+`language_tokens`): `language_direction` turns `--source-lang` / `--target-lang` into the
+`Translator(language_tokens=...)` of the asked direction (any of the model's codes).
 """
 
 
@@ -26,9 +30,15 @@ def target_language(models, target_lang, notice):
     """
     from tfblocks.text.corpus import check_language
     from tfblocks.text.multilingual import target_tag
-    from tfblocks.translation.run_folder import run_languages, run_pairs  # not for --help
+    from tfblocks.translation.run_folder import (  # not for --help
+        run_language_tokens,
+        run_languages,
+        run_pairs,
+    )
 
     model = models if isinstance(models, str) else next(iter(models))
+    if run_language_tokens(model) is not None:
+        return None  # its tokens name the direction: `language_direction`
     pairs = run_pairs(model)
     if pairs is None and run_languages(model) is None:
         tags = model_tags(model)  # a model of several directions away from its run folder
@@ -75,6 +85,41 @@ def target_language(models, target_lang, notice):
     else:
         notice(f"translating into {target_lang}: zero-shot (no trained direction into it)")
     return target_lang
+
+
+def language_direction(models, source_lang, target_lang, notice):
+    """`(language_tokens, languages)` of an imported M2M-100 / NLLB run in the direction
+    `--source-lang` / `--target-lang` ask (None each: the run's own): the
+    `Translator(language_tokens=...)` pair and the `(source, target)` languages the
+    commands read the texts as; None for any other run (`--source-lang` is then refused
+    unless it is the run's source language).
+
+    Raises:
+        ValueError: a code the model does not have (the closest known ones named), or
+            `--source-lang` for a run that is not such a model.
+    """
+    from tfblocks.translation.run_folder import (
+        run_direction,
+        run_direction_languages,
+        run_languages,
+    )
+
+    model = models if isinstance(models, str) else next(iter(models))
+    direction = run_direction(model, source_lang, target_lang)
+    if direction is None:
+        languages = run_languages(model)
+        if source_lang is not None and (languages is None or source_lang != languages[0]):
+            recorded = "records no languages" if languages is None else (
+                f"is a {languages[0]}->{languages[1]} run")  # fmt: skip
+            raise ValueError(
+                f"`--source-lang` chooses the source language of an imported M2M-100 / NLLB "
+                f"run; --model={model!r} {recorded}, got --source-lang={source_lang!r}."
+            )
+        return None
+    languages = run_direction_languages(model, direction)
+    if (source_lang, target_lang) != (None, None):
+        notice(f"translating {languages[0]}->{languages[1]} (the model's language tokens)")
+    return direction, languages
 
 
 def model_tags(path):
