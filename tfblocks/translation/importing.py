@@ -48,10 +48,11 @@ def import_run(model_dir, output, ctranslate2=False, kind="marian", source_lang=
         if ctranslate2:
             raise ValueError(f"--ctranslate2: not yet for {kind} models; import without it.")
         from tfblocks.models import m2m100
+        from tfblocks.translation.targets import language_code
 
         imported = (m2m100.import_m2m100 if kind == "m2m100" else m2m100.import_nllb)(model_dir)
-        source = _code(imported.languages, kind, source_lang, "--source-lang")
-        target = _code(imported.languages, kind, target_lang, "--target-lang")
+        source = language_code(imported.languages, kind, source_lang, "--source-lang")
+        target = language_code(imported.languages, kind, target_lang, "--target-lang")
         tokens = {"source": source, "target": target, "target_id": imported.languages[target],
                   "languages": imported.languages}  # fmt: skip
     parent = os.path.dirname(output)
@@ -107,25 +108,6 @@ def _check_direction(kind, source_lang, target_lang):
             f"direction; a code of the model such as {'de' if kind == 'm2m100' else 'deu_Latn'})"
             f", got {source_lang!r} and {target_lang!r}."
         )
-
-
-def _code(languages, kind, given, flag):
-    """The model's code for the language `given` (`flag`'s value): itself, M2M-100's
-    `__xx__` for `xx`, or NLLB's one code of a language written in one script (`jpn` for
-    `jpn_Jpan`); a ValueError naming the closest known codes otherwise."""
-    import difflib
-
-    for code in (given, f"__{given}__"):
-        if code in languages:
-            return code
-    scripts = sorted(code for code in languages if code.split("_")[0] == given)
-    if len(scripts) == 1:
-        return scripts[0]
-    close = scripts or difflib.get_close_matches(given, languages, n=3) or sorted(languages)[:3]
-    raise ValueError(
-        f"{flag}={given!r} is not a language of this {kind} model ({len(languages)} codes); "
-        f"the closest: {', '.join(close)}."
-    )
 
 
 def _write(folder, source, imported, kind="marian", tokens=None):

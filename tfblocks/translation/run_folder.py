@@ -402,46 +402,15 @@ def run_language_tokens(path):
     return None
 
 
-def run_direction(path, source_lang=None, target_lang=None):
-    """`(source_code, target_id)` of an imported M2M-100 / NLLB run (`run_language_tokens`)
-    with `--source-lang` / `--target-lang` put in place of its own codes (None: the run's),
-    or None for any other run. A code is the model's (`deu_Latn`; M2M-100's `__de__` also
-    as `de`); an unknown one is refused (ValueError) with the closest known ones."""
-    tokens = run_language_tokens(path)
-    if tokens is None:
-        return None
-    if source_lang is None and target_lang is None:
-        return tokens
-    from tfblocks.translation.importing import _code
-
+def run_language_codes(path):
+    """`(codes, kind)` of an imported M2M-100 / NLLB run: every language code of the model
+    and its token's id (`run.json`'s `language_tokens.languages`) and its import format;
+    `(None, None)` for a run that records none. Reads only `run.json`."""
     for settings in _run_settings(path):
         codes = settings.get("language_tokens", {}).get("languages")
-        kind = settings.get("import_format", "imported")
         if isinstance(codes, dict) and codes:
-            break
-    else:
-        raise ValueError(
-            f"--model={os.fspath(path)!r} records no language codes (imported before "
-            "tfblocks recorded them): import it again for --source-lang / --target-lang."
-        )
-    source = tokens[0] if source_lang is None else _code(codes, kind, source_lang, "--source-lang")
-    target = tokens[1]
-    if target_lang is not None:
-        target = int(codes[_code(codes, kind, target_lang, "--target-lang")])
-    return source, target
-
-
-def run_direction_languages(path, direction):
-    """`(source, target)` languages as the commands read them (BLEU's tokenizer, Japanese
-    spaces) of the `direction` (`run_direction`'s) of the run at `path`, as its import
-    recorded its own: M2M-100's `__ja__` is `ja`, NLLB's `jpn_Jpan` stays (BLEU's
-    tokenizer reads its first part)."""
-    for settings in _run_settings(path):
-        tokens = settings.get("language_tokens", {})
-        codes = tokens.get("languages") or {tokens.get("target"): tokens.get("target_id")}
-        target = next((code for code, i in codes.items() if i == direction[1]), None)
-        return direction[0].strip("_"), None if target is None else str(target).strip("_")
-    return None
+            return codes, settings.get("import_format", "imported")
+    return None, None
 
 
 def _run_settings(path):

@@ -12,6 +12,8 @@ An imported M2M-100 / NLLB run names its languages by tokens instead (`run.json`
 `Translator(language_tokens=...)` of the asked direction (any of the model's codes).
 """
 
+import os
+
 
 def target_language(models, target_lang, notice):
     """The language to tag the sources with, or None (a run of one direction).
@@ -98,11 +100,7 @@ def language_direction(models, source_lang, target_lang, notice):
         ValueError: a code the model does not have (the closest known ones named), or
             `--source-lang` for a run that is not such a model.
     """
-    from tfblocks.translation.run_folder import (
-        run_direction,
-        run_direction_languages,
-        run_languages,
-    )
+    from tfblocks.translation.run_folder import run_languages
 
     model = models if isinstance(models, str) else next(iter(models))
     direction = run_direction(model, source_lang, target_lang)
@@ -116,10 +114,67 @@ def language_direction(models, source_lang, target_lang, notice):
                 f"run; --model={model!r} {recorded}, got --source-lang={source_lang!r}."
             )
         return None
-    languages = run_direction_languages(model, direction)
+    languages = _direction_languages(model, direction)
     if (source_lang, target_lang) != (None, None):
         notice(f"translating {languages[0]}->{languages[1]} (the model's language tokens)")
     return direction, languages
+
+
+def language_code(languages, kind, given, flag):
+    """The model's code for the language `given` (`flag`'s value): itself, M2M-100's
+    `__xx__` for `xx`, or NLLB's one code of a language written in one script (`jpn` for
+    `jpn_Jpan`); a ValueError naming the closest known codes otherwise."""
+    import difflib
+
+    for code in (given, f"__{given}__"):
+        if code in languages:
+            return code
+    scripts = sorted(code for code in languages if code.split("_")[0] == given)
+    if len(scripts) == 1:
+        return scripts[0]
+    close = scripts or difflib.get_close_matches(given, languages, n=3) or sorted(languages)[:3]
+    raise ValueError(
+        f"{flag}={given!r} is not a language of this {kind} model ({len(languages)} codes); "
+        f"the closest: {', '.join(close)}."
+    )
+
+
+def run_direction(path, source_lang=None, target_lang=None):
+    """`(source_code, target_id)` of an imported M2M-100 / NLLB run (`run_language_tokens`)
+    with `--source-lang` / `--target-lang` put in place of its own codes (None: the run's),
+    or None for any other run; an unknown code is refused (`language_code`)."""
+    from tfblocks.translation.run_folder import run_language_codes, run_language_tokens
+
+    tokens = run_language_tokens(path)
+    if tokens is None or (source_lang is None and target_lang is None):
+        return tokens
+    codes, kind = run_language_codes(path)
+    if codes is None:
+        raise ValueError(
+            f"--model={os.fspath(path)!r} records no language codes (imported before "
+            "tfblocks recorded them): import it again for --source-lang / --target-lang."
+        )
+    source = tokens[0]
+    if source_lang is not None:
+        source = language_code(codes, kind, source_lang, "--source-lang")
+    target = tokens[1]
+    if target_lang is not None:
+        target = int(codes[language_code(codes, kind, target_lang, "--target-lang")])
+    return source, target
+
+
+def _direction_languages(path, direction):
+    """`(source, target)` languages as the commands read them (BLEU's tokenizer, Japanese
+    spaces) of the `direction` (`run_direction`'s) of the run at `path`, as its import
+    records its own: M2M-100's `__ja__` is `ja`, NLLB's `jpn_Jpan` stays (BLEU's
+    tokenizer reads its first part)."""
+    from tfblocks.translation.run_folder import run_language_codes, run_languages
+
+    codes, _ = run_language_codes(path)
+    target = next((code for code, i in (codes or {}).items() if i == direction[1]), None)
+    if target is None:  # a run without its codes translates in its own direction
+        return run_languages(path)
+    return direction[0].strip("_"), target.strip("_")
 
 
 def model_tags(path):

@@ -1,0 +1,308 @@
+"""`tfblocks-serve`: the real server, started as a console script on a free port with a tiny
+imported model, answers HTTP as it says: LibreTranslate's shape (its own Python client),
+the native API, batches of concurrent requests, its limits, its API key, SIGTERM, and the
+page in a headless Chromium."""
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytestmark = pytest.mark.heavy  # two servers, a minute of waiting on them: scheduled first
+
+DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "marian", "shared")
+SENTENCES = [
+    "the cat sleeps!", "the dog sits in the garden!", "a small cat!", "the cat sits!",
+    "a dog sleeps in the garden!", "the small dog!", "a cat sits in the garden!", "the dog!",
+    "the garden!", "a small garden!", "the cat sleeps in the garden!", "a dog sits!",
+    "the small cat sleeps!", "a garden!", "the dog sleeps!", "a small dog sits!",
+]  # fmt: skip
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A run folder of the tiny Marian fixture (en->de, beam 2, 12 subwords at most): its
+    preset and run.json, no SavedModel (the server loads the preset)."""
+    from tfblocks.models import save_preset
+    from tfblocks.models.marian import import_marian
+
+    folder = tmp_path_factory.mktemp("serve") / "run"
+    model, source, target, hp, _ = import_marian(DATA)[:5]
+    save_preset(model, source, folder / "model", dataclasses.replace(hp, max_length=12), target)
+    settings = {"source_lang": "en", "target_lang": "de", "beam_size": 2}
+    (folder / "run.json").write_text(json.dumps({"format": 1, "settings": settings}))
+    return folder
+
+
+class Server:
+    """A `tfblocks-serve` process on a free port (`--port 0`); its log lines are read as
+    they come (`lines`)."""
+
+    def __init__(self, run, *args):
+        code = ("import sys; sys.argv[0] = 'tfblocks-serve'; "
+                "from tfblocks.cli.serve import run; run()")  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code, "--model", str(run), "--port", "0", *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines, self.changed = [], threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+        listening = self.wait_for(r"listening on (http://\S+);")
+        self.url = re.search(r"listening on (http://\S+);", listening).group(1)
+
+    def _read(self):
+        for line in self.process.stderr:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+        with self.changed:
+            self.lines.append(None)  # the end
+            self.changed.notify_all()
+
+    def log(self):
+        return "".join(line for line in self.lines if line)
+
+    def wait_for(self, pattern, timeout=120):
+        """The first log line matching `pattern`, waiting up to `timeout` seconds."""
+        end = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                found = [line for line in self.lines if line and re.search(pattern, line)]
+                if found:
+                    return found[0]
+                assert None not in self.lines, f"the server ended:\n{self.log()[-3000:]}"
+                assert time.monotonic() < end, f"no {pattern!r} in:\n{self.log()[-3000:]}"
+                self.changed.wait(1)
+
+    def ready(self):
+        self.wait_for("ready on ")
+        return self
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+        status = self.process.wait(60)
+        self.process.stderr.close()
+        return status
+
+
+def request(url, body=None, *, form=False, headers=None, raw=None, method=None):
+    """`(status, answer JSON, headers)` of a request to `url`: a JSON `body`, a form one
+    (`form`), or the bytes `raw`."""
+    headers = dict(headers or {})
+    data = raw
+    if body is not None and form:
+        data = urllib.parse.urlencode(body, doseq=True).encode()
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    elif body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    call = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(call, timeout=120) as response:
+            return response.status, json.loads(response.read()), response.headers
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), error.headers
+
+
+def translations(server, texts, **options):
+    status, answer, _ = request(server.url + "/v1/translate", {"texts": texts, **options})
+    assert status == 200, answer
+    return answer["translations"]
+
+
+@pytest.fixture(scope="module")
+def server(run):
+    """The server most tests talk to: a long `--max-wait-ms` so that concurrent requests
+    surely meet in a batch, small limits to go past."""
+    started = Server(run, "--max-wait-ms", "100", "--max-body-bytes", "4096",
+                     "--max-chars", "100", "--max-texts", "20")  # fmt: skip
+    yield started
+    assert started.stop() == 0, started.log()[-3000:]
+
+
+def test_health_is_503_until_the_model_translated_a_line(server):
+    # The fixture returns once the port is open; the model loads (and TensorFlow is
+    # imported) after that, for seconds: /health answers 503 all that time.
+    statuses = []
+    while not any(line and "ready on" in line for line in server.lines):
+        statuses.append(request(server.url + "/health")[0])
+        time.sleep(0.05)
+    assert statuses and set(statuses[:-1]) == {503}, statuses  # the last may be after
+    status, answer, _ = request(server.url + "/health")
+    assert status == 200 and answer["status"] == "ready", answer
+
+
+def test_libretranslate_clients_get_their_shape(server):
+    from libretranslatepy import LibreTranslateAPI
+
+    server.ready()
+    best = [t["text"] for t in translations(server, SENTENCES[:3])]
+    client = LibreTranslateAPI(server.url)  # form-encoded bodies
+    assert client.translate(SENTENCES[0], "en", "de") == best[0]
+    assert client.languages() == [{"code": "en", "name": "en", "targets": ["de"]}]
+    url = server.url + "/translate"
+    status, answer, _ = request(url, {"q": SENTENCES[:3], "source": "en", "target": "de"})
+    assert (status, answer) == (200, {"translatedText": best})
+    form = {"q": SENTENCES[1], "source": "auto", "target": "de", "format": "text"}
+    assert request(url, form, form=True)[:2] == (200, {"translatedText": best[1]})
+    boundary = "tfblocks-boundary"
+    multipart = (
+        "".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+            for name, value in form.items()
+        )
+        + f"--{boundary}--\r\n"
+    )
+    status, answer, _ = request(url, raw=multipart.encode(), headers={
+        "Content-Type": f"multipart/form-data; boundary={boundary}"})  # fmt: skip
+    assert (status, answer) == (200, {"translatedText": best[1]})
+    status, answer, _ = request(url, {**form, "alternatives": 1})
+    assert status == 200 and answer["translatedText"] == best[1], answer
+    assert len(answer["alternatives"]) == 1 and answer["alternatives"][0] != best[1], answer
+
+
+def test_native_api_gives_n_best_lists_with_scores_prefixes_and_constraints(server):
+    server.ready()
+    plain = translations(server, SENTENCES[:2])
+    two = translations(server, SENTENCES[:2], n_best=2)
+    for one, both in zip(plain, two, strict=True):
+        assert len(both["n_best"]) == 2 and both["text"] == one["text"]
+        assert both["score"] == pytest.approx(one["score"], abs=1e-4)
+        assert both["n_best"][0]["score"] >= both["n_best"][1]["score"]
+    forced = translations(server, SENTENCES[:2], n_best=2, target_prefix=["die", ""],
+                          constraints=[["katze"], ["garten"]])  # fmt: skip
+    assert all(h["text"].startswith("die") for h in forced[0]["n_best"]), forced
+    assert "katze" in forced[0]["text"] and "garten" in forced[1]["text"], forced
+    assert translations(server, [""])[0]["text"] == ""
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_translation(server):
+    server.ready()
+    alone = [translations(server, [sentence])[0]["text"] for sentence in SENTENCES]
+    got, start = {}, threading.Barrier(len(SENTENCES))
+
+    def client(index):
+        start.wait()
+        body = {"q": SENTENCES[index], "source": "en", "target": "de"}
+        got[index] = request(server.url + "/translate", body)[:2]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(SENTENCES))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert [got[i] for i in range(len(SENTENCES))] == [
+        (200, {"translatedText": text}) for text in alone
+    ]
+    metrics = urllib.request.urlopen(server.url + "/metrics", timeout=30).read().decode()
+    single = float(re.search(r'^tfblocks_serve_batch_requests_bucket\{le="1.0"\} (\S+)$',
+                             metrics, re.M).group(1))  # fmt: skip
+    batches = float(re.search(r"^tfblocks_serve_batch_requests_count (\S+)$", metrics, re.M)[1])
+    assert batches > single, metrics  # some batch answered several requests
+    assert re.search(r"^tfblocks_serve_queue_length 0.0$", metrics, re.M), metrics
+    assert re.search(r'^tfblocks_serve_request_seconds_count\{path="/translate"\}', metrics, re.M)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "words"),
+    [
+        ("/translate", {"q": "x" * 101, "source": "en", "target": "de"}, 400,
+         "text 1 of `q` has 101 characters; this server takes at most 100 a text (--max-chars)"),
+        ("/v1/translate", {"texts": ["a"] * 21}, 400,
+         "`texts` holds 21 texts; this server takes at most 20 a request (--max-texts)"),
+        ("/translate", {"q": "a", "source": "en", "target": "fr"}, 400,
+         "this server translates en->de; got source='en' and target='fr'"),
+        ("/v1/translate", {"texts": ["a"], "n_best": 3}, 400,
+         "`n_best` must be 1 to 2 (the beam size), got n_best=3"),
+        ("/v1/translate", {"texts": ["a"], "beam_size": 0}, 400,
+         "`beam_size` must be 1 to 2 (--beam-size), got beam_size=0"),
+        ("/translate", {"q": "a", "target": "de", "format": "html"}, 400, "format='html'"),
+        ("/translate", {"source": "en", "target": "de"}, 400, "`q` is required"),
+        ("/v1/translate", {"texts": ["a"], "padding": "x" * 4096}, 413,
+         "this server takes at most 4096 (--max-body-bytes)"),
+        ("/v1/translate", None, 400, "the body is not JSON"),
+        ("/nowhere", {}, 404, "no such path: /nowhere"),
+        ("/languages", {}, 405, "POST is not allowed on /languages"),
+    ],
+)  # fmt: skip
+def test_bad_requests_get_one_json_line_naming_the_limit(server, path, body, status, words):
+    server.ready()
+    raw = b"{not json" if body is None else None
+    got, answer, _ = request(server.url + path, body, raw=raw,
+                             headers={"Content-Type": "application/json"})  # fmt: skip
+    assert got == status and list(answer) == ["error"], answer
+    assert words in answer["error"] and "\n" not in answer["error"], answer
+    assert "Traceback" not in server.log()
+
+
+def test_the_log_holds_no_text(server):
+    server.ready()
+    request(server.url + "/translate?q=secret", {"q": "a confidential cat!", "target": "de"})
+    server.wait_for(r'"POST /translate" 200')
+    assert "confidential" not in server.log() and "secret" not in server.log()
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM} (.ci/run installs it)")
+def test_the_page_translates_its_link_in_a_browser(server, tmp_path):
+    server.ready()
+    want = translations(server, [SENTENCES[1]], target_lang="de")[0]["text"]
+    query = urllib.parse.urlencode({"q": SENTENCES[1], "source": "en", "target": "de"})
+    dom = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={tmp_path}", "--virtual-time-budget=30000", "--dump-dom",
+         f"{server.url}/?{query}"],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    shown = re.search(r'<div id="translation">(.*?)</div>', dom, re.S)
+    assert shown and shown.group(1) == want.replace("&", "&amp;"), dom[-2000:]
+    assert '<option value="en|de">en → de</option>' in dom
+
+
+def test_key_queue_and_sigterm(run):
+    # A second server: an API key, room for 2 waiting requests, each batch waiting 3 s
+    # for more. Two requests wait; a third is refused 503; SIGTERM answers the two and
+    # exits 0.
+    server = Server(run, "--api-key", "sesame", "--max-queue", "2", "--max-wait-ms", "3000",
+                    "--beam-size", "1")  # fmt: skip
+    try:
+        url = server.ready().url + "/v1/translate"
+        body = {"texts": [SENTENCES[0]]}
+        assert request(url, body)[0] == 401
+        status, answer, _ = request(url, body, headers={"Authorization": "Bearer wrong"})
+        assert status == 401 and "API key" in answer["error"], answer
+        got = []
+        keys = [{"headers": {"Authorization": "Bearer sesame"}}, {}]
+        bodies = [body, {**body, "api_key": "sesame"}]
+        threads = [
+            threading.Thread(target=lambda b=b, k=k: got.append(request(url, b, **k)))
+            for b, k in zip(bodies, keys, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        end = time.monotonic() + 60
+        while request(server.url + "/health")[1]["queue"] < 2:
+            assert time.monotonic() < end and all(t.is_alive() for t in threads), got
+            time.sleep(0.02)
+        status, answer, headers = request(url, bodies[1])
+        assert status == 503 and headers["Retry-After"] == "1", answer
+        assert "--max-queue" in answer["error"], answer
+        server.process.send_signal(signal.SIGTERM)
+        for thread in threads:
+            thread.join(60)
+        assert [status for status, *_ in got] == [200, 200], got
+        assert server.process.wait(60) == 0, server.log()[-3000:]
+    finally:
+        server.stop()
