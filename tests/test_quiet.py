@@ -148,3 +148,4 @@ def test_argument_errors_do_not_load_tensorflow(name, args, message):
     result = console_script(name, *args, returncode=2)
     assert f"{name}: error: " in result.stderr and message in result.stderr, result.stderr
     assert result.stdout == "loaded: []\n"
+    assert "loading TensorFlow" not in result.stderr  # said only when it loads

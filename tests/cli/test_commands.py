@@ -96,6 +96,10 @@ def test_train_translate_and_evaluate(trained, tmp_path, monkeypatch, capsys):
         assert (run / name).exists(), name
     assert any((run / "logs").rglob("events.out.tfevents.*"))
     assert "test BLEU" in result.stdout and "tok:13a" in result.stdout
+    # The epoch's line ends with the updates and the learning rate; the summary counts them.
+    updates = metrics["history"][0]["updates"]
+    assert re.search(rf"- updates: {updates} - learning_rate: \S+\n", result.stdout)
+    assert f"  1 epochs ({updates} updates)," in result.stdout
     # The closing summary names where things are; the picture is a PNG.
     assert f"curves:  {run / 'curves.png'}" in result.stdout
     assert f"export:  {run / 'export' / '1'}" in result.stdout
@@ -115,7 +119,10 @@ def test_train_translate_and_evaluate(trained, tmp_path, monkeypatch, capsys):
     assert out.returncode == 0, out.stderr[-3000:]
     want = [metrics["samples"][samples[0]], "", *(metrics["samples"][s] for s in samples[1:])]
     assert out.stdout.split("\n")[:-1] == want
-    assert "4/4 lines" in out.stderr
+    # Said first, before TensorFlow loads; its progress, piped, in whole lines.
+    assert out.stderr.startswith("tfblocks-translate: loading TensorFlow...\n"), out.stderr
+    assert "\r" not in out.stderr
+    assert re.search(r"^3/4 lines \(\d+ s\)\n4/4 lines \(\d+ s\)$", out.stderr, re.M), out.stderr
     source = tmp_path / "src.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

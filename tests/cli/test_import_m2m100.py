@@ -208,3 +208,62 @@ def test_an_unknown_code_on_the_command_line_is_refused_with_the_closest(run, tm
                                 ("--source-lang", "eng_latn", "eng_Latn")]:  # fmt: skip
         with pytest.raises(ValueError, match=rf"{flag}='{code}' is not a language .*{closest}"):
             translate_cli.main(["--model", run, "--input", str(tmp_path / "in.txt"), flag, code])
+
+
+PAIRS = [
+    ("猫は庭で寝ている。", "the cat sleeps in the garden."),
+    ("私たちはお茶を飲む。", "we drink tea."),
+    ("猫は寝ている。", "the cat sleeps."),
+    ("庭で寝ている。", "sleeps in the garden."),
+]
+
+
+def test_fine_tuning_in_another_direction_trains_with_its_language_tokens(run, tmp_path,
+                                                                          monkeypatch):  # fmt: skip
+    # tfblocks-train --init-from the en->de run on a ja->en corpus (--source-lang jpn, its one
+    # script): the training data carry [jpn_Jpan] before each source and [eng_Latn] first in
+    # each target, the new run records that direction, and its training targets score
+    # higher than under the imported model.
+    from tfblocks.cli import train as train_cli
+    from tfblocks.translation import job_data
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split, part in (("train", PAIRS * 4), ("dev", PAIRS[:2]), ("test", PAIRS[2:])):
+        for side, language in enumerate(("jpn", "eng_Latn")):
+            lines = "".join(pair[side] + "\n" for pair in part)
+            (corpus / f"{split}.{language}").write_text(lines, encoding="utf-8")
+    seen = []
+    real = job_data.make_dataset
+    monkeypatch.setattr(job_data, "make_dataset",
+                        lambda pairs, *tokenizers, **kw: seen.append(tokenizers)
+                        or real(pairs, *tokenizers, **kw))  # fmt: skip
+    output = tmp_path / "tuned"
+    train_cli.main(["--source-lang", "jpn", "--target-lang", "eng_Latn", "--corpus-dir",
+                    str(corpus), "--init-from", run, "--output", str(output), "--epochs", "2",
+                    "--batch-tokens", "256", "--dev-sentences", "0", "--beam-size", "1",
+                    "--hparams-override", "learning_rate_constant=0.5,max_length=16,"
+                    "learning_rate_warmup_steps=10,layer_prepostprocess_dropout=0.0"])  # fmt: skip
+    languages = _json(os.path.join(run, "run.json"))["settings"]["language_tokens"]["languages"]
+    source, target = seen[0]
+    assert source.tokenize(["猫"]).to_list()[0][0] == languages["jpn_Jpan"]
+    assert target.tokenize(["the cat"]).to_list()[0][0] == languages["eng_Latn"]
+    tokens = _json(output / "run.json")["settings"]["language_tokens"]
+    assert (tokens["source"], tokens["target"]) == ("jpn_Jpan", "eng_Latn")
+    assert tokens["target_id"] == languages["eng_Latn"]
+    from tfblocks.translation.targets import run_direction
+
+    sources, targets = zip(*PAIRS, strict=True)
+    scores = []
+    for folder in (run, output):
+        direction = run_direction(folder, "jpn_Jpan", "eng_Latn")
+        translator, _ = engines._preset_translator(os.path.join(folder, "model"), None,
+                                                   language_tokens=direction)  # fmt: skip
+        scores.append(translator.score(list(sources), list(targets)).sum())
+    assert scores[1] > scores[0], scores
+    # Its export/1 translates in the new direction by default (the run's beam 1), as the
+    # command does without flags.
+    saved = tf.saved_model.load(str(output / "export" / "1")).signatures["serving_default"]
+    exported = saved(text=tf.constant(list(sources)))["translation"].numpy()
+    translate, _ = engines.load_translate(str(output))
+    assert [t.decode() for t in exported] == translate(list(sources))

@@ -116,9 +116,11 @@ def test_init_from_a_run_of_other_languages_is_refused(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-def test_init_from_an_m2m100_run_is_refused_before_anything_is_written(tmp_path):
-    # Fine-tuning does not write M2M-100 / NLLB's language tokens yet: it would train the
-    # model without them, so such a run is refused as a start.
+def test_init_from_an_m2m100_run_without_its_codes_is_refused_before_anything_is_written(
+    tmp_path,
+):
+    # An M2M-100 / NLLB run imported before run.json recorded every language code: its
+    # language tokens could not be written for another direction, so it is refused.
     run = tmp_path / "run"
     run.mkdir()
     tokens = {"source": "jpn_Jpan", "target": "eng_Latn", "target_id": 207}
@@ -126,7 +128,7 @@ def test_init_from_an_m2m100_run_is_refused_before_anything_is_written(tmp_path)
     (run / "run.json").write_text(json.dumps({"format": 1, "settings": settings}))
     (run / "model").mkdir()
     (run / "model" / "config.json").write_text("{}")  # never read: refused before
-    with pytest.raises(ValueError, match=r"is an M2M-100 / NLLB run.*Not supported yet"):
+    with pytest.raises(ValueError, match=r"imported before tfblocks recorded its language codes"):
         train_cli.main([*FAST, "--init-from", str(run), "--output", str(tmp_path / "new")])
     assert not (tmp_path / "new").exists()
 

@@ -73,8 +73,15 @@ def test_early_stopping_dev_bleu_and_averaging_per_epoch_of_steps(job, tmp_path)
     frozen = hp.__class__(**{**hp.__dict__, "learning_rate_constant": 1e-12})  # BLEU can't move
     opts = options(5, steps_per_epoch=2, dev_sentences=2, early_stopping=1, average_last=2)
     folder = RunFolder(tmp_path)
-    _, report = train(folder, splits, tokenizer, frozen, opts, log=quiet)
+    lines = []
+    _, report = train(folder, splits, tokenizer, frozen, opts, log=lines.append)
     assert report["stopped"] == "early stopping" and report["epochs"] == 2
+    # Epochs of N steps: the 10 updates planned are known, and said, before the first epoch.
+    warning = "warning: this run ends after about 10 updates (5 epochs of 2), before its "
+    said = [i for i, line in enumerate(lines) if line.startswith(warning)]
+    epoch_one = [i for i, line in enumerate(lines) if line.startswith("epoch 1:")]
+    assert len(said) == 1 and said[0] < epoch_one[0], lines
+    assert report["updates"] == 4 and [h["updates"] for h in report["history"]] == [2, 4]
     assert all("dev_bleu" in h and "val_loss" in h for h in report["history"])
     assert report["best_epoch"] == 2 and report["averaged_epochs"] == [1, 2]
     assert [epoch for epoch, _ in folder.checkpoints()] == [1, 2]

@@ -54,7 +54,11 @@ def add_decoding_arguments(parser):
     parser.add_argument(
         "--batch-size", type=int, default=None, help=f"lines per batch (default {BATCH_SIZE})"
     )
-    parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"])
+    parser.add_argument(
+        "--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"],
+        help="what translates (default tensorflow; ctranslate2: a model written by "
+        "tfblocks-export ctranslate2, with the ctranslate2 package)",
+    )  # fmt: skip
 
 
 def add_model_argument(parser):

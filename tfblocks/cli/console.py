@@ -94,7 +94,9 @@ def run_command(name, main, errors=(), interrupted=""):
     file, a full disk, a folder that cannot be written: the path is named), TensorFlow's
     `tf.errors.OpError` (the same from TensorFlow's own file system), and `errors`. An
     interrupt (Ctrl-C) ends it with `NAME: interrupted` and `interrupted` (what the user
-    may do next) and exit status 130, as a shell reports SIGINT.
+    may do next) and exit status 130, as a shell reports SIGINT. The first line a command
+    that loads TensorFlow writes, before that import, is `NAME: loading TensorFlow...` on
+    standard error (`_Announce`).
 
     Example:
 
@@ -110,6 +112,8 @@ def run_command(name, main, errors=(), interrupted=""):
     >>> err.getvalue()
     'tfblocks-train: error: `--epochs` must be positive, got --epochs=0\\n'
     """
+    announce = _Announce(name)
+    sys.meta_path.insert(0, announce)
     try:
         _backend.use_tensorflow(name)
         return main()
@@ -124,6 +128,47 @@ def run_command(name, main, errors=(), interrupted=""):
             raise
         print(f"{name}: error: {error_line(error)}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        announce.remove()
+
+
+# The packages whose first import loads TensorFlow (Keras loads it as its backend).
+_LOADS_TENSORFLOW = ("tensorflow", "keras")
+
+
+class _Announce:
+    """A `sys.meta_path` finder that says, on standard error, `NAME: loading TensorFlow...`
+    once, when TensorFlow (or Keras) is about to be imported for the first time, so that
+    a person sees at once that the command is working through the seconds of that import;
+    it finds nothing itself. A command that answers without TensorFlow (`--help`, a bad
+    argument) says nothing, nor does one in a process that has TensorFlow already.
+
+    Example:
+
+    >>> import contextlib, io
+    >>> announce = _Announce("tfblocks-x")
+    >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+    ...     for name in ("numpy", "tensorflow", "keras"):
+    ...         announce.find_spec(name)
+    >>> err.getvalue()
+    'tfblocks-x: loading TensorFlow...\\n'
+    """
+
+    def __init__(self, name):
+        self.name = name
+        self.said = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name in _LOADS_TENSORFLOW and not self.said:
+            self.said = True
+            print(f"{self.name}: loading TensorFlow...", file=sys.stderr, flush=True)
+        return None
+
+    def remove(self):
+        """Takes this finder out of `sys.meta_path` (when the command ends: not while an
+        import goes through that list)."""
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
 
 
 # --japanese-spaces value -> `remove_spaces` of `tfblocks.text.read_sentences`.

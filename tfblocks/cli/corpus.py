@@ -35,21 +35,22 @@ def add_corpus_arguments(parser):
     data.add_argument("--target-lang", default="en", help="target language (default en)")
     data.add_argument(
         "--corpus-dir",
-        help="folder with {train,dev,test}.{SOURCE,TARGET}, named by the languages",
+        help="folder with {train,dev,test}.{SOURCE,TARGET}, named by the languages "
+        "(default: none; with no corpus option at all, the embedded ja->en phrasebook)",
     )
     for split in SPLITS:
         for side in ("source", "target"):
             data.add_argument(
                 f"--{split}-{side}", metavar="FILES",
                 help=f"the {split} split's {side} files: paths or globs, comma-separated, "
-                f"read in order (instead of --corpus-dir's {split}.*)",
+                f"read in order (default: --corpus-dir's {split}.*)",
             )  # fmt: skip
     data.add_argument(
         "--tsv",
         help="tab-separated pairs, 2 %% held out for dev and test (written into the run "
         "folder's heldout/); the columns are --source-column/--target-column, or those a "
         "header line names (its cells include the two language codes, e.g. de<TAB>en); "
-        "rows are read as they are",
+        "rows are read as they are (default: none)",
     )
     data.add_argument(
         "--stream",

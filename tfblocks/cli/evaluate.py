@@ -57,7 +57,8 @@ def parse_args(argv=None):
     parser.add_argument(
         "--output",
         metavar="HYP",
-        help="also write the translations of --src to HYP, one per line, in its order",
+        help="also write the translations of --src to HYP, one per line, in its order "
+        "(default: not written)",
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing --output file"

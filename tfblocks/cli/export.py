@@ -110,7 +110,8 @@ def parser():
         default=None,
         metavar="LANG",
         help="the one language the file translates into, for a model of several directions "
-        "(tfblocks-train --pairs; required there): recorded in the file's metadata",
+        "(tfblocks-train --pairs; required there): recorded in the file's metadata "
+        "(default: the run's one target language)",
     )
     add_verbose_argument(litert)
     return main_parser

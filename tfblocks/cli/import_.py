@@ -51,7 +51,8 @@ def parse_args(argv=None):
             f"--{side}-lang",
             metavar="CODE",
             help=f"m2m100 / nllb: the run's {side} language, a code of the model (de or "
-            "__de__; deu_Latn); the run translates in this direction",
+            "__de__; deu_Latn); the run translates in this direction (no default: required "
+            "there; not for marian, whose folder names its languages)",
         )
     add_verbose_argument(parser)
     args = parser.parse_args(argv)

@@ -74,7 +74,8 @@ def _add_model_arguments(parser):
         help="several directions in one model, e.g. de-en,fr-en,en-de: each read from "
         "--corpus-dir/SOURCE-TARGET/ (or the other way round from TARGET-SOURCE/), a tag <2xx> "
         "in front of each source names the target language, one shared vocabulary balanced "
-        "over the languages; --source-lang/--target-lang are not used",
+        "over the languages; --source-lang/--target-lang are not used (default: one "
+        "direction, --source-lang -> --target-lang)",
     )  # fmt: skip
     parser.add_argument(
         "--pair-temperature", type=float, default=None, metavar="T",
@@ -100,14 +101,16 @@ def _add_model_arguments(parser):
 
 def _add_fit_arguments(parser):
     """The length of the training, its batches, averaging and vocabulary."""
-    parser.add_argument("--epochs", type=int, default=5, help="total epochs of the run")
+    parser.add_argument("--epochs", type=int, default=5, help="total epochs of the run (default 5)")
     parser.add_argument(
         "--steps-per-epoch", type=int, default=None, metavar="N",
         help="an epoch is N optimizer steps of an endless stream of passes over the training "
         "pairs, continued from epoch to epoch (validation, dev BLEU and checkpoints every N "
         "steps; for corpora too large to validate once a pass); default: a pass",
     )  # fmt: skip
-    parser.add_argument("--batch-tokens", type=int, default=4096, help="tokens per batch")
+    parser.add_argument(
+        "--batch-tokens", type=int, default=4096, help="tokens per batch (default 4096)"
+    )
     parser.add_argument(
         "--accumulate-steps", type=int, default=1, metavar="N",
         help="batches per optimizer update (gradient accumulation: the update uses the mean "
@@ -116,9 +119,14 @@ def _add_fit_arguments(parser):
     parser.add_argument(
         "--ema", type=float, default=None, metavar="DECAY",
         help="keep a moving average of the weights with this decay (0 < DECAY < 1, e.g. "
-        "0.999); the average gives dev BLEU, the final model and the export",
+        "0.999); the average gives dev BLEU, the final model and the export (default: "
+        "off)",
     )  # fmt: skip
-    parser.add_argument("--vocab-size", type=int, default=1000)
+    parser.add_argument(
+        "--vocab-size", type=int, default=1000, metavar="N",
+        help="subwords of the SentencePiece vocabulary shared by both languages (of each "
+        "language's with --separate-vocab; default 1000)",
+    )  # fmt: skip
     parser.add_argument(
         "--separate-vocab", action="store_true",
         help="one SentencePiece vocabulary per language (each of --vocab-size) and untied "
@@ -143,8 +151,11 @@ def _add_fit_arguments(parser):
 def _add_run_arguments(parser):
     """Where and how the training runs: devices, dtypes, shapes, time, folders, LoRA."""
     parser.add_argument(
-        "--strategy", default="auto", choices=["auto", "default", "mirrored", "multi_worker", "tpu"]
-    )
+        "--strategy", default="auto",
+        choices=["auto", "default", "mirrored", "multi_worker", "tpu"],
+        help="the tf.distribute strategy (default auto: a TPU if one is found, else all "
+        "GPUs, else the default strategy of one device)",
+    )  # fmt: skip
     parser.add_argument(
         "--dtype-policy", dest="dtype_policy", default="auto",
         choices=POLICIES,
@@ -154,22 +165,30 @@ def _add_run_arguments(parser):
     )  # fmt: skip
     parser.add_argument(
         "--shapes", default="dynamic", choices=SHAPES,
-        help="the training batches: dynamic (length buckets, each batch padded to its longest "
-        "pair; no XLA), buckets (a few padded lengths), max_length (one shape) or packed "
-        "(several pairs per row of max_length, one shape, almost no padding); the fixed shapes "
-        "compile the training step with XLA, except packed rows under --dtype-policy auto on "
-        "a CPU with bfloat16 instructions (mixed_bfloat16 without XLA); packed rows learned "
-        "more in a time-limited CPU run (benchmarks/README.md, enja.sh)",
+        help="the training batches: dynamic (the default: length buckets, each batch padded "
+        "to its longest pair; no XLA), buckets (a few padded lengths), max_length (one shape) "
+        "or packed (several pairs per row of max_length, one shape, almost no padding); the "
+        "fixed shapes compile the training step with XLA, except packed rows under "
+        "--dtype-policy auto on a CPU with bfloat16 instructions (mixed_bfloat16 without "
+        "XLA); packed rows learned more in a time-limited CPU run (benchmarks/README.md, "
+        "enja.sh)",
     )  # fmt: skip
     parser.add_argument(
-        "--max-train-minutes", type=float, default=None, help="stop training after this long"
+        "--max-train-minutes",
+        type=float,
+        default=None,
+        help="stop training after this long (default: no limit)",
     )
     parser.add_argument("--output", help="the run folder (default: a new temporary folder)")
-    parser.add_argument("--init-from", help="start from this run folder's model and tokenizer")
+    parser.add_argument(
+        "--init-from",
+        help="start from this run folder's model and tokenizer (default: a new model)",
+    )
     parser.add_argument(
         "--lora-rank", type=int, default=None, metavar="R",
         help="with --init-from: train only rank-R adapters (LoRA) on the attention "
-        "projections; the model and the export hold the merged weights",
+        "projections; the model and the export hold the merged weights (default: off, "
+        "every weight trains)",
     )  # fmt: skip
     parser.add_argument(
         "--lora-ffn", action="store_true",
@@ -180,7 +199,10 @@ def _add_run_arguments(parser):
 def _add_evaluation_arguments(parser):
     """Dev and test evaluation, the test search, the corpus limits and the seed."""
     parser.add_argument(
-        "--dev-sentences", type=int, default=200, help="dev sentences for BLEU each epoch (0=off)"
+        "--dev-sentences",
+        type=int,
+        default=200,
+        help="dev sentences for BLEU each epoch (default 200; 0 = off)",
     )
     parser.add_argument(
         "--bleu-tokenize", choices=BLEU_TOKENIZERS, default=None,
@@ -189,20 +211,34 @@ def _add_evaluation_arguments(parser):
     )  # fmt: skip
     parser.add_argument(
         "--early-stopping", type=int, default=None, metavar="PATIENCE",
-        help="stop after PATIENCE epochs without a better dev BLEU",
+        help="stop after PATIENCE epochs without a better dev BLEU (default: off)",
     )  # fmt: skip
     parser.add_argument(
         "--average-last", type=int, default=0, metavar="K",
-        help="average the last K epochs' weights (kept if dev BLEU is not worse)",
+        help="average the last K epochs' weights (kept if dev BLEU is not worse; "
+        "default 0: off)",
     )  # fmt: skip
-    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument(
+        "--beam-size", type=int, default=4, metavar="N",
+        help="the beam of the test translation and the export, recorded for the commands "
+        "that use the run (default 4; 1 = greedy)",
+    )  # fmt: skip
     parser.add_argument(
         "--alpha", type=float, default=None,
         help="beam search's length-penalty exponent (default 0.6); not with --beam-size 1",
     )  # fmt: skip
-    parser.add_argument("--limit-train", type=int, default=None, help="use only N train pairs")
-    parser.add_argument("--limit-test", type=int, default=None, help="evaluate only N pairs")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--limit-train", type=int, default=None, metavar="N",
+        help="use only N train pairs (default: all)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--limit-test", type=int, default=None, metavar="N",
+        help="evaluate only N test pairs (default: all)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seed", type=int, default=0,
+        help="seed of the initialization, the shuffling and the tokenizer's sample (default 0)",
+    )  # fmt: skip
 
 
 PATH_FLAGS = ("output", "init_from", "corpus_dir", "tsv")  # `~` is expanded in each
@@ -293,10 +329,12 @@ def check_arguments(args):
     if check_pairs_arguments(args) is None:  # several directions: their folders are checked
         check_corpus_arguments(args)
     if args.init_from is not None:
-        from tfblocks.translation.run_folder import run_languages
+        from tfblocks.translation.run_folder import run_language_codes, run_languages
 
         recorded = run_languages(args.init_from)
-        if recorded is not None and recorded != (args.source_lang, args.target_lang):
+        # An M2M-100 / NLLB run takes any direction of its codes (`JobData.load_init`).
+        any_direction = run_language_codes(args.init_from)[0] is not None
+        if recorded not in (None, (args.source_lang, args.target_lang)) and not any_direction:
             raise ValueError(
                 f"`--init-from` is a {recorded[0]}->{recorded[1]} run, got "
                 f"--init-from={args.init_from!r} with --source-lang={args.source_lang!r} "

@@ -94,7 +94,8 @@ def parse_args(argv=None):
         default=None,
         metavar="K",
         help="write the K best translations of each line (at most the beam size; with "
-        "sampling, K samples) in Moses' n-best format: INDEX ||| translation ||| score",
+        "sampling, K samples) in Moses' n-best format: INDEX ||| translation ||| score "
+        "(default: off, the best translation alone)",
     )
     parser.add_argument(
         "--alignments",
@@ -107,19 +108,19 @@ def parse_args(argv=None):
         "--score",
         metavar="TARGETS",
         help="translate nothing: write the log-probability of each line of TARGETS (as "
-        "many lines as the input) given the input's line",
+        "many lines as the input) given the input's line (default: off)",
     )
     parser.add_argument(
         "--target-prefix",
         metavar="FILE",
         help="start the translation of each input line with the words of the same line of "
-        "FILE (forced), then decode freely; an empty line forces nothing",
+        "FILE (forced), then decode freely; an empty line forces nothing (default: off)",
     )
     parser.add_argument(
         "--constraints",
         metavar="FILE",
         help="make the translation of each input line hold the phrases of the same line of "
-        "FILE (tab-separated target phrases; an empty line constrains nothing)",
+        "FILE (tab-separated target phrases; an empty line constrains nothing; default: off)",
     )
     parser.add_argument(
         "--interactive",
@@ -204,6 +205,7 @@ def main(argv=None):
     check_paths(args.input, args.output, args.overwrite, reads)  # before TensorFlow loads
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
+    from tfblocks.translation.progress import count_progress
 
     languages = model_languages(args.model) or (None, None)
     notice = lambda message: print(f"tfblocks-translate: {message}", file=sys.stderr)  # noqa: E731
@@ -255,10 +257,8 @@ def main(argv=None):
         if len(columns) > 1:
             items, length = list(zip(*columns, strict=True)), _source_length
     print(f"{doing} {len(lines)} lines with {what}", file=sys.stderr)
-
-    def progress(done, total):
-        print(f"\r{done}/{total} lines", end="" if done < total else "\n", file=sys.stderr)
-
+    # On a terminal one line rewritten; in a log a line each (at most every 10 s).
+    progress = count_progress("lines")
     batch_size = args.batch_size or BATCH_SIZE
     if args.constraints is not None and args.score is None:
         run, length, items = _by_line(run, length, items, args.constraints)

@@ -130,3 +130,44 @@ def language_table(languages, source_code, forced_start, vocab_size):
             "codes and ids: give the codes of the same model."
         )
     return table
+
+
+def with_source_code(texts, code):
+    """`texts` (`[B]` strings) with the source language's `code` (a str, or `[B]` codes)
+    written before each, as the model reads a source: `"eng_Latn Hello."`."""
+    return tf.strings.join([code, texts], separator=" ")
+
+
+class LanguageTokenized:
+    """A tokenizer whose ids carry a language token, for training an M2M-100 / NLLB model
+    on one direction (`tfblocks-train --init-from` such a run): a source tokenizer's
+    `tokenize` writes the source `code` before each text (`with_source_code`), a target
+    tokenizer's puts the target language's `first_id` before the ids, the token the
+    translation is forced to start with. Anything else is the wrapped tokenizer's.
+
+    Args:
+        tokenizer: the `SubwordTokenizer` of that side.
+        code: the source language's code (a source tokenizer), or None.
+        first_id: the target language token's id (a target tokenizer), or None.
+    """
+
+    def __init__(self, tokenizer, code=None, first_id=None):
+        if (code is None) == (first_id is None):
+            raise ValueError(
+                "`LanguageTokenized` needs a source `code` or a target `first_id`, one of "
+                f"them, got code={code!r}, first_id={first_id!r}."
+            )
+        self.tokenizer, self.code, self.first_id = tokenizer, code, first_id
+
+    def tokenize(self, texts):
+        """Ragged ids `[N, (n)]` of the strings `texts`, EOS-terminated, the language token
+        first."""
+        texts = tf.convert_to_tensor(texts, tf.string)
+        if self.code is not None:
+            return self.tokenizer.tokenize(with_source_code(texts, self.code))
+        ids = self.tokenizer.tokenize(texts)
+        first = tf.fill([tf.shape(texts)[0], 1], tf.cast(self.first_id, ids.dtype))
+        return tf.concat([tf.RaggedTensor.from_tensor(first), ids], axis=1)
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)

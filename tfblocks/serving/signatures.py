@@ -22,6 +22,7 @@ from tfblocks.serving.constraints import (
     phrase_batch,
     phrase_table,
 )
+from tfblocks.serving.languages import with_source_code
 from tfblocks.serving.text_module import (
     TEXT,
     TextModule,
@@ -95,7 +96,7 @@ class TranslatorSignatures(TextModule):
             text = tag_sources(text, target_lang)
         source_code = self.source_code if source_code is None else source_code
         if source_code is not None:  # M2M-100 / NLLB: the source language's token
-            text = tf.strings.join([source_code, text], separator=" ")
+            text = with_source_code(text, source_code)
         ids = self.source_tokenizer.tokenize(text)  # ragged [B, (n)], ends with EOS
         ids = ids[:, :-1][:, : self.max_length - 1]  # [B, (≤ max_length − 1)]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tf.shape(text)[0], 1], EOS_ID))

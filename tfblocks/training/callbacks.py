@@ -113,23 +113,43 @@ class FiniteLoss(keras.callbacks.Callback):
                 self.model.stop_training = True
 
 
+def updates_and_rate(optimizer):
+    """`(updates, learning_rate)` of a Keras `optimizer` now: its update count
+    (`iterations`, restored with a continued run's state) and the learning rate its
+    schedule gives at that count (the next update's); `(None, None)` without an optimizer.
+
+    Example:
+
+    >>> updates_and_rate(keras.optimizers.SGD(learning_rate=0.5))
+    (0, 0.5)
+    """
+    if optimizer is None or not hasattr(optimizer, "iterations"):
+        return None, None
+    return int(optimizer.iterations.numpy()), float(optimizer.learning_rate)
+
+
 class EpochProgress(keras.callbacks.ProgbarLogger):
-    """Keras' progress bar, headed with the epoch numbers of a whole run.
+    """Keras' progress bar, headed with the epoch numbers of a whole run, each epoch's
+    line ending with the optimizer's update count and learning rate.
 
     A run that calls `fit` once per epoch (`fit(initial_epoch=e, epochs=e + 1)`) would
     print `Epoch e+1/e+1` (and no header for the first); with this callback in `fit`'s
     callbacks every epoch is headed `Epoch e+1/total_epochs`, a continued run included.
+    The epoch's line (`verbose=2`: `12/12 - 3s - 250ms/step - loss: 4.3786 - ...`) ends
+    with ` - updates: N - learning_rate: R` (`updates_and_rate`: the updates of the whole
+    run so far, and the rate of the next one); with the bar (`verbose=1`) they follow on
+    a line of their own.
 
     Example:
 
     >>> import numpy as np
     >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    >>> model.compile("sgd", "mse")
+    >>> model.compile(keras.optimizers.SGD(0.01), "mse")
     >>> x = np.zeros((4, 2), "float32")
     >>> _ = model.fit(x, x[:, :1], initial_epoch=1, epochs=2, verbose=2,
     ...               callbacks=[EpochProgress(total_epochs=5)])  # doctest: +ELLIPSIS
     Epoch 2/5
-    ...
+    1/1 - ...s - ...s/step - loss: 0.0000e+00 - updates: 1 - learning_rate: 1.000e-02
     """
 
     def __init__(self, total_epochs):
@@ -145,5 +165,36 @@ class EpochProgress(keras.callbacks.ProgbarLogger):
     def on_epoch_begin(self, epoch, logs=None):
         self._reset_progbar()
         self._maybe_init_progbar()
+        self._start = time.perf_counter()
         if self.verbose:
             print(f"Epoch {epoch + 1}/{self.epochs}", flush=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        updates, rate = updates_and_rate(getattr(self.model, "optimizer", None))
+        if self.verbose != 2 or updates is None:
+            super().on_epoch_end(epoch, logs)
+            if self.verbose and updates is not None:
+                print(f"updates: {updates} - learning_rate: {rate:.3e}", flush=True)
+            return
+        steps = self.target or self.seen
+        seconds = time.perf_counter() - self._start
+        step = seconds / max(steps, 1)
+        parts = [f"{steps}/{steps}", f"{seconds:.0f}s",
+                 f"{step * 1000:.0f}ms/step" if step < 1 else f"{step:.0f}s/step"]  # fmt: skip
+        parts += [f"{name}: {_metric(value)}" for name, value in (logs or {}).items()]
+        parts += [f"updates: {updates}", f"learning_rate: {rate:.3e}"]
+        print(" - ".join(parts), flush=True)
+
+
+def _metric(value):
+    """A metric's value as Keras' progress bar writes it: 4 decimals, or 4 significant
+    digits with an exponent when it is as small as 0.001 or smaller.
+
+    >>> _metric(4.37859), _metric(0.0001234), _metric(2)
+    ('4.3786', '1.2340e-04', '2.0000')
+    """
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return f"{value:.4f}" if value > 1e-3 else f"{value:.4e}"

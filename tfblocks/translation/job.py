@@ -88,6 +88,7 @@ class TrainingJob:
         self.stream = isinstance(splits["train"], StreamedPairs)
         # Several directions (`MixedPairs`): dev and test are their tagged pairs, in turn.
         self.mixed = splits["train"] if isinstance(splits["train"], MixedPairs) else None
+        self.language_tokens = None  # an M2M-100 / NLLB direction (`JobData.load_init`)
         if self.mixed is not None and (options.separate_vocab or options.init_from):
             raise ValueError(
                 "several directions (a `MixedPairs`) train one shared vocabulary from scratch, "
@@ -109,6 +110,8 @@ class TrainingJob:
         data, record = self.data, self.record
         with self.timer("data"):
             init = data.load_init()
+            # An M2M-100 / NLLB run's direction: its tokens in the data and the translators.
+            self.language_tokens = None if init is None else init.language_tokens
             sample = data.tokenizer_sample(init, output)
         with RunFolder(output or tempfile.mkdtemp(prefix="tfblocks-train-")) as folder:
             with self.timer("data"):
@@ -131,7 +134,7 @@ class TrainingJob:
             if recorded is None:
                 translator = Translator(
                     model, tokenizer, target_tokenizer, hp.max_length, search=search,
-                    multilingual=self.mixed is not None,
+                    multilingual=self.mixed is not None, **self.language_options(),
                 )  # fmt: skip
                 metrics = self.evaluate(translator)
                 path, samples, matches = record.export(folder, model, translator)
@@ -166,10 +169,20 @@ class TrainingJob:
         serving = self.fit.start(init_weights)
         self.dev_pairs = self.evaluation.dev_pairs()
         self.translator = Translator(
-            serving, tokenizer, self.target_tokenizer, hp.max_length, search=Greedy()
-        )
+            serving, tokenizer, self.target_tokenizer, hp.max_length, search=Greedy(),
+            **self.language_options(),
+        )  # fmt: skip
         self.evaluation.open_log(folder)
         return self.fit.run()
+
+    def language_options(self):
+        """`Translator`'s `language_tokens` and `languages` of an M2M-100 / NLLB run's
+        direction (`language_tokens`), or none."""
+        tokens = self.language_tokens
+        if tokens is None:
+            return {}
+        pair = (tokens["source"], tokens["target_id"])
+        return {"language_tokens": pair, "languages": tokens["languages"]}
 
     # The steps a caller also takes on their own ------------------------------------------
 

@@ -38,13 +38,16 @@ from tfblocks.translation.run_folder import HELDOUT_DIR, TARGET_TOKENIZER_FILE, 
 
 
 class Init(NamedTuple):
-    """What `init_from` gives: the model, its tokenizers (target: None if shared) and its
-    `HParams` (None when its preset holds none)."""
+    """What `init_from` gives: the model, its tokenizers (target: None if shared), its
+    `HParams` (None when its preset holds none) and, for an M2M-100 / NLLB run, the
+    language tokens of the direction trained (`language_tokens`: `run.json`'s record with
+    the options' languages as the source and target; None for any other run)."""
 
     model: object
     tokenizer: object
     target_tokenizer: object
     hparams: object
+    language_tokens: dict = None
 
 
 class JobData:
@@ -77,14 +80,7 @@ class JobData:
         (`build_hparams`)."""
         if not self.options.init_from:
             return None
-        from tfblocks.translation.run_folder import run_language_tokens
-
-        if run_language_tokens(self.options.init_from) is not None:
-            raise ValueError(
-                f"--init-from={self.options.init_from!r} is an M2M-100 / NLLB run, whose "
-                "sources and targets carry language tokens that fine-tuning does not write "
-                "yet: it would train the model without them. Not supported yet."
-            )
+        tokens = self._language_tokens()  # refused now when they cannot be written
         preset = os.path.join(self.options.init_from, "model")
         try:
             model, tokenizer, hp = load_preset(preset)
@@ -93,7 +89,7 @@ class JobData:
             raise ValueError(
                 f"--init-from={self.options.init_from!r} holds no model to start from: {error}"
             ) from error
-        init = Init(model, tokenizer, target_tokenizer, hp)
+        init = Init(model, tokenizer, target_tokenizer, hp, tokens)
         sizes = [t.vocabulary_size for t in init[1:3] if t is not None]
         if init.model.get_config()["vocab_size"] != max(sizes):
             raise ValueError(
@@ -102,6 +98,47 @@ class JobData:
             )
         self.build_hparams(tokenizer, init.target_tokenizer or tokenizer, init)  # refused now
         return init
+
+    def _language_tokens(self):
+        """The language tokens of `init_from` when it is an M2M-100 / NLLB run (None
+        otherwise): its record, with `--source-lang` / `--target-lang` read as codes of
+        the model (`targets.language_code`: `jpn` for `jpn_Jpan`, `de` for `__de__`);
+        refused (ValueError naming the flag and the closest codes) when they are not."""
+        from tfblocks.translation.run_folder import run_language_codes
+        from tfblocks.translation.targets import language_code
+
+        init_from = self.options.init_from
+        codes, kind = run_language_codes(init_from)
+        if codes is None:
+            from tfblocks.translation.run_folder import run_language_tokens
+
+            if run_language_tokens(init_from) is not None:
+                raise ValueError(
+                    f"--init-from={init_from!r} is an M2M-100 / NLLB run imported before "
+                    "tfblocks recorded its language codes: import it again to fine-tune it."
+                )
+            return None
+        if self.job.mixed is not None or self.job.stream:
+            raise ValueError(
+                f"--init-from={init_from!r} is an M2M-100 / NLLB run: fine-tune it on one "
+                "direction of a corpus read whole (not --pairs, not --stream)."
+            )
+        source = language_code(codes, kind, self.options.source_lang, "--source-lang")
+        target = language_code(codes, kind, self.options.target_lang, "--target-lang")
+        return {"source": source, "target": target, "target_id": int(codes[target]),
+                "languages": codes}  # fmt: skip
+
+    def language_tokenizers(self):
+        """`(source, target)` tokenizers of the fit's datasets: the job's, with the
+        language tokens of an M2M-100 / NLLB direction written in (`LanguageTokenized`)."""
+        job = self.job
+        tokens = job.language_tokens
+        if tokens is None:
+            return job.tokenizer, job.target_tokenizer
+        from tfblocks.serving.languages import LanguageTokenized
+
+        return (LanguageTokenized(job.tokenizer, code=tokens["source"]),
+                LanguageTokenized(job.target_tokenizer, first_id=tokens["target_id"]))  # fmt: skip
 
     def tokenizer_sample(self, init, output):
         """A streamed train split's tokenizer sample (two fast passes over its files,
@@ -227,7 +264,7 @@ class JobData:
         Under a `strategy` that shards the input, each worker reads its shard and the
         budget is the whole step's."""
         options, job = self.options, self.job
-        args = (self.splits["train"], job.tokenizer, job.target_tokenizer)
+        args = (self.splits["train"], *self.language_tokenizers())
         kwargs = dict(batch_tokens=options.batch_tokens, max_length=job.hp.max_length,
                       seed=seed, shapes=options.shapes,
                       repeat=options.steps_per_epoch is not None)  # fmt: skip
@@ -240,7 +277,7 @@ class JobData:
         """The dev split's batches, in order, for Keras' validation loss and accuracy."""
         options, job = self.options, self.job
         return make_dataset(
-            self.splits["dev"], job.tokenizer, job.target_tokenizer,
+            self.splits["dev"], *self.language_tokenizers(),
             batch_tokens=options.batch_tokens, max_length=job.hp.max_length, shuffle=False,
             shapes=options.shapes,
         )  # fmt: skip
@@ -249,9 +286,7 @@ class JobData:
         """What packing makes of the train split, in words: its rows, batches and padding."""
         job = self.job
         max_length = job.hp.max_length
-        lengths = length_summary(
-            self.splits["train"], job.tokenizer, job.target_tokenizer, max_length
-        )
+        lengths = length_summary(self.splits["train"], *self.language_tokenizers(), max_length)
         keep = np.array(lengths["keep"])
         packed = packing_summary(
             np.array(lengths["source_lengths"])[keep], np.array(lengths["target_lengths"])[keep],

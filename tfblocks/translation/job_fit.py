@@ -20,7 +20,12 @@
 - A time limit counts only completed epochs: the epoch it cuts is training time, not an
   epoch (not in the history, never the best epoch; the rerun repeats it), and no epoch
   starts once the time is used up. Each epoch's history record holds its training
-  seconds (`seconds`).
+  seconds (`seconds`), the run's optimizer updates at its end (`updates`) and the
+  learning rate of the next one (`learning_rate`), which its line also shows.
+- A run whose updates end before the learning-rate warm-up does (the rate never reaches
+  its peak) says so in one line (`progress.warmup_warning`): at its start when the
+  updates of an epoch are known (`steps_per_epoch`), after its first epoch otherwise;
+  the report keeps `updates` and `warmup_steps` for the summary.
 - `early_stopping` stops after that many epochs without a higher dev BLEU; the best
   epoch's weights are kept and become the final model (`job_evaluation.record_bleu`
   says which epoch is the best).
@@ -47,7 +52,13 @@ import tensorflow as tf
 
 from tfblocks.models.builders import build_transformer
 from tfblocks.training import compile_transformer, get_strategy
-from tfblocks.training.callbacks import EpochProgress, ExactSteps, FiniteLoss, TimeLimit
+from tfblocks.training.callbacks import (
+    EpochProgress,
+    ExactSteps,
+    FiniteLoss,
+    TimeLimit,
+    updates_and_rate,
+)
 from tfblocks.training.lora import enable_lora
 from tfblocks.training.multi_worker import patch_keras
 from tfblocks.training.precision import training_execution
@@ -60,7 +71,7 @@ from tfblocks.training.weights import (
 )
 from tfblocks.translation.curves import CURVES_FILE, plot_curves
 from tfblocks.translation.job_evaluation import record_bleu
-from tfblocks.translation.progress import non_finite, stop_line, time_left
+from tfblocks.translation.progress import non_finite, stop_line, time_left, warmup_warning
 
 # Strategies under which each worker reads its own shard of the training pairs and each
 # replica takes whole batches from it (`distribute_dataset`); under the others (the
@@ -160,13 +171,21 @@ class JobFit:
         options, job, progress = self.options, self.job, self.progress
         self.spent, self.cut = 0.0, False
         stream = options.steps_per_epoch is not None
+        self.first_updates = updates_and_rate(self.model.optimizer)[0]  # a continued run's
+        self.warmup_checked = progress["epochs"] >= options.epochs  # nothing left to train
+        if stream and not self.warmup_checked:  # the updates of its epochs are known now
+            per_epoch = options.steps_per_epoch / options.accumulate_steps
+            self._check_warmup(per_epoch, progress["epochs"])
         stopped = self._fit_stream() if stream else self._fit_epochs()
         job.log(stop_line(stopped, progress, options, cut=self.cut))
         self.sync_weights()
         report = self.final_weights()
+        updates = [h["updates"] for h in progress["history"] if "updates" in h]
         report.update(
             stopped=stopped, train_seconds=round(progress["train_seconds"], 1),
             dtype_policy=self.policy, trainable_parameters=self.trainable,
+            updates=updates[-1] if updates else None,
+            warmup_steps=job.hp.learning_rate_warmup_steps,
         )  # fmt: skip
         report["curves"] = self._write_curves(report)
         return self.serving, report
@@ -178,6 +197,18 @@ class JobFit:
         if self.serving is not self.model:
             assign_weights(self.serving, weights)
         return weights
+
+    def _check_warmup(self, per_epoch, done):
+        """Says in one line (`warmup_warning`) when the run's updates, `per_epoch` updates
+        for each of the epochs after the `done` ones, end before the learning-rate warm-up
+        does: known at the start with epochs of N steps, after this invocation's first
+        epoch otherwise (its updates counted)."""
+        self.warmup_checked = True
+        planned = (self.first_updates or 0) + per_epoch * (self.options.epochs - done)
+        line = warmup_warning(round(planned), self.job.hp.learning_rate_warmup_steps,
+                              self.options.epochs, per_epoch)  # fmt: skip
+        if line is not None:
+            self.job.log(line)
 
     # The epochs ---------------------------------------------------------------------------
 
@@ -262,7 +293,10 @@ class JobFit:
             folder.commit(self.model, progress, keep=keep, weights={})  # the time only
             return "time limit"
         weights = self.sync_weights()  # the serving model's now: dev BLEU and the .npz files
-        logs = dict(logs, seconds=elapsed)
+        updates, rate = updates_and_rate(self.model.optimizer)
+        logs = dict(logs, seconds=elapsed, updates=updates, learning_rate=rate)
+        if not self.warmup_checked:  # this invocation's first epoch: its updates counted
+            self._check_warmup(updates - (self.first_updates or 0), epoch)
         if job.dev_pairs:
             job.evaluation.score_epoch(epoch, logs)
         progress["epochs"] = epoch + 1

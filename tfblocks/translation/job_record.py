@@ -91,6 +91,8 @@ class JobRecord:
         if job.mixed is not None:
             settings.update(source_lang=None, target_lang=None, pairs=job.mixed.names,
                             pair_temperature=job.mixed.temperature)  # fmt: skip
+        if job.language_tokens is not None:  # an M2M-100 / NLLB direction
+            settings["language_tokens"] = job.language_tokens
         return settings
 
     def check_settings(self, folder):

@@ -3,6 +3,7 @@ training stopped, the error of a loss that stopped being finite, the progress of
 phases after training, and the closing summary of `tfblocks-train` (the epoch lines are
 Keras' and `tfblocks.training.callbacks`')."""
 
+import sys
 import time
 
 STOPPED = {
@@ -50,6 +51,7 @@ def say(line):
 class Counter:
     """`counter(done, total)` logs how many of a phase's `total` items are done: at the
     first call, then at most every `every` seconds, and at the last (`done == total`).
+    A `phase` of None logs the count alone (`64/150 sentences (3 s)`).
 
     Example:
 
@@ -70,7 +72,40 @@ class Counter:
         now = time.perf_counter()
         if self.shown is None or now - self.shown >= self.every or done >= total:
             self.shown = now
-            self.log(f"  {self.phase}: {done}/{total} {self.unit} ({now - self.start:.0f} s)")
+            line = f"{done}/{total} {self.unit} ({now - self.start:.0f} s)"
+            self.log(f"  {self.phase}: {line}" if self.phase else line)
+
+
+def count_progress(unit, stream=None, every=10.0):
+    """`progress(done, total)` for a command's count of `unit` done (`64/200 lines`), on
+    `stream` (None: standard error): on a terminal one line that each call rewrites (`\\r`),
+    ended with a newline at the last (`done == total`); otherwise (a file, a pipe, a log)
+    lines that each end with a newline (`Counter`'s, without a phase: `64/200 lines (3 s)`):
+    the first call's, then at most every `every` seconds, and the last.
+
+    Example:
+
+    >>> import io
+    >>> log = io.StringIO()
+    >>> progress = count_progress("lines", log, every=3600)
+    >>> for done in (64, 128, 200):
+    ...     progress(done, 200)
+    >>> [line.split(" (")[0] for line in log.getvalue().splitlines()]
+    ['64/200 lines', '200/200 lines']
+    """
+    stream = sys.stderr if stream is None else stream
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, OSError, ValueError):  # replaced or closed: not a terminal
+        terminal = False
+    if terminal:
+
+        def rewrite(done, total):
+            end = "" if done < total else "\n"
+            print(f"\r{done}/{total} {unit}", end=end, file=stream, flush=True)
+
+        return rewrite
+    return Counter(None, unit, lambda line: print(line, file=stream, flush=True), every)
 
 
 def non_finite(failure, recorded):
@@ -107,6 +142,50 @@ def time_left(spent, limit, epoch_seconds, epochs_to_go):
     )
 
 
+def warmup_warning(updates, warmup_steps, epochs, per_epoch):
+    """The line that warns, at a run's start, that its `updates` (all `epochs`, of about
+    `per_epoch` updates each) end before the learning-rate warm-up of `warmup_steps`
+    updates does, so that the rate never reaches its peak; None when they do not.
+
+    Example:
+
+    >>> print(warmup_warning(60, 200, 5, 12).split(", before")[0])
+    warning: this run ends after about 60 updates (5 epochs of 12)
+    >>> warmup_warning(600, 200, 5, 120) is None
+    True
+    """
+    if not warmup_steps or updates >= warmup_steps:
+        return None
+    per_epoch = f"{per_epoch:,.1f}".removesuffix(".0")  # 12; 12.5 with accumulation
+    return (
+        f"warning: this run ends after about {updates} updates ({epochs} epochs of "
+        f"{per_epoch}), before its learning-rate warm-up of {warmup_steps} updates does: "
+        "its learning rate never reaches its peak (more --epochs, a smaller --batch-tokens "
+        "or a shorter warm-up, --hparams-override learning_rate_warmup_steps=N)"
+    )
+
+
+def _epochs_line(report):
+    """The summary's line of the epochs: how many, their updates, the training time, why
+    it stopped and the best dev-BLEU epoch, with the rule of a tie."""
+    updates = report.get("updates")
+    epochs = f"{report['epochs']} epochs" + ("" if updates is None else f" ({updates} updates)")
+    best = report["best_epoch"]
+    if best is None:
+        best = "none (no dev BLEU)"
+    else:  # the later of two epochs of equal dev BLEU is the best (`record_bleu`)
+        bleu = {h["epoch"]: h.get("dev_bleu") for h in report.get("history") or ()}
+        tied = sum(1 for b in bleu.values() if b is not None and b == bleu.get(best))
+        rule = "a tie goes to the later epoch"
+        if tied > 1:
+            rule = f"the latest of {tied} epochs tied at dev BLEU {bleu[best]}: {rule}"
+        best = f"{best} ({rule})"
+    return (
+        f"  {epochs}, {report['train_seconds']} s of training in all "
+        f"({STOPPED[report['stopped']]}); best dev-BLEU epoch: {best}"
+    )
+
+
 def stop_line(stopped, progress, options, cut=True):
     """One line: why training stopped (`cut`: the time limit cut an epoch short, which
     the rerun repeats; False: it ran out between two epochs)."""
@@ -136,7 +215,6 @@ def summary(metrics, report, folder, export_path, metrics_path, exact_match=True
     scores = f"test BLEU {metrics['bleu']}  chrF {metrics['chrf']}"
     if exact_match:
         scores += f"  exact match {metrics['exact_match']:.4f}"
-    best = report["best_epoch"]
     lines = [
         "summary",
         f"  {scores}  ({metrics['sentences']} sentences; {metrics['bleu_signature']})",
@@ -145,9 +223,8 @@ def summary(metrics, report, folder, export_path, metrics_path, exact_match=True
             "sentences)"
             for name, pair in (metrics.get("pairs") or {}).items()
         ),
-        f"  {report['epochs']} epochs, {report['train_seconds']} s of training in all "
-        f"({STOPPED[report['stopped']]}); best dev-BLEU epoch: "
-        f"{'none (no dev BLEU)' if best is None else best}",
+        _epochs_line(report),
+        *_warmup_summary(report),
         f"  final weights: {report['final_weights']}",
         f"  model:   {folder.join('model')}",
         f"  export:  {export_path}",
@@ -157,3 +234,15 @@ def summary(metrics, report, folder, export_path, metrics_path, exact_match=True
     for split, paths in (heldout or {}).items():
         lines.append(f"  {split}:{' ' * max(1, 8 - len(split))}{paths[0]}  {paths[1]}")
     return "\n".join(lines)
+
+
+def _warmup_summary(report):
+    """The summary's warning line when the run's updates ended before its learning-rate
+    warm-up did (`report`'s `updates` and `warmup_steps`), or none."""
+    updates, warmup = report.get("updates"), report.get("warmup_steps")
+    if updates is None or not warmup or updates >= warmup:
+        return []
+    return [
+        f"  warning: training ended after {updates} updates, before the learning-rate "
+        f"warm-up of {warmup} did: the learning rate never reached its peak"
+    ]
