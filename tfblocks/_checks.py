@@ -146,3 +146,14 @@ def check_index(name, value, size, what):
             f"`{name}` must be an int in [{-size}, {size}) ({size} {what}), got {name}={value!r}."
         )
     return int(value) % size
+
+
+def short_repr(value, limit=80):
+    """`repr(value)` for an error message, cut to `limit` characters (a long dict or list
+    would bury the message).
+
+    >>> short_repr({"a": 1}), short_repr(list(range(100)), 12)
+    ("{'a': 1}", '[0, 1, 2, 3…')
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

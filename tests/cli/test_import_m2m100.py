@@ -267,3 +267,14 @@ def test_fine_tuning_in_another_direction_trains_with_its_language_tokens(run, t
     exported = saved(text=tf.constant(list(sources)))["translation"].numpy()
     translate, _ = engines.load_translate(str(output))
     assert [t.decode() for t in exported] == translate(list(sources))
+
+
+def test_a_copied_export_refuses_target_lang_instead_of_tagging(run, tmp_path):
+    # Away from its run folder an NLLB export has no run.json: --target-lang is refused
+    # (it names languages by tokens; a `<2xx>` tag would be read as text), before loading.
+    copy = tmp_path / "export"
+    shutil.copytree(os.path.join(run, "export", "1"), copy)
+    (tmp_path / "in.txt").write_text("a\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"NLLB SavedModel away from its run folder"):
+        translate_cli.main(["--model", str(copy), "--input", str(tmp_path / "in.txt"),
+                            "--target-lang", "deu_Latn"])  # fmt: skip

@@ -264,3 +264,20 @@ def test_a_translator_with_languages_translates_in_each_direction():
         Translator(*parts, languages=imported.languages)
     with pytest.raises(ValueError, match=r"must be among `languages`' codes and ids"):
         Translator(*parts, language_tokens=(own[0], 5), languages=imported.languages)
+
+
+def test_language_tokenized_ids_start_with_the_language_token_and_copy():
+    import copy
+
+    from tfblocks.serving.languages import LanguageTokenized
+
+    _, imported, _, _ = _case("nllb")
+    source = LanguageTokenized(imported.source_tokenizer, code="jpn_Jpan")
+    target = LanguageTokenized(imported.target_tokenizer, first_id=imported.languages["eng_Latn"])
+    plain = imported.target_tokenizer.tokenize(["the cat."]).to_list()[0]
+    assert target.tokenize(["the cat."]).to_list()[0] == [imported.languages["eng_Latn"], *plain]
+    assert source.tokenize(["猫"]).to_list()[0][0] == imported.languages["jpn_Jpan"]
+    assert copy.deepcopy(source).code == "jpn_Jpan"  # no recursion through __getattr__
+    assert source.vocabulary_size == imported.source_tokenizer.vocabulary_size
+    with pytest.raises(ValueError, match="one of them"):
+        LanguageTokenized(imported.source_tokenizer, code="jpn_Jpan", first_id=5)

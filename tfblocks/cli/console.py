@@ -181,17 +181,19 @@ def read_input(path, japanese_spaces, advise=True, language=None):
     """The sentences of `path` (standard input for None), read as `tfblocks-train` reads.
 
     `language` is the language of the text as the model's run recorded it (None:
-    unknown); with `auto`, Japanese (`ja`) is joined, any other language kept as it is,
-    and an unknown one follows the *.ja file-name rule. With `advise`, warns on standard
-    error when `auto` left most lines of a text of unknown language looking like
-    pre-tokenized Japanese (a file not named *.ja, or standard input).
+    unknown); with `auto`, Japanese (`ja`, `jpn`, `jpn_Jpan`) is joined, any other
+    language kept as it is, and an unknown one follows the *.ja file-name rule. With
+    `advise`, warns on standard error when `auto` left most lines of a text of unknown
+    language looking like pre-tokenized Japanese (a file not named *.ja, or standard
+    input).
     """
     from tfblocks.text import read_sentences, remove_japanese_spaces
     from tfblocks.text.corpus import decode_lines
+    from tfblocks.text.lines import is_japanese
 
     remove_spaces = JAPANESE_SPACES[japanese_spaces]
     if remove_spaces is None and language is not None:
-        remove_spaces, advise = language == "ja", False
+        remove_spaces, advise = is_japanese(language), False
     if path is not None:
         lines = read_sentences(path, remove_spaces=remove_spaces)
     elif sys.stdin is None:  # closed (`<&-`): Python has no standard input at all
@@ -221,13 +223,13 @@ def read_lines_as_they_come(path, japanese_spaces, language=None, invalid=None):
     terminal is not ended by one mistyped line); without it that error ends the reading.
     """
     from tfblocks.text import remove_japanese_spaces
-    from tfblocks.text.lines import file_language, file_lines
+    from tfblocks.text.lines import file_language, file_lines, is_japanese
 
     remove = JAPANESE_SPACES[japanese_spaces]
     if remove is None and language is not None:
-        remove = language == "ja"
+        remove = is_japanese(language)
     if remove is None:  # a model without recorded languages: the *.ja file-name rule
-        remove = path is not None and file_language(path) == "ja"
+        remove = path is not None and is_japanese(file_language(path))
     if path is not None:
         numbered = file_lines(path)
     elif sys.stdin is None:  # closed (`<&-`): Python has no standard input at all

@@ -356,7 +356,9 @@ def _read_phrases(args, count, language=None):
 
     path = args.constraints
     lines = _read_aligned(args, "--constraints", path, count, japanese_spaces="keep")
-    join = language == "ja" or (language is None and str(path).endswith(".ja"))
+    from tfblocks.text.lines import file_language, is_japanese
+
+    join = is_japanese(language) or (language is None and is_japanese(file_language(path)))
     return [
         [remove_japanese_spaces(p) if join else p for p in line.split("\t") if p.strip()]
         for line in lines

@@ -463,8 +463,12 @@ def _forced_first(logits, index, forced):
     """`logits` `[N, V]` of step `index`, where that is the first step: 0 at each row's
     `forced` `[N]` id and `NEG_INF` elsewhere, so the forced token's log-probability is 0
     (`Decoder(forced_first=True)`)."""
-    only = tf.where(tf.one_hot(forced, tf.shape(logits)[-1]) > 0, 0.0, NEG_INF)  # [N, V]
-    return tf.where(tf.equal(index, 0), tf.cast(only, logits.dtype), logits)
+
+    def only():  # [N, V]: built at the first step only (a [N, V] select per step otherwise)
+        ids = tf.range(tf.shape(logits)[-1])[None, :]
+        return tf.where(tf.equal(ids, tf.cast(forced, tf.int32)[:, None]), 0.0, NEG_INF)
+
+    return tf.cond(tf.equal(index, 0), lambda: tf.cast(only(), logits.dtype), lambda: logits)
 
 
 def _check_ids(name, ids, vocab_size, rank=2):

@@ -10,6 +10,7 @@ the graph (the SavedModel's `languages` signature).
 import numpy as np
 import tensorflow as tf
 
+from tfblocks._checks import short_repr
 from tfblocks.ids import BOS_ID
 
 
@@ -46,7 +47,7 @@ class LanguageTable(tf.Module):
         if not isinstance(languages, dict) or not languages:
             raise ValueError(
                 "`languages` must map each language code of the model to its token's id "
-                f"(e.g. {{'deu_Latn': 256042}}), got languages={_short(languages)}."
+                f"(e.g. {{'deu_Latn': 256042}}), got languages={short_repr(languages)}."
             )
         codes, ids = [], []
         for code, token in languages.items():
@@ -107,12 +108,6 @@ def unknown_code(name, code, codes):
     )
 
 
-def _short(value, limit=80):
-    """`repr(value)`, cut to `limit` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def language_table(languages, source_code, forced_start, vocab_size):
     """`LanguageTable` of `Translator(languages=...)`, or None; refused (ValueError)
     without `language_tokens`."""
@@ -169,5 +164,7 @@ class LanguageTokenized:
         first = tf.fill([tf.shape(texts)[0], 1], tf.cast(self.first_id, ids.dtype))
         return tf.concat([tf.RaggedTensor.from_tensor(first), ids], axis=1)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # only for what the instance lacks
+        if name == "tokenizer" or name.startswith("__"):  # not made yet, or copy's probes
+            raise AttributeError(name)
         return getattr(self.tokenizer, name)

@@ -220,12 +220,12 @@ class Translator(TranslatorSignatures):
         _backend.require_tensorflow("Translator")
         super().__init__(name=name)
         search = BeamSearch() if search is None else search
-        self.source_code, self.forced_start = language_tokens_of(language_tokens, model.vocab_size)
         self._set_decoding(
             model, ("target_tokenizer", target_tokenizer), max_length, search, jit_compile,
             cache_lengths=cache_lengths, drop_finished=drop_finished,
-            forced_first=self.forced_start is not None,
+            forced_first=language_tokens is not None,
         )  # fmt: skip
+        self.source_code, self.forced_start = language_tokens_of(language_tokens, model.vocab_size)
         self._language_table = language_table(
             languages, self.source_code, self.forced_start, model.vocab_size
         )

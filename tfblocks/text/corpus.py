@@ -19,6 +19,7 @@ from tfblocks.text.lines import (
     file_language,
     file_lines,
     invalid_utf8,
+    is_japanese,
     language_files,
 )
 from tfblocks.text.pairs import collect_pairs, remove_japanese_spaces
@@ -71,7 +72,7 @@ def _check_flag(name, value):
 def _removes_spaces(path, flag):
     """The readers' rule: join pre-tokenized Japanese when asked, or by default in a file
     whose language suffix is `ja` (`x.ja`, `x.ja.gz`, `x.ja-00000-of-00002`)."""
-    return file_language(path) == "ja" if flag is None else flag
+    return is_japanese(file_language(path)) if flag is None else flag
 
 
 def read_sentences(path, *, remove_spaces=None):
@@ -426,7 +427,8 @@ def load_splits(
             )
     for split in SPLITS:
         _check_sides_differ(split, *files[split])
-    joined = {"remove_source_spaces": source == "ja", "remove_target_spaces": target == "ja"}
+    joined = {"remove_source_spaces": is_japanese(source),
+              "remove_target_spaces": is_japanese(target)}  # fmt: skip
     splits = {
         split: list(read_parallel(*files[split], **joined))
         for split in SPLITS

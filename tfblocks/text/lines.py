@@ -98,6 +98,16 @@ def file_language(path):
     return suffix if dot and stem else None
 
 
+def is_japanese(language):
+    """Whether the language code `language` names Japanese, whose pre-tokenized text the
+    readers join: `ja`, or `jpn` (NLLB's `jpn_Jpan`; the part before `_` or `-` counts).
+
+    >>> is_japanese("ja"), is_japanese("jpn_Jpan"), is_japanese("jav_Latn"), is_japanese(None)
+    (True, True, False, False)
+    """
+    return bool(language) and re.split(r"[-_]", language.lower())[0] in ("ja", "jpn")
+
+
 def expand_paths(flag, value):
     """The files named by a comma-separated list of paths and globs, in the order given
     (each glob's matches sorted by name).

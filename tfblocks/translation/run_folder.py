@@ -62,6 +62,7 @@ import re
 
 import numpy as np
 
+from tfblocks._checks import short_repr
 from tfblocks._files import clean_stale_files, read_json, replace_file, write_json
 from tfblocks.training.weights import load_weights
 
@@ -188,7 +189,8 @@ class RunFolder:
         differ = [k for k in must_match if saved.get(k) != settings.get(k)]
         if differ:
             details = "; ".join(
-                f"{k}: the folder has {saved.get(k)!r}, this run asks for {settings.get(k)!r}"
+                f"{k}: the folder has {short_repr(saved.get(k), 120)}, this run asks for "
+                f"{short_repr(settings.get(k), 120)}"
                 for k in differ
             )
             raise ValueError(
@@ -407,7 +409,8 @@ def run_language_codes(path):
     and its token's id (`run.json`'s `language_tokens.languages`) and its import format;
     `(None, None)` for a run that records none. Reads only `run.json`."""
     for settings in _run_settings(path):
-        codes = settings.get("language_tokens", {}).get("languages")
+        tokens = settings.get("language_tokens")
+        codes = tokens.get("languages") if isinstance(tokens, dict) else None
         if isinstance(codes, dict) and codes:
             return codes, settings.get("import_format", "imported")
     return None, None

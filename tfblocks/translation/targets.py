@@ -43,6 +43,12 @@ def target_language(models, target_lang, notice):
         return None  # its tokens name the direction: `language_direction`
     pairs = run_pairs(model)
     if pairs is None and run_languages(model) is None:
+        if target_lang is not None and _language_tokens_model(model):
+            raise ValueError(
+                f"--model={model!r} is an M2M-100 / NLLB SavedModel away from its run folder: "
+                "it names languages by its own tokens, not by tags; give its run folder for "
+                f"--target-lang, got --target-lang={target_lang!r}."
+            )
         tags = model_tags(model)  # a model of several directions away from its run folder
         if tags:
             if target_lang not in tags:
@@ -175,6 +181,20 @@ def _direction_languages(path, direction):
     if target is None:  # a run without its codes translates in its own direction
         return run_languages(path)
     return direction[0].strip("_"), target.strip("_")
+
+
+def _language_tokens_model(path):
+    """Whether `path` is a SavedModel with a `languages` signature (an M2M-100 / NLLB
+    export): read from its `saved_model.pb`, nothing loaded."""
+    file = os.path.join(os.fspath(path), "saved_model.pb")
+    if not os.path.isfile(file):
+        return False
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(file, "rb") as f:
+        saved.ParseFromString(f.read())
+    return any("languages" in graph.signature_def for graph in saved.meta_graphs)
 
 
 def model_tags(path):
