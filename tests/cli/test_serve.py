@@ -1,12 +1,14 @@
 """`tfblocks-serve`: the real server, started as a console script on a free port with a tiny
 imported model, answers HTTP as it says: LibreTranslate's shape (its own Python client),
-the native API, batches of concurrent requests, its limits, its API key, SIGTERM, and the
-page in a headless Chromium."""
+the native API, batches of concurrent requests, its limits, its API key, SIGTERM, the
+page in a headless Chromium, and every direction of an imported NLLB model; the
+translators of every option set share one loaded model."""
 
 import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +24,7 @@ pytest.importorskip("uvicorn")
 pytestmark = pytest.mark.heavy  # two servers, a minute of waiting on them: scheduled first
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "marian", "shared")
+NLLB = os.path.join(os.path.dirname(__file__), os.pardir, "data", "m2m100", "nllb")
 SENTENCES = [
     "the cat sleeps!", "the dog sits in the garden!", "a small cat!", "the cat sits!",
     "a dog sleeps in the garden!", "the small dog!", "a cat sits in the garden!", "the dog!",
@@ -255,19 +258,25 @@ def test_the_log_holds_no_text(server):
     assert "confidential" not in server.log() and "secret" not in server.log()
 
 
+def page_dom(server, query, profile):
+    """The DOM of the server's page at `/?query` (a dict) once headless Chromium ran its
+    script; `(translation shown, DOM)`."""
+    dom = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={profile}", "--virtual-time-budget=30000", "--dump-dom",
+         f"{server.url}/?{urllib.parse.urlencode(query)}"],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    shown = re.search(r'<div id="translation">(.*?)</div>', dom, re.S)
+    return shown and shown.group(1), dom
+
+
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM} (.ci/run installs it)")
 def test_the_page_translates_its_link_in_a_browser(server, tmp_path):
     server.ready()
     want = translations(server, [SENTENCES[1]], target_lang="de")[0]["text"]
-    query = urllib.parse.urlencode({"q": SENTENCES[1], "source": "en", "target": "de"})
-    dom = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         f"--user-data-dir={tmp_path}", "--virtual-time-budget=30000", "--dump-dom",
-         f"{server.url}/?{query}"],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
-    shown = re.search(r'<div id="translation">(.*?)</div>', dom, re.S)
-    assert shown and shown.group(1) == want.replace("&", "&amp;"), dom[-2000:]
+    shown, dom = page_dom(server, {"q": SENTENCES[1], "source": "en", "target": "de"}, tmp_path)
+    assert shown == want.replace("&", "&amp;"), dom[-2000:]
     assert '<option value="en|de">en → de</option>' in dom
 
 
@@ -306,3 +315,123 @@ def test_key_queue_and_sigterm(run):
         assert server.process.wait(60) == 0, server.log()[-3000:]
     finally:
         server.stop()
+
+
+def test_every_option_set_shares_one_loaded_model(run, monkeypatch):
+    # The server's translators for four option sets: one preset load, one model object.
+    import tfblocks.models
+    from tfblocks.cli import serve
+    from tfblocks.serving.http.requests import Options
+    from tfblocks.translation import engines
+
+    made, loads = [], []
+    preset_translator, load_preset = engines._preset_translator, tfblocks.models.load_preset
+    monkeypatch.setattr(
+        engines,
+        "_preset_translator",
+        lambda *a, **k: made.append(preset_translator(*a, **k)) or made[-1],
+    )
+    monkeypatch.setattr(
+        tfblocks.models, "load_preset", lambda *a, **k: loads.append(a) or load_preset(*a, **k)
+    )
+    engine = serve._Engine(serve.parse_args(["--model", str(run)]))
+    option_sets = [Options(), Options(n_best=2), Options(prefix=True, constraints=True),
+                   Options(beam_size=1)]  # fmt: skip
+    for options in option_sets:
+        assert callable(engine.translate_for(options))
+    assert len(loads) == 1 and len(made) == len(option_sets), (loads, made)
+    translators = [translator for translator, _ in made]
+    assert len({translator.num_hypotheses for translator in translators}) == 2
+    for translator in translators[1:]:
+        assert translator.model is translators[0].model
+        assert translator.source_tokenizer is translators[0].source_tokenizer
+        assert translator.target_tokenizer is translators[0].target_tokenizer
+
+
+@pytest.fixture(scope="module")
+def nllb_run(tmp_path_factory):
+    """The tiny NLLB fixture imported eng_Latn->deu_Latn as tests/cli/test_import_m2m100.py
+    does, greedy but of 16 tokens at most (one XLA program a direction and batch size),
+    without its export/1: the server loads the preset, and writing the SavedModel is that
+    module's minute."""
+    from tfblocks.cli import import_ as import_cli
+    from tfblocks.serving import Translator
+
+    folder = tmp_path_factory.mktemp("nllb") / "hf"
+    shutil.copytree(NLLB, folder)
+    generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+    (folder / "generation_config.json").write_text(
+        json.dumps({**generation, "num_beams": 1, "max_length": 16}), encoding="utf-8"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Translator, "export", lambda self, path: path)
+        args = ["nllb", str(folder), "--output", str(folder.parent / "run")]
+        return import_cli.main([*args, "--source-lang", "eng_Latn", "--target-lang", "deu_Latn"])
+
+
+def test_an_imported_nllb_run_translates_each_request_in_its_direction(nllb_run, tmp_path):
+    # A text a request, as the server's warm-up: XLA compiles a program a direction and
+    # batch size (and source length bucket), in the server and here.
+    from tfblocks.translation import engines
+    from tfblocks.translation.run_folder import run_language_codes
+    from tfblocks.translation.targets import run_direction
+
+    server = Server(nllb_run)
+    try:
+        codes, _ = run_language_codes(nllb_run)
+        listed = request(server.ready().url + "/languages")[1]
+        assert [language["code"] for language in listed] == sorted(codes) and len(codes) == 202
+        english = next(language for language in listed if language["code"] == "eng_Latn")
+        assert english["targets"] == sorted(set(codes) - {"eng_Latn"})
+        # Two directions at once (two batches, one model), as the commands translate them:
+        # ja->en, and the run's own en->de asked for by name.
+        texts = {("jpn_Jpan", "eng_Latn"): ["猫は庭で寝ている。"],
+                 ("eng_Latn", "deu_Latn"): ["the dog drinks tea."]}  # fmt: skip
+        loaded, want, got = {}, {}, {}
+        for (source, target), lines in texts.items():
+            direction = run_direction(nllb_run, source, target)
+            translate, _ = engines.load_translate(nllb_run, language_tokens=direction,
+                                                  loaded=loaded)  # fmt: skip
+            want[source, target] = translate(lines)
+        assert want[("jpn_Jpan", "eng_Latn")] != want[("eng_Latn", "deu_Latn")]
+
+        def client(source, target):
+            body = {"texts": texts[source, target], "source_lang": source, "target_lang": target}
+            got[source, target] = [t["text"] for t in translations(server, **body)]
+
+        threads = [threading.Thread(target=client, args=pair) for pair in texts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert got == want
+        # NLLB's one code of a language written in one script (jpn), and LibreTranslate's
+        # `auto`: the run's own source.
+        pair = ("jpn_Jpan", "eng_Latn")
+        alias = translations(server, texts[pair], source_lang="jpn", target_lang="eng_Latn")
+        assert [t["text"] for t in alias] == want[pair]
+        pair = ("eng_Latn", "deu_Latn")
+        body = {"q": texts[pair], "source": "auto", "target": "deu_Latn"}
+        assert request(server.url + "/translate", body)[:2] == (
+            200, {"translatedText": want[pair]})  # fmt: skip
+        for path, body, words in [
+            ("/translate", {"q": "a", "source": "eng_Latn", "target": "deu_Latm"},
+             "target='deu_Latm' is not a language of this nllb model (202 codes); the closest: "
+             "deu_Latn"),
+            ("/v1/translate", {"texts": ["a"], "source_lang": "eng_latn"},
+             "source_lang='eng_latn' is not a language of this nllb model (202 codes); the "
+             "closest: eng_Latn"),
+            ("/v1/translate", {"texts": ["a"], "target_lang": 7},
+             "`target_lang` must be a language code (a string), got target_lang=7"),
+        ]:  # fmt: skip
+            status, answer, _ = request(server.url + path, body)
+            assert status == 400 and words in answer["error"], answer
+        if os.path.exists(CHROMIUM):  # the page: a source and a target list, set by its link
+            pair = ("jpn_Jpan", "eng_Latn")
+            query = {"q": texts[pair][0], "source": pair[0], "target": pair[1]}
+            shown, dom = page_dom(server, query, tmp_path)
+            assert shown == want[pair][0].replace("&", "&amp;"), dom[-2000:]
+            assert '<label id="directions" hidden="">' in dom, dom[-2000:]
+            assert '<option value="jpn_Jpan">jpn_Jpan</option>' in dom, dom[-2000:]
+    finally:
+        assert server.stop() == 0, server.log()[-3000:]

@@ -7,8 +7,11 @@ constraints (`POST /v1/translate`), a page to try it (`GET /`; `/?q=TEXT&source=
 target=en` translates on load), `GET /health` (200 once the model is loaded and has
 translated a line, 503 before) and `GET /metrics` (Prometheus). The requests of
 concurrent clients are translated together in one batch (`--max-batch-tokens`,
-`--max-wait-ms`). It writes `listening on http://HOST:PORT` once the port is open and
-`ready on http://HOST:PORT` once the model translates, on standard error with its log.
+`--max-wait-ms`); every set of request options (n-best count, prefix, constraints,
+beam, direction) shares one loaded model. An imported M2M-100 / NLLB run translates
+between any two of its languages (`source` / `target`: its codes). It writes
+`listening on http://HOST:PORT` once the port is open and `ready on http://HOST:PORT`
+once the model translates, on standard error with its log.
 SIGTERM or Ctrl-C stops it after the requests in flight are answered. Needs the `serve`
 extra (pip install "tfblocks[serve]"); docs/serving-http.md has the APIs and settings.
 
@@ -26,8 +29,9 @@ import signal
 from tfblocks.cli.arguments import add_model_argument, add_verbose_argument, command_parser
 from tfblocks.cli.console import run_command
 
-# The translators kept loaded at once, one per set of request options (n-best count,
-# prefix, constraints, beam); the least recently used one is dropped beyond.
+# The translators kept at once, one per set of request options (n-best count, prefix,
+# constraints, beam, direction), all over one loaded model; the least recently used one
+# is dropped beyond (its search's compiled programs with it).
 MAX_LOADED = 8
 # What the worker translates before `/health` says ready: the first call traces and
 # compiles the search.
@@ -119,7 +123,7 @@ def main(argv=None):
     metrics = Metrics()
     batcher = batching.Batcher(engine.translate_for, args.max_batch_tokens,
                                args.max_wait_ms / 1000, args.max_queue, metrics)  # fmt: skip
-    app = make_app(batcher, _directions(args.model[0]), limits, metrics, args.api_key,
+    app = make_app(batcher, engine.directions(), limits, metrics, args.api_key,
                    args.log_texts)  # fmt: skip
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
                             access_log=False, lifespan="off")  # fmt: skip
@@ -149,32 +153,68 @@ def main(argv=None):
 
 
 class _Engine:
-    """The model's translate functions, one per `requests.Options`, each loaded by
+    """The model's translate functions, one per `requests.Options`, each made by
     `engines.load_translate` on first use (in the batcher's worker thread) and kept
-    (`MAX_LOADED`). A result is, per text, its `(text, score)` hypotheses, best first
-    (score None where a SavedModel has no `n_best` signature)."""
+    (`MAX_LOADED`); the model itself is loaded once, by the first, and shared by all
+    (`models`, load_translate's `loaded`). A result is, per text, its `(text, score)`
+    hypotheses, best first (score None where a SavedModel has no `n_best` signature)."""
 
     def __init__(self, args):
         self.args = args
         self.loaded = collections.OrderedDict()
+        self.models = {}  # what load_translate loaded, for the next options to share
         self.description = ", ".join(args.model)
+
+    def is_saved_model(self):
+        """Whether `--model` is a SavedModel (no preset there: `engines`' rule)."""
+        model = self.args.model[0]
+        presets = [os.path.join(model, "model", "config.json"), os.path.join(model, "config.json")]
+        return self.args.engine == "tensorflow" and not any(map(os.path.isfile, presets))
 
     def widest_beam(self):
         """The widest beam a request may ask for: `--beam-size`, else the run's; None for
         a SavedModel (fixed at export)."""
         from tfblocks.translation.run_folder import run_beam_size
 
+        if self.is_saved_model():
+            return None  # its beam was fixed at export
+        return self.args.beam_size or run_beam_size(self.args.model[0])
+
+    def directions(self):
+        """The `requests.Directions` of the run of `--model` (`run.json`): its one
+        direction, or its several (`tfblocks-train --pairs`, whose sources are tagged),
+        or any two languages of an imported M2M-100 / NLLB run served from its preset
+        (`TokenDirections`; its SavedModel or CTranslate2 model: its own direction),
+        or none."""
+        from tfblocks.serving.http import requests
+        from tfblocks.translation.run_folder import (
+            run_language_codes,
+            run_language_tokens,
+            run_languages,
+            run_pairs,
+        )
+
         model = self.args.model[0]
-        presets = [os.path.join(model, "model", "config.json"), os.path.join(model, "config.json")]
-        if self.args.engine == "tensorflow" and not any(map(os.path.isfile, presets)):
-            return None  # a SavedModel: its beam was fixed at export
-        return self.args.beam_size or run_beam_size(model)
+        codes, kind = run_language_codes(model)
+        own = run_language_tokens(model)
+        if codes and own and self.args.engine == "tensorflow" and not self.is_saved_model():
+            shown = [code.strip("_") if kind == "m2m100" else code for code in codes]
+            return requests.TokenDirections(shown, _token_direction(codes, kind, own))
+        pairs = run_pairs(model)
+        if pairs:
+            from tfblocks.text.multilingual import tag_source
+
+            return requests.Directions([pair.split("-") for pair in pairs], tag=tag_source)
+        languages = run_languages(model)
+        return requests.Directions([languages] if languages else [])
 
     def translate_for(self, options):
         if options in self.loaded:
             self.loaded.move_to_end(options)
             return self.loaded[options]
         translate = self._load(options)
+        if self.args.engine == "tensorflow":  # XLA: a program per batch size
+            translate = _padded(translate)
         self.loaded[options] = translate
         if len(self.loaded) > MAX_LOADED:
             self.loaded.popitem(last=False)
@@ -192,6 +232,7 @@ class _Engine:
             return engines.load_translate(
                 model, beam, None, None, args.engine, log, n_best=n_best,
                 prefix=options.prefix, constraints=options.constraints,
+                language_tokens=options.direction, loaded=self.models,
             )  # fmt: skip
 
         try:
@@ -204,19 +245,40 @@ class _Engine:
         return lambda items: [[(h.text, float(h.score)) for h in row] for row in run(items)]
 
 
-def _directions(model):
-    """The `requests.Directions` of the run of `model` (`run.json`): its one direction,
-    or its several (`tfblocks-train --pairs`, whose sources are tagged), or none."""
-    from tfblocks.serving.http.requests import Directions
-    from tfblocks.translation.run_folder import run_languages, run_pairs
+def _padded(translate):
+    """`translate` of a batch padded to the next power of two with copies of its first
+    item (the batcher's shortest), the copies' results dropped. XLA compiles a search
+    program per batch size (seconds each), and a server's batches take any size under
+    load, long after its warm-up: padded, they take a few (1, 2, 4, 8, ...), as the
+    search's own batch does when finished sentences leave it. A translation does not
+    depend on its batch mates, so the copies change the speed only.
 
-    pairs = run_pairs(model)
-    if pairs:
-        from tfblocks.text.multilingual import tag_source
+    >>> _padded(lambda items: [len(items)] * len(items))(["a", "b", "c"])
+    [4, 4, 4]
+    """
 
-        return Directions([pair.split("-") for pair in pairs], tag=tag_source)
-    languages = run_languages(model)
-    return Directions([languages] if languages else [])
+    def translate_padded(items):
+        size = 1 << (len(items) - 1).bit_length() if items else 0
+        return list(translate([*items, *[items[0]] * (size - len(items))]))[: len(items)]
+
+    return translate_padded
+
+
+def _token_direction(codes, kind, own):
+    """`TokenDirections`' `direction(source, target, where)` of an imported M2M-100 /
+    NLLB run: the `language_tokens` pair (`targets.run_direction`'s) of `source` into
+    `target` (None each: the run's own, `own`), None for the run's own direction; an
+    unknown code refused as `targets.language_code` says, naming the field (`where`)."""
+    from tfblocks.translation.targets import language_code
+
+    def direction(source, target, where):
+        pair = (
+            own[0] if source is None else language_code(codes, kind, source, where[0]),
+            own[1] if target is None else int(codes[language_code(codes, kind, target, where[1])]),
+        )
+        return None if pair == own else pair
+
+    return direction
 
 
 def run():

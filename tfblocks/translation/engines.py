@@ -57,6 +57,7 @@ def load_translate(
     replace_unknowns=False,
     constraints=False,
     language_tokens=None,
+    loaded=None,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
     `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first),
@@ -90,6 +91,10 @@ def load_translate(
 
     `language_tokens` (`targets.language_direction`'s): an M2M-100 / NLLB run folder or
     preset translates in that direction instead of its own (its SavedModel: only its own).
+
+    `loaded`, a dict the caller keeps (`{}` at first), keeps what is loaded (a preset's
+    model and tokenizers, a SavedModel, a CTranslate2 model) by its folder for the next
+    call given it: the translators of several options share one copy of the weights.
     """
     _check_options(n_best, alignments, constraints, search, replace_unknowns)
     kind, found = _find(path, max_length, engine)
@@ -111,11 +116,7 @@ def load_translate(
     if kind in ("ctranslate2", "preset"):
         alpha = ALPHA if alpha is None else alpha
         if kind == "ctranslate2":
-            from tfblocks.serving import ctranslate2 as ct2  # the optional extra
-
-            translator = ct2.CTranslate2Translator(
-                found, beam_size=beam, length_penalty=alpha, num_hypotheses=count
-            )
+            translator = _ct2_translator(found, beam, alpha, count, loaded)
             what = f"CTranslate2 model {found} (beam {beam})"
         else:
             from tfblocks.translation.searches import beam_or_greedy
@@ -127,7 +128,7 @@ def load_translate(
 
                 search = ConstrainedBeamSearch(beam, alpha, stop_early)
             args = (found, max_length, search, count, language_tokens)
-            translator, length = _preset_translator(*args)
+            translator, length = _preset_translator(*args, loaded=loaded)
             what = f"{_described(found)} ({decoding}, max_length {length})"
         translate = translator.n_best if n_best is not None else _strings(translator)
         if replace_unknowns:
@@ -156,12 +157,14 @@ def load_translate(
             f"--model={path!r} is a SavedModel: its `constrained` signature takes no target "
             "prefix; drop --target-prefix or give the run folder."
         )
-    return _saved_translate(found, path, notice, n_best, prefix, alignments, constraints)
+    options = (n_best, prefix, alignments, constraints)
+    return _saved_translate(found, path, notice, *options, loaded=loaded)
 
 
-def _saved_translate(found, path, notice, n_best, prefix, alignments, constraints=False):
+def _saved_translate(found, path, notice, n_best, prefix, alignments, constraints=False,
+                     loaded=None):  # fmt: skip
     """`load_translate`'s `(translate, description)` of the SavedModel `found`, through
-    the signatures its options need (the SavedModel loaded once)."""
+    the signatures its options need (the SavedModel loaded once, or taken from `loaded`)."""
     from tfblocks.serving import Hypothesis
     from tfblocks.serving.constraints import phrase_table
 
@@ -176,7 +179,7 @@ def _saved_translate(found, path, notice, n_best, prefix, alignments, constraint
     wanted = {main[0]: main[1:]}
     if alignments:
         wanted["align"] = ("alignment", "Translator(alignments=True)'s export")
-    serve, *serve_align = _signatures(found, path, wanted, notice)
+    serve, *serve_align = _signatures(found, path, wanted, notice, loaded)
     if n_best is not None:
         exported = serve.structured_outputs["translations"].shape[1]
         if exported is not None and n_best > exported:
@@ -405,19 +408,25 @@ def _check_direction(path, kind, found, language_tokens):
     found at `path` (`kind`, `found`: `_find`'s) cannot take them."""
     if language_tokens is None or kind == "preset":
         return
+    if kind == "ctranslate2":
+        raise ValueError(
+            f"--model={path!r}: an M2M-100 / NLLB model has no CTranslate2 export yet; "
+            "translate with --engine tensorflow."
+        )
     if language_tokens != run_language_tokens(found):
         raise ValueError(
-            f"--model={path!r} is a {'SavedModel' if kind == 'saved' else 'CTranslate2 model'}"
-            " that translates in its run's direction only; give the run folder for "
-            "--source-lang / --target-lang."
+            f"--model={path!r} is a SavedModel that translates in its run's direction only; "
+            "give the run folder for --source-lang / --target-lang."
         )
 
 
-def _preset_translator(preset, max_length, search=None, num_hypotheses=1, language_tokens=None):
+def _preset_translator(preset, max_length, search=None, num_hypotheses=1, language_tokens=None,
+                       loaded=None):  # fmt: skip
     """`(Translator, max_length)` of the preset at `preset` (its run's `max_length`
     unless `max_length` is given), or of the `Ensemble` of a list of presets (the
     first one's `max_length`); an M2M-100 / NLLB run's in its own direction, or in
-    that of `language_tokens`."""
+    that of `language_tokens`. The model and tokenizers are kept in, or taken from,
+    `loaded` (`load_translate`'s) when given."""
     from tfblocks.models import load_target_tokenizer
     from tfblocks.serving import Translator
 
@@ -426,9 +435,14 @@ def _preset_translator(preset, max_length, search=None, num_hypotheses=1, langua
             "An ensemble of M2M-100 / NLLB runs (language tokens) is not supported yet; "
             f"translate with one of them, got {', '.join(preset)}."
         )
-    model, tokenizer, hp = _load_presets(preset)
     first = preset[0] if isinstance(preset, list) else preset
-    target_tokenizer = load_target_tokenizer(first) or tokenizer  # separate vocabularies
+    loaded = {} if loaded is None else loaded
+    key = ("preset", *map(os.path.abspath, preset if isinstance(preset, list) else [preset]))
+    if key not in loaded:
+        model, tokenizer, hp = _load_presets(preset)
+        target_tokenizer = load_target_tokenizer(first) or tokenizer  # separate vocabularies
+        loaded[key] = (model, tokenizer, hp, target_tokenizer)
+    model, tokenizer, hp, target_tokenizer = loaded[key]
     default = hp.max_length if hp is not None else 256
     length = default if max_length is None else max_length
     translator = Translator(
@@ -437,6 +451,26 @@ def _preset_translator(preset, max_length, search=None, num_hypotheses=1, langua
         language_tokens=language_tokens or run_language_tokens(first),
     )  # fmt: skip
     return translator, length
+
+
+def _ct2_translator(found, beam, alpha, count, loaded=None):
+    """The `CTranslate2Translator` of the model folder `found` with these search options;
+    with `loaded` (`load_translate`'s), a copy of the one kept there (one loaded model:
+    the search options are read at each call), kept there the first time."""
+    import copy
+
+    from tfblocks.serving import ctranslate2 as ct2  # the optional extra
+
+    loaded, key = {} if loaded is None else loaded, ("ctranslate2", os.path.abspath(found))
+    if key not in loaded:
+        loaded[key] = ct2.CTranslate2Translator(
+            found, beam_size=beam, length_penalty=alpha, num_hypotheses=count
+        )
+        return loaded[key]
+    translator = copy.copy(loaded[key])  # shares its ctranslate2.Translator
+    translator.beam_size, translator.length_penalty = beam, float(alpha)
+    translator.num_hypotheses = count
+    return translator
 
 
 def _described(preset):
@@ -452,13 +486,17 @@ def _signature(saved, path, name, output, notice, made_by="a tfblocks.Translator
     return _signatures(saved, path, {name: (output, made_by)}, notice)[0]
 
 
-def _signatures(saved, path, wanted, notice):
+def _signatures(saved, path, wanted, notice, loaded=None):
     """`_signature` of each `{name: (output, made_by)}` of `wanted`, a list, the SavedModel
-    loaded once."""
+    loaded once (kept in, or taken from, `loaded`: `load_translate`'s)."""
     import tensorflow as tf
 
-    notice(f"loading the SavedModel {saved} (it runs its own graph: use only models you trust)")
-    signatures = tf.saved_model.load(saved).signatures
+    loaded, key = {} if loaded is None else loaded, ("saved", os.path.abspath(saved))
+    if key not in loaded:
+        notice(f"loading the SavedModel {saved} (it runs its own graph: use only models you "
+               "trust)")  # fmt: skip
+        loaded[key] = tf.saved_model.load(saved)
+    signatures = loaded[key].signatures
     found = []
     for name, (output, made_by) in wanted.items():
         serve = signatures.get(name)

@@ -1,6 +1,7 @@
 """From a request's body to the texts and options of a translation, and back: the
 LibreTranslate shape (`POST /translate`), the native one (`POST /v1/translate`), the
-server's directions (`Directions`, `GET /languages`) and its limits (`Limits`).
+server's directions (`Directions`, or `TokenDirections` for a model that names its
+languages by tokens; `GET /languages`) and its limits (`Limits`).
 
 Whatever a client sends wrong is a `RequestError`: an HTTP status and one line that names
 the field, the value and the limit, which the app answers as `{"error": "..."}`.
@@ -44,12 +45,15 @@ class Limits:
 
 class Options(NamedTuple):
     """The options one search call decodes with: requests batch together only when these
-    are the same. `beam_size` None is the server's own."""
+    are the same. `beam_size` None is the server's own; `direction` is the
+    `language_tokens` pair of a model that names its languages by tokens
+    (`TokenDirections`), None for its own direction."""
 
     n_best: int = 1
     prefix: bool = False
     constraints: bool = False
     beam_size: int | None = None
+    direction: tuple | None = None
 
 
 class Job(NamedTuple):
@@ -94,12 +98,13 @@ class Directions:
         return [{"code": code, "name": code, "targets": self.targets(code)} for code in sources]
 
     def check(self, source, target, where):
-        """The language to tag the sources with (None: untagged); a RequestError when the
-        model does not translate `source` (None or "auto": any) into `target` (None:
-        its one target), named as `where` names the fields."""
+        """`(tag, direction)`: the language to tag the sources with (None: untagged) and
+        `Options.direction` (None here; `TokenDirections`' otherwise); a RequestError
+        when the model does not translate `source` (None or "auto": any) into `target`
+        (None: its one target), named as `where` names the fields."""
         source = None if source in (None, "", "auto") else source
         if not self.pairs:
-            return None
+            return None, None
         if self.tag is None:
             known = [pair for pair in self.pairs
                      if source in (None, pair[0]) and target in (None, pair[1])]  # fmt: skip
@@ -109,14 +114,59 @@ class Directions:
                     400, f"this server translates {shown}; got {where[0]}={source!r} and "
                     f"{where[1]}={target!r}",
                 )  # fmt: skip
-            return None
+            return None, None
         if target not in self.codes or (source is not None and source not in self.codes):
             raise RequestError(
                 400, f"`{where[1]}` must be one of this server's languages "
                 f"({', '.join(self.codes)}), and `{where[0]}` one of them or auto; got "
                 f"{where[0]}={source!r} and {where[1]}={target!r}",
             )  # fmt: skip
-        return target
+        return target, None
+
+
+class TokenDirections(Directions):
+    """The languages of a model that names them by tokens (an imported M2M-100 / NLLB
+    run): any of its codes into any other, each direction an `Options.direction` (the
+    model's own source for `source` None or "auto", its own target for `target` None).
+
+    Args:
+        codes: the model's codes as clients send them (`de`, `deu_Latn`).
+        direction: `direction(source, target, where)` -> the `language_tokens` pair
+            of that direction (None: the model's own); `source` / `target` None for the
+            model's own; a ValueError naming the field (`where`: the names of the two)
+            and the closest codes for a code the model does not have.
+
+    Example:
+
+    >>> TokenDirections(["de", "en", "ja"], lambda s, t, where: (s, t)).languages()[0]
+    {'code': 'de', 'name': 'de', 'targets': ['en', 'ja']}
+    """
+
+    def __init__(self, codes, direction):
+        super().__init__([])
+        self.codes, self.direction = sorted(codes), direction
+
+    def targets(self, source):
+        """Every other language of the model."""
+        return [code for code in self.codes if code != source]
+
+    def languages(self):
+        """LibreTranslate's `/languages`: every code, into every other."""
+        return [{"code": code, "name": code, "targets": self.targets(code)} for code in self.codes]
+
+    def check(self, source, target, where):
+        """`(None, direction)`: no tag, and the `Options.direction` of `source` into
+        `target`; a RequestError (400) naming the field for a code the model lacks."""
+        given = [None if value in (None, "") or (value == "auto" and name == where[0]) else value
+                 for name, value in zip(where, (source, target), strict=True)]  # fmt: skip
+        for name, value in zip(where, given, strict=True):
+            if value is not None and not isinstance(value, str):
+                raise RequestError(400, f"`{name}` must be a language code (a string), got "
+                                        f"{name}={value!r}")  # fmt: skip
+        try:
+            return None, self.direction(*given, where)
+        except ValueError as error:
+            raise RequestError(400, " ".join(str(error).split())) from None
 
 
 def parse_body(body, content_type, form=None):
@@ -208,10 +258,11 @@ def libretranslate_job(fields, limits, directions):
                                 f"format={kind!r}")  # fmt: skip
     high = (limits.beam_size or 1) - 1
     alternatives = integer(fields, "alternatives", 0, 0, high, "--beam-size less one")
-    tag = directions.check(fields.get("source"), fields["target"], ("source", "target"))
+    tag, direction = directions.check(fields.get("source"), fields["target"],
+                                      ("source", "target"))  # fmt: skip
     items = [text if tag is None or not text.strip() else directions.tag(text, tag)
              for text in texts]  # fmt: skip
-    return Job(Options(n_best=alternatives + 1), items, as_list)
+    return Job(Options(n_best=alternatives + 1, direction=direction), items, as_list)
 
 
 def libretranslate_answer(job, results):
@@ -253,13 +304,13 @@ def native_job(fields, limits, directions):
             what = "a string" if kind is str else "a list of phrases (strings)"
             raise RequestError(400, f"each entry of `{name}` must be {what}")
         columns.append(value)
-    tag = directions.check(fields.get("source_lang"), fields.get("target_lang"),
-                           ("source_lang", "target_lang"))  # fmt: skip
+    tag, direction = directions.check(fields.get("source_lang"), fields.get("target_lang"),
+                                      ("source_lang", "target_lang"))  # fmt: skip
     texts = [text if tag is None or not text.strip() else directions.tag(text, tag)
              for text in texts]  # fmt: skip
     items = list(zip(texts, *columns, strict=True)) if columns else texts
     given = [fields.get(name) is not None for name in ("target_prefix", "constraints")]
-    options = Options(n_best, given[0], given[1], beam)
+    options = Options(n_best, given[0], given[1], beam, direction)
     return Job(options, items)
 
 
