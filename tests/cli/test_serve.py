@@ -190,6 +190,12 @@ def test_native_api_gives_n_best_lists_with_scores_prefixes_and_constraints(serv
     assert all(h["text"].startswith("die") for h in forced[0]["n_best"]), forced
     assert "katze" in forced[0]["text"] and "garten" in forced[1]["text"], forced
     assert translations(server, [""])[0]["text"] == ""
+    # Sampling among the one most likely subword at each step is greedy search: every
+    # sample is the greedy translation.
+    greedy = translations(server, SENTENCES[:2], beam_size=1)
+    sampled = translations(server, SENTENCES[:2], n_best=2, sampling_topk=1, seed=7)
+    for one, samples in zip(greedy, sampled, strict=True):
+        assert [h["text"] for h in samples["n_best"]] == [one["text"]] * 2, (one, samples)
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_translation(server):
@@ -232,6 +238,11 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_translation(serve
          "`n_best` must be 1 to 2 (the beam size), got n_best=3"),
         ("/v1/translate", {"texts": ["a"], "beam_size": 0}, 400,
          "`beam_size` must be 1 to 2 (--beam-size), got beam_size=0"),
+        ("/v1/translate", {"texts": ["a"], "sampling_topp": 0}, 400,
+         "`sampling_topp` must be above 0.0 to 1.0, got sampling_topp=0"),
+        ("/v1/translate", {"texts": ["a"], "seed": 3}, 400, "`seed` seeds sampling"),
+        ("/v1/translate", {"texts": ["a"], "sampling_topk": 2, "constraints": [["x"]]}, 400,
+         "not with `constraints` or `beam_size`"),
         ("/translate", {"q": "a", "target": "de", "format": "html"}, 400, "format='html'"),
         ("/translate", {"source": "en", "target": "de"}, 400, "`q` is required"),
         ("/v1/translate", {"texts": ["a"], "padding": "x" * 4096}, 413,

@@ -228,9 +228,17 @@ class _Engine:
         model = args.model if len(args.model) > 1 else args.model[0]
         beam = options.beam_size or args.beam_size
 
+        search = None
+        if options.sampling is not None:
+            from tfblocks.decoding import Sampling
+
+            top_k, top_p, temperature, seed = options.sampling
+            search = Sampling(top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
+
         def load(n_best):
             return engines.load_translate(
-                model, beam, None, None, args.engine, log, n_best=n_best,
+                model, None if search else beam, None, None, args.engine, log, n_best=n_best,
+                search=search,
                 prefix=options.prefix, constraints=options.constraints,
                 language_tokens=options.direction, loaded=self.models,
             )  # fmt: skip

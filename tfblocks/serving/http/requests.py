@@ -7,6 +7,7 @@ Whatever a client sends wrong is a `RequestError`: an HTTP status and one line t
 the field, the value and the limit, which the app answers as `{"error": "..."}`.
 """
 
+import contextlib
 import dataclasses
 import json
 import urllib.parse
@@ -47,13 +48,16 @@ class Options(NamedTuple):
     """The options one search call decodes with: requests batch together only when these
     are the same. `beam_size` None is the server's own; `direction` is the
     `language_tokens` pair of a model that names its languages by tokens
-    (`TokenDirections`), None for its own direction."""
+    (`TokenDirections`), None for its own direction; `sampling`, `(top_k, top_p,
+    temperature, seed)` of a sampled translation (`tfblocks.decoding.Sampling`), None for
+    beam search."""
 
     n_best: int = 1
     prefix: bool = False
     constraints: bool = False
     beam_size: int | None = None
     direction: tuple | None = None
+    sampling: tuple | None = None
 
 
 class Job(NamedTuple):
@@ -242,6 +246,40 @@ def integer(fields, name, default, low, high, limit_flag=None):
     return value
 
 
+def real(fields, name, low, high, open_low=False):
+    """The number field `name` of `fields` (a number, or a form's text), None when
+    absent; a RequestError naming it unless finite and within `low`..`high` (`low`
+    excluded with `open_low`)."""
+    value = fields.get(name)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise RequestError(400, f"`{name}` must be a number, got {name}={value!r}")
+    if (value <= low if open_low else value < low) or value > high:
+        bounds = f"{'above' if open_low else 'from'} {low} to {high}"
+        raise RequestError(400, f"`{name}` must be {bounds}, got {name}={value}")
+    return float(value)
+
+
+def sampling(fields):
+    """`Options.sampling` of a `/v1/translate` request: `(top_k, top_p, temperature,
+    seed)` when any of `sampling_topk`, `sampling_topp`, `sampling_temperature` is given
+    (as `tfblocks-translate`'s flags: 0 / 1 / 1 by default; `seed` 0), else None."""
+    top_k = integer(fields, "sampling_topk", None, 0, 2**31 - 1)
+    top_p = real(fields, "sampling_topp", 0.0, 1.0, open_low=True)
+    temperature = real(fields, "sampling_temperature", 0.0, float("inf"), open_low=True)
+    seed = integer(fields, "seed", None, 0, 2**31 - 1)
+    if (top_k, top_p, temperature) == (None, None, None):
+        if seed is not None:
+            raise RequestError(400, "`seed` seeds sampling: give a `sampling_*` field too")
+        return None
+    return (top_k or 0, 1.0 if top_p is None else top_p,
+            1.0 if temperature is None else temperature, seed or 0)  # fmt: skip
+
+
 def libretranslate_job(fields, limits, directions):
     """The `Job` of a LibreTranslate request: `q` (a string or a list), `source`,
     `target`, `format` ("text"), `alternatives` (that many more translations)."""
@@ -279,7 +317,8 @@ def libretranslate_answer(job, results):
 def native_job(fields, limits, directions):
     """The `Job` of a `/v1/translate` request: `texts`, and optionally `n_best`,
     `target_prefix` (a string per text), `constraints` (a list of phrases per text),
-    `beam_size`, `source_lang` and `target_lang`."""
+    `beam_size`, `source_lang` and `target_lang`, or sampling (`sampling`: `n_best`
+    samples)."""
     texts = fields.get("texts")
     if isinstance(texts, str):
         texts = [texts]
@@ -310,7 +349,11 @@ def native_job(fields, limits, directions):
              for text in texts]  # fmt: skip
     items = list(zip(texts, *columns, strict=True)) if columns else texts
     given = [fields.get(name) is not None for name in ("target_prefix", "constraints")]
-    options = Options(n_best, given[0], given[1], beam, direction)
+    sampled = sampling(fields)
+    if sampled is not None and (given[1] or fields.get("beam_size") is not None):
+        raise RequestError(400, "sampling draws samples, without beam search: not with "
+                                "`constraints` or `beam_size`")  # fmt: skip
+    options = Options(n_best, given[0], given[1], beam, direction, sampled)
     return Job(options, items)
 
 
