@@ -42,13 +42,14 @@ import http.client
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 import numpy as np
+
+from tfblocks.serving.http.process import ServerProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "small_parallel_enja")
@@ -120,38 +121,14 @@ def read_sentences(args, source_lang):
     return [line.replace(" ", "") if source_lang == "ja" else line for line in lines]
 
 
-class Server:
-    """`tfblocks-serve` on a free port, its log read as it comes."""
+class Server(ServerProcess):
+    """`tfblocks-serve` on a free port (`ServerProcess`), with the load test's reads."""
 
     def __init__(self, model, flags):
-        command = [sys.executable, "-m", "tfblocks.cli.serve", "--model", model, "--port", "0"]
-        self.process = subprocess.Popen([*command, *flags], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
-        self.lines, self.changed = [], threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-        line = self.wait_for(r"listening on (http://\S+);")
-        self.host, self.port = re.search(r"http://([^:]+):(\d+);", line).groups()
-
-    def _read(self):
-        for line in self.process.stderr:
-            with self.changed:
-                self.lines.append(line)
-                self.changed.notify_all()
-        with self.changed:
-            self.lines.append(None)
-            self.changed.notify_all()
-
-    def wait_for(self, pattern, timeout=600):
-        end = time.monotonic() + timeout
-        with self.changed:
-            while True:
-                found = [line for line in self.lines if line and re.search(pattern, line)]
-                if found:
-                    return found[0]
-                log = "".join(line for line in self.lines if line)[-3000:]
-                if None in self.lines or time.monotonic() > end:
-                    sys.exit(f"tfblocks-serve: no {pattern!r} in its log:\n{log}")
-                self.changed.wait(1)
+        try:
+            super().__init__(model, *flags, cwd=ROOT, timeout=600)
+        except RuntimeError as error:
+            sys.exit(f"tfblocks-serve: {error}")
 
     def get(self, path):
         connection = http.client.HTTPConnection(self.host, int(self.port), timeout=60)
@@ -166,8 +143,7 @@ class Server:
         return float(count.group(1)), float(total.group(1))
 
     def stop(self):
-        self.process.terminate()
-        status = self.process.wait(120)
+        status = super().stop(120)
         if status != 0:
             print(f"tfblocks-serve exited {status}", file=sys.stderr)
 
@@ -251,7 +227,7 @@ def main(argv=None):
     began = time.perf_counter()
     server = Server(model, flags)
     try:
-        ready = re.search(r"\((.*)\)$", server.wait_for(r"ready on ").strip()).group(1)
+        ready = re.search(r"\((.*)\)$", server.wait_for(r"ready on ", 600).strip()).group(1)
         print(f"tfblocks-serve {' '.join(flags) or '(defaults)'}: ready in "
               f"{time.perf_counter() - began:.1f} s, {ready}")  # fmt: skip
         from tfblocks.translation import engines

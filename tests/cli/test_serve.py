@@ -11,13 +11,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
+
+from tfblocks.serving.http.process import ServerProcess
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -49,56 +50,7 @@ def run(tmp_path_factory):
     return folder
 
 
-class Server:
-    """A `tfblocks-serve` process on a free port (`--port 0`); its log lines are read as
-    they come (`lines`)."""
-
-    def __init__(self, run, *args):
-        code = ("import sys; sys.argv[0] = 'tfblocks-serve'; "
-                "from tfblocks.cli.serve import run; run()")  # fmt: skip
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", code, "--model", str(run), "--port", "0", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.lines, self.changed = [], threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-        listening = self.wait_for(r"listening on (http://\S+);")
-        self.url = re.search(r"listening on (http://\S+);", listening).group(1)
-
-    def _read(self):
-        for line in self.process.stderr:
-            with self.changed:
-                self.lines.append(line)
-                self.changed.notify_all()
-        with self.changed:
-            self.lines.append(None)  # the end
-            self.changed.notify_all()
-
-    def log(self):
-        return "".join(line for line in self.lines if line)
-
-    def wait_for(self, pattern, timeout=120):
-        """The first log line matching `pattern`, waiting up to `timeout` seconds."""
-        end = time.monotonic() + timeout
-        with self.changed:
-            while True:
-                found = [line for line in self.lines if line and re.search(pattern, line)]
-                if found:
-                    return found[0]
-                assert None not in self.lines, f"the server ended:\n{self.log()[-3000:]}"
-                assert time.monotonic() < end, f"no {pattern!r} in:\n{self.log()[-3000:]}"
-                self.changed.wait(1)
-
-    def ready(self):
-        self.wait_for("ready on ")
-        return self
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-        status = self.process.wait(60)
-        self.process.stderr.close()
-        return status
+Server = ServerProcess  # the real server, as a user starts it
 
 
 def request(url, body=None, *, form=False, headers=None, raw=None, method=None):
