@@ -99,8 +99,8 @@ def test_the_table_covers_every_mode_and_every_option_of_the_parser(capsys):
     options = r"^\s+(?:-\w, )?(--[a-z][a-z-]+)"  # the lines of --help that start an option
     flags = set(re.findall(options, capsys.readouterr().out, re.MULTILINE))
     named = {words[0] for words in MODES.values()} | {option[0] for option, _ in ROWS}
-    everywhere = {"--help", "--model", "--input", "--target-lang", "--japanese-spaces",
-                  "--verbose", "--overwrite", "--engine"}  # fmt: skip
+    everywhere = {"--help", "--model", "--input", "--target-lang", "--source-lang",
+                  "--japanese-spaces", "--verbose", "--overwrite", "--engine"}  # fmt: skip
     assert flags - everywhere - named == set()
 
 

@@ -70,7 +70,7 @@ def test_a_time_limited_stop_counts_and_plots_only_completed_epochs(tmp_path, mo
     )
     metrics = {"bleu": 1.0, "chrf": 2.0, "sentences": 2, "bleu_signature": "tok:13a"}
     text = progress.summary(metrics, report, folder, "export", "metrics.json", exact_match=False)
-    assert "  2 epochs," in text and "best dev-BLEU epoch: 2" in text
+    assert "  2 epochs (" in text and "best dev-BLEU epoch: 2" in text
     assert "stopped by the time limit" in text
 
     # The rerun repeats the cut epoch 3 from the state after epoch 2.
