@@ -259,14 +259,17 @@ def test_fine_tuning_in_another_direction_trains_with_its_language_tokens(run, t
         direction = run_direction(folder, "jpn_Jpan", "eng_Latn")
         translator, _ = engines._preset_translator(os.path.join(folder, "model"), None,
                                                    language_tokens=direction)  # fmt: skip
-        scores.append(translator.score(list(sources), list(targets)).sum())
-    assert scores[1] > scores[0], scores
-    # Its export/1 translates in the new direction by default (the run's beam 1), as the
-    # command does without flags.
-    saved = tf.saved_model.load(str(output / "export" / "1")).signatures["serving_default"]
-    exported = saved(text=tf.constant(list(sources)))["translation"].numpy()
-    translate, _ = engines.load_translate(str(output))
-    assert [t.decode() for t in exported] == translate(list(sources))
+        scores.append(translator.score(list(sources), list(targets)))
+    tuned = scores[1]
+    assert tuned.sum() > scores[0].sum(), scores
+    # Its export/1 reads and writes the new direction by default: its `score` signature
+    # gives the training targets the tuned run's scores in that direction, and its
+    # translations are the trained model's in memory (metrics.json's samples).
+    saved = tf.saved_model.load(str(output / "export" / "1")).signatures
+    exported = saved["score"](source=tf.constant(sources), target=tf.constant(targets))
+    np.testing.assert_allclose(exported["score"].numpy(), tuned, atol=1e-4)
+    metrics = _json(output / "metrics.json")
+    assert metrics["reload_matches"] is True and len(metrics["samples"]) == 2
 
 
 def test_a_copied_export_refuses_target_lang_instead_of_tagging(run, tmp_path):

@@ -333,11 +333,11 @@ def nllb_run(tmp_path_factory):
 
 
 def test_an_imported_nllb_run_translates_each_request_in_its_direction(nllb_run, tmp_path):
-    # A text a request, as the server's warm-up: XLA compiles a program a direction and
-    # batch size (and source length bucket), in the server and here.
-    from tfblocks.translation import engines
+    # Sentences of the fixture, whose greedy translations by transformers it holds: the
+    # server gives each request transformers' text in the request's direction (a longer
+    # one where transformers stopped at its limit of 10 tokens).
+    from tests.cli.test_import_m2m100 import _hugging_face_greedy
     from tfblocks.translation.run_folder import run_language_codes
-    from tfblocks.translation.targets import run_direction
 
     server = Server(nllb_run)
     try:
@@ -346,17 +346,12 @@ def test_an_imported_nllb_run_translates_each_request_in_its_direction(nllb_run,
         assert [language["code"] for language in listed] == sorted(codes) and len(codes) == 202
         english = next(language for language in listed if language["code"] == "eng_Latn")
         assert english["targets"] == sorted(set(codes) - {"eng_Latn"})
-        # Two directions at once (two batches, one model), as the commands translate them:
-        # ja->en, and the run's own en->de asked for by name.
-        texts = {("jpn_Jpan", "eng_Latn"): ["猫は庭で寝ている。"],
-                 ("eng_Latn", "deu_Latn"): ["the dog drinks tea."]}  # fmt: skip
-        loaded, want, got = {}, {}, {}
-        for (source, target), lines in texts.items():
-            direction = run_direction(nllb_run, source, target)
-            translate, _ = engines.load_translate(nllb_run, language_tokens=direction,
-                                                  loaded=loaded)  # fmt: skip
-            want[source, target] = translate(lines)
-        assert want[("jpn_Jpan", "eng_Latn")] != want[("eng_Latn", "deu_Latn")]
+        # Two directions at once (two batches, one model): ja->en, and the run's own
+        # en->de asked for by name.
+        texts, want, stopped, got = {}, {}, {}, {}
+        for pair in (("jpn_Jpan", "eng_Latn"), ("eng_Latn", "deu_Latn")):
+            sources, wanted, limits = _hugging_face_greedy(nllb_run, pair)
+            texts[pair], want[pair], stopped[pair] = sources[:1], wanted[0], limits[0]
 
         def client(source, target):
             body = {"texts": texts[source, target], "source_lang": source, "target_lang": target}
@@ -367,7 +362,11 @@ def test_an_imported_nllb_run_translates_each_request_in_its_direction(nllb_run,
             thread.start()
         for thread in threads:
             thread.join(120)
-        assert got == want
+        assert set(got) == set(texts), got
+        for pair, [text] in got.items():
+            assert text.startswith(want[pair]) if stopped[pair] else text == want[pair], pair
+        assert got[("jpn_Jpan", "eng_Latn")] != got[("eng_Latn", "deu_Latn")]
+        want = got
         # NLLB's one code of a language written in one script (jpn), and LibreTranslate's
         # `auto`: the run's own source.
         pair = ("jpn_Jpan", "eng_Latn")
