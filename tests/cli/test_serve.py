@@ -4,7 +4,6 @@ the native API, batches of concurrent requests, its limits, its API key, SIGTERM
 page in a headless Chromium, and every direction of an imported NLLB model; the
 translators of every option set share one loaded model."""
 
-import dataclasses
 import json
 import os
 import re
@@ -18,13 +17,13 @@ import urllib.request
 
 import pytest
 
+from tests.cli.runs import marian_run
 from tfblocks.serving.http.process import ServerProcess
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytestmark = pytest.mark.heavy  # two servers, a minute of waiting on them: scheduled first
 
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "marian", "shared")
 NLLB = os.path.join(os.path.dirname(__file__), os.pardir, "data", "m2m100", "nllb")
 SENTENCES = [
     "the cat sleeps!", "the dog sits in the garden!", "a small cat!", "the cat sits!",
@@ -39,15 +38,7 @@ CHROMIUM = "/usr/bin/chromium"
 def run(tmp_path_factory):
     """A run folder of the tiny Marian fixture (en->de, beam 2, 12 subwords at most): its
     preset and run.json, no SavedModel (the server loads the preset)."""
-    from tfblocks.models import save_preset
-    from tfblocks.models.marian import import_marian
-
-    folder = tmp_path_factory.mktemp("serve") / "run"
-    model, source, target, hp, _ = import_marian(DATA)[:5]
-    save_preset(model, source, folder / "model", dataclasses.replace(hp, max_length=12), target)
-    settings = {"source_lang": "en", "target_lang": "de", "beam_size": 2}
-    (folder / "run.json").write_text(json.dumps({"format": 1, "settings": settings}))
-    return folder
+    return marian_run(tmp_path_factory.mktemp("serve") / "run")
 
 
 Server = ServerProcess  # the real server, as a user starts it

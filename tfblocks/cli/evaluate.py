@@ -47,6 +47,7 @@ from tfblocks.translation.evaluation import (
     score,
 )
 from tfblocks.translation.targets import language_direction, tag_lines, target_language
+from tfblocks.translation.xla_cache import run_folder_of, use_run_cache
 
 
 def parse_args(argv=None):
@@ -81,6 +82,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.output is not None:  # refused before anything is read or loaded
         check_paths(args.src, args.output, args.overwrite, [("--ref", args.ref)], "--src")
+    use_run_cache(run_folder_of(args.model), "tfblocks-evaluate")  # its compiled programs
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
 

@@ -28,6 +28,7 @@ import signal
 
 from tfblocks.cli.arguments import add_model_argument, add_verbose_argument, command_parser
 from tfblocks.cli.console import run_command
+from tfblocks.translation.xla_cache import run_folder_of, use_run_cache
 
 # The translators kept at once, one per set of request options (n-best count, prefix,
 # constraints, beam, direction), all over one loaded model; the least recently used one
@@ -109,6 +110,8 @@ def main(argv=None):
     for path in args.model:  # before the port opens
         if not os.path.isdir(path):
             raise ValueError(f"`--model` must be a directory, got --model={path!r}.")
+    # The first run folder's compiled programs (one cache a process: TensorFlow's flag).
+    use_run_cache(run_folder_of(args.model), "tfblocks-serve")
     import uvicorn
 
     from tfblocks.serving.http import batching, requests

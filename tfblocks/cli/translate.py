@@ -71,6 +71,7 @@ from tfblocks.cli.console import (
     run_command,
 )
 from tfblocks.translation.targets import language_direction, tag_lines, target_language
+from tfblocks.translation.xla_cache import run_folder_of, use_run_cache
 
 
 def parse_args(argv=None):
@@ -203,6 +204,7 @@ def main(argv=None):
         ("--constraints", args.constraints),
     )
     check_paths(args.input, args.output, args.overwrite, reads)  # before TensorFlow loads
+    use_run_cache(run_folder_of(args.model), "tfblocks-translate")  # its compiled programs
     from tfblocks.translation import engines
     from tfblocks.translation.in_batches import translate_in_batches
     from tfblocks.translation.progress import count_progress

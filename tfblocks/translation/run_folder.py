@@ -35,6 +35,9 @@ touched):
                                  at the end of every run of the folder)
     DIR/logs/                    TensorBoard (train, validation, dev BLEU and chrF)
     DIR/export/1/                the SavedModel (TF Serving's numbered version folder)
+    DIR/xla-cache/KEY/           the XLA programs the commands on this folder compiled,
+                                 loaded by the next command (`tfblocks.translation.xla_cache`;
+                                 KEY: TensorFlow version, CPU features, XLA_FLAGS)
     DIR/run.lock                 held (`fcntl.flock`) by the run using the folder; holds
                                  its process id
 
@@ -65,6 +68,7 @@ import numpy as np
 from tfblocks._checks import short_repr
 from tfblocks._files import clean_stale_files, read_json, replace_file, write_json
 from tfblocks.training.weights import load_weights
+from tfblocks.translation.xla_cache import CACHE_FOLDER as XLA_CACHE
 
 try:
     import fcntl
@@ -348,7 +352,8 @@ def check_output(path):
     if os.path.isfile(absolute):
         raise ValueError(f"`output` must be a directory, got the file output={path!r}.")
     if os.path.isdir(absolute):
-        entries = set(os.listdir(absolute)) - {LOCK_FILE}  # a run that just started
+        # a run that just started (its lock, the XLA programs it compiled)
+        entries = set(os.listdir(absolute)) - {LOCK_FILE, XLA_CACHE}
         if entries and RUN_FILE not in entries:
             raise ValueError(
                 f"`output` is an existing directory that is not a tfblocks run folder (no "

@@ -1,0 +1,115 @@
+"""A run folder keeps the XLA programs its commands compile (`RUN/xla-cache/KEY/`), so that the
+next command on it loads them instead of compiling them again.
+
+XLA compiles a program for each shape of the decoding loop (batch size, source bucket,
+cache length) the first time a process meets it: seconds each, in every fresh process.
+TensorFlow's persistent XLA cache (`--tf_xla_persistent_cache_directory` in
+`TF_XLA_FLAGS`) writes each compiled program to a folder and loads it in a later
+process when the same program (the same HLO, the same signature) is asked for again.
+The console commands point it at their run folder before TensorFlow loads: the
+training fills it with its test translation, export and reload (and its training
+steps), and `tfblocks-translate`, `tfblocks-evaluate` and `tfblocks-serve` read it and
+add the shapes they meet (an imported run's first command fills it: the import
+compiles nothing).
+
+- **Keyed** by TensorFlow's version, the machine's CPU features and `XLA_FLAGS`
+  (`KEY`): a program compiled for another CPU (AVX-512 code on an AVX2 machine) or by
+  another XLA is never loaded; a run folder copied between machines keeps one folder
+  per machine.
+- **Safe with several processes**: TensorFlow writes each program to a unique
+  temporary file and renames it into place, so two commands filling one folder at once
+  never read a partial file (a program both compile is written twice, the same).
+- **A read-only run folder** is read (its programs load, new ones are not written); one
+  without a cache is used without one, said in one line.
+- **Your own setting wins**: a `--tf_xla_persistent_cache_directory` already in
+  `TF_XLA_FLAGS` (an empty one: no cache at all) is left as it is.
+- Only a command that has not imported TensorFlow yet can set it (TensorFlow reads the
+  flags once); the Python API (`Translator`, `load_translate`) compiles as before.
+
+This module must not import TensorFlow: the commands call it before TensorFlow loads.
+"""
+
+import hashlib
+import importlib.metadata
+import os
+import platform
+import sys
+
+CACHE_FOLDER = "xla-cache"
+_FLAG = "--tf_xla_persistent_cache_directory"
+
+
+def cache_key():
+    """`tf<version>-<machine>-<hash>`: the TensorFlow version, the machine's architecture
+    and a hash of its CPU's features and of `XLA_FLAGS` (what changes the code XLA
+    writes), e.g. `tf2.21.0-x86_64-3f1c2a9b0d`."""
+    try:
+        version = importlib.metadata.version("tensorflow")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    features = _cpu_features()
+    digest = hashlib.sha256(f"{features}\n{os.environ.get('XLA_FLAGS', '')}".encode())
+    return f"tf{version}-{platform.machine() or 'cpu'}-{digest.hexdigest()[:10]}"
+
+
+def _cpu_features():
+    """The CPU's feature flags (Linux: /proc/cpuinfo's `flags`), or its name elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith(("flags", "Features")):
+                    return " ".join(sorted(line.split(":", 1)[1].split()))
+    except OSError:
+        pass
+    return f"{platform.processor()} {platform.machine()}"
+
+
+def run_folder_of(path):
+    """The run folder (a folder with `run.json`) that `path` is, or whose `model/` or
+    `export/N` it is; None otherwise (a preset or SavedModel of its own). Of a list of
+    paths (an ensemble's `--model`s), the first path's that has one."""
+    if isinstance(path, (list, tuple)):
+        return next(filter(None, map(run_folder_of, path)), None)
+    if not path:
+        return None
+    path = os.path.abspath(path)
+    for folder in (path, os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
+        if os.path.isfile(os.path.join(folder, "run.json")):
+            return folder
+    return None
+
+
+def _tensorflow_loaded():
+    """Whether TensorFlow is imported already (its XLA flags then read or about to be)."""
+    return "tensorflow" in sys.modules
+
+
+def _writable(path):
+    """Whether `path`, or its nearest existing parent, can be written to."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def use_run_cache(run, name):
+    """Points TensorFlow's persistent XLA cache at `run`'s `xla-cache/KEY/` (`run`, a run
+    folder, existing or one the command is about to write); returns that folder, or None
+    where no cache is used: TensorFlow already loaded, a cache setting of the user's in
+    `TF_XLA_FLAGS`, or a read-only `run` without a cache (said in one line on standard
+    error, `NAME: ...`). A read-only `run` with a cache is read, not written."""
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if not run or _tensorflow_loaded() or _FLAG in flags:
+        return None
+    folder = os.path.join(os.path.abspath(run), CACHE_FOLDER, cache_key())
+    options = [f"{_FLAG}={folder}"]
+    if not _writable(folder):
+        if not os.path.isdir(folder):
+            print(f"{name}: {run} cannot be written to: the XLA programs compiled now are "
+                  "not kept for the next command", file=sys.stderr)  # fmt: skip
+            return None
+        options.append("--tf_xla_persistent_cache_read_only=true")
+    os.environ["TF_XLA_FLAGS"] = " ".join([flags, *options]).strip()
+    return folder
