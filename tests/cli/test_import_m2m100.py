@@ -70,7 +70,7 @@ def test_the_run_translates_in_its_direction_as_transformers(run, tmp_path, monk
     (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
     command = ("--model", run, "--input", tmp_path / "in.en")
     status, out, err = in_process(translate_cli, monkeypatch, capsys, *command)
-    assert status == 0 and "(beam 1, max_length 63)" in err, err
+    assert status == 0 and "(beam 1, max_length 63, no XLA)" in err, err
     for got, text, limit in zip(out.splitlines(), want, stopped, strict=True):
         assert got.startswith(text) if limit else got == text, (got, text)
     # export/1 decodes as the command, the language tokens included.

@@ -108,3 +108,24 @@ def test_the_users_own_setting_and_a_loaded_tensorflow_are_left_alone(command, m
     monkeypatch.setattr(xla_cache, "_tensorflow_loaded", lambda: True)  # read at its start
     assert xla_cache.use_run_cache(str(run), "tfblocks-translate") is None
     assert "TF_XLA_FLAGS" not in os.environ
+
+
+def test_xla_auto_compiles_large_jobs_only_and_both_translate_alike(tmp_path, monkeypatch,
+                                                                    capsys):  # fmt: skip
+    from tests.cli.test_commands import in_process
+    from tfblocks.cli import translate as translate_cli
+
+    run = marian_run(tmp_path / "run")
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    got = {}
+    for xla in ("off", "on", "auto"):
+        status, got[xla], err = in_process(translate_cli, monkeypatch, capsys, "--model", run,
+                                           "--input", source, "--xla", xla)  # fmt: skip
+        assert status == 0, err
+        assert ("no XLA)" in err) == (xla != "on"), err  # auto: 3 lines, a small job
+    assert got["off"] == got["on"] == got["auto"] and len(got["on"].splitlines()) == 3
+    assert [xla_cache.use_xla("auto", n) for n in (None, 1, 10000, 10001)] == [
+        False, False, False, True]  # fmt: skip
+    with pytest.raises(ValueError, match=r"`xla` must be 'auto', 'on' or 'off', got xla='yes'"):
+        xla_cache.use_xla("yes")

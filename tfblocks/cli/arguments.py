@@ -6,6 +6,7 @@ import os
 
 from tfblocks import _checks
 from tfblocks.cli.console import JAPANESE_SPACES
+from tfblocks.translation.xla_cache import XLA_MIN_LINES
 
 
 def command_parser(prog, doc):
@@ -58,6 +59,13 @@ def add_decoding_arguments(parser):
         "--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"],
         help="what translates (default tensorflow; ctranslate2: a model written by "
         "tfblocks-export ctranslate2, with the ctranslate2 package)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--xla", default="auto", choices=["auto", "on", "off"],
+        help="compile a run folder's or preset's decoding with XLA (default auto: on for "
+        f"jobs of more than {XLA_MIN_LINES} lines, off for smaller ones and --interactive, "
+        "which then answer sooner); not for a SavedModel (decodes as exported) or "
+        "CTranslate2",
     )  # fmt: skip
 
 

@@ -109,7 +109,8 @@ def main(argv=None):
         )
     translate, what = engines.load_translate(
         args.model, args.beam_size, args.alpha, args.max_length, args.engine,
-        notice=notice, language_tokens=tokens, **search_options(args),
+        notice=notice, language_tokens=tokens, xla=args.xla, lines=len(sources),
+        **search_options(args),
     )  # fmt: skip
     print(f"evaluating {what} on {len(sources)} sentences", file=sys.stderr)
     hypotheses = translate_in_batches(translate, sources, args.batch_size or BATCH_SIZE)

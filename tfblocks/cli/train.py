@@ -50,7 +50,6 @@ from tfblocks.training.precision import POLICIES
 from tfblocks.translation.evaluation import BLEU_TOKENIZE_DEFAULTS, BLEU_TOKENIZERS
 from tfblocks.translation.options import DEMO_OVERRIDES
 from tfblocks.translation.searches import beam_or_greedy
-from tfblocks.translation.xla_cache import use_run_cache
 
 
 def parse_args(argv=None):
@@ -386,11 +385,6 @@ def check_hparams(hp, overrides, batch_tokens, separate_vocab=False):
 
 def main(argv=None):
     args = parse_args(argv)
-    # The run folder keeps the XLA programs the run compiles (its training steps, test
-    # translation, export and reload) for the commands run on it later (and the workers
-    # of --strategy multi_worker on one machine share the chief's: safe, see xla_cache).
-    # Set before the checks, which load TensorFlow; it creates nothing.
-    use_run_cache(args.output, "tfblocks-train")
     check_arguments(args)
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops for the reload)
 

@@ -167,6 +167,7 @@ def check_output_arguments(parser, args):
                 ("--target-prefix", args.target_prefix),
                 ("--constraints", args.constraints),
                 ("--replace-unknowns", args.replace_unknowns or None),
+                ("--xla", None if args.xla == "auto" else args.xla),
             )
             if value is not None
         ]
@@ -220,7 +221,7 @@ def main(argv=None):
         run, what = engines.load_translate(
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
             n_best=args.n_best, stop_early=args.stop_early, alignments=args.alignments,
-            language_tokens=tokens, **search_options(args),
+            language_tokens=tokens, xla=args.xla, **search_options(args),
         )  # fmt: skip
         print(f"translating each line as it is read with {what}", file=sys.stderr)
         skipped = lambda error: notice(f"{error_line(error)} The line is skipped.")  # noqa: E731
@@ -246,7 +247,7 @@ def main(argv=None):
             args.model, args.beam_size, args.alpha, args.max_length, args.engine, notice,
             n_best=args.n_best, stop_early=args.stop_early, prefix=prefix,
             alignments=args.alignments, constraints=constraints, language_tokens=tokens,
-            **search_options(args),
+            xla=args.xla, lines=len(lines), **search_options(args),
         )  # fmt: skip
         items, doing, length = lines, "translating", len
         columns = [lines]

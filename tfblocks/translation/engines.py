@@ -18,6 +18,7 @@ import sys
 
 from tfblocks.translation.run_folder import CTRANSLATE2_DIR, run_beam_size, run_language_tokens
 from tfblocks.translation.searches import ALPHA
+from tfblocks.translation.xla_cache import use_xla
 
 
 def _saved_model_dir(path):
@@ -58,6 +59,8 @@ def load_translate(
     constraints=False,
     language_tokens=None,
     loaded=None,
+    xla=None,
+    lines=None,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
     `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first),
@@ -95,10 +98,15 @@ def load_translate(
     `loaded`, a dict the caller keeps (`{}` at first), keeps what is loaded (a preset's
     model and tokenizers, a SavedModel, a CTranslate2 model) by its folder for the next
     call given it: the translators of several options share one copy of the weights.
+
+    `xla` (`--xla`: "on", "off" or "auto"; None: "on" where it applies): a run folder's
+    or preset's decoding compiled with XLA or run as one TensorFlow graph for every shape
+    (answers first on small jobs); "auto" chooses by the job's `lines` (`use_xla`). A
+    SavedModel (it decodes as exported) and CTranslate2 refuse "on" and "off".
     """
     _check_options(n_best, alignments, constraints, search, replace_unknowns)
     kind, found = _find(path, max_length, engine)
-    _check_preset_only(path, kind, search, replace_unknowns)
+    _check_preset_only(path, kind, search, replace_unknowns, xla)
     _check_direction(path, kind, found, language_tokens)
     # Without `beam_size`: the run's one beam size (its export/1's; an ensemble: the first's).
     beam = beam_size or run_beam_size(found[0] if isinstance(found, list) else found)
@@ -119,17 +127,12 @@ def load_translate(
             translator = _ct2_translator(found, beam, alpha, count, loaded)
             what = f"CTranslate2 model {found} (beam {beam})"
         else:
-            from tfblocks.translation.searches import beam_or_greedy
-
-            decoding = f"beam {beam}" if search is None else repr(search)
-            search = search or beam_or_greedy(beam, alpha, stop_early)
-            if constraints:  # a beam search of any width, so a beam of 1 too
-                from tfblocks.decoding import ConstrainedBeamSearch
-
-                search = ConstrainedBeamSearch(beam, alpha, stop_early)
-            args = (found, max_length, search, count, language_tokens)
-            translator, length = _preset_translator(*args, loaded=loaded)
-            what = f"{_described(found)} ({decoding}, max_length {length})"
+            search = _search(beam, alpha, stop_early, search, constraints)
+            jit_compile = xla is None or use_xla(xla, lines)
+            args = (found, max_length, search[0], count, language_tokens)
+            translator, length = _preset_translator(*args, loaded=loaded, jit_compile=jit_compile)
+            compiled = "" if jit_compile else ", no XLA"
+            what = f"{_described(found)} ({search[1]}, max_length {length}{compiled})"
         translate = translator.n_best if n_best is not None else _strings(translator)
         if replace_unknowns:
             translate = _replacing(translator, n_best is not None)
@@ -159,6 +162,20 @@ def load_translate(
         )
     options = (n_best, prefix, alignments, constraints)
     return _saved_translate(found, path, notice, *options, loaded=loaded)
+
+
+def _search(beam, alpha, stop_early, search, constraints):
+    """`(search, description)` of a preset's decoding: `search` (a sampling) or the beam
+    of `beam` (greedy for 1), constrained with `constraints` (a beam of any width)."""
+    from tfblocks.translation.searches import beam_or_greedy
+
+    decoding = f"beam {beam}" if search is None else repr(search)
+    search = search or beam_or_greedy(beam, alpha, stop_early)
+    if constraints:  # a beam search of any width, so a beam of 1 too
+        from tfblocks.decoding import ConstrainedBeamSearch
+
+        search = ConstrainedBeamSearch(beam, alpha, stop_early)
+    return search, decoding
 
 
 def _saved_translate(found, path, notice, n_best, prefix, alignments, constraints=False,
@@ -237,15 +254,17 @@ def _check_greedy_options(path, kind, beam, search, constraints, alpha, stop_ear
         )
 
 
-def _check_preset_only(path, kind, search, replace_unknowns):
-    """Refuses sampling and unknown-word replacement (ValueError) for a model that is no
-    run folder or preset: a SavedModel decodes with the search it was exported with,
-    and neither it nor CTranslate2 here replaces unknowns."""
+def _check_preset_only(path, kind, search, replace_unknowns, xla=None):
+    """Refuses sampling, unknown-word replacement and `--xla on|off` (ValueError) for a
+    model that is no run folder or preset: a SavedModel decodes with the search (and the
+    XLA) it was exported with, neither it nor CTranslate2 here replaces unknowns, and
+    CTranslate2 compiles nothing."""
     wanted = [
         flag
         for flag, value in (
             (SAMPLING_FLAGS, search),
             ("--replace-unknowns", replace_unknowns),
+            (f"--xla {xla}", xla in ("on", "off")),
         )
         if value
     ]
@@ -421,7 +440,7 @@ def _check_direction(path, kind, found, language_tokens):
 
 
 def _preset_translator(preset, max_length, search=None, num_hypotheses=1, language_tokens=None,
-                       loaded=None):  # fmt: skip
+                       loaded=None, jit_compile=True):  # fmt: skip
     """`(Translator, max_length)` of the preset at `preset` (its run's `max_length`
     unless `max_length` is given), or of the `Ensemble` of a list of presets (the
     first one's `max_length`); an M2M-100 / NLLB run's in its own direction, or in
@@ -448,7 +467,7 @@ def _preset_translator(preset, max_length, search=None, num_hypotheses=1, langua
     translator = Translator(
         model, tokenizer, target_tokenizer, length, search=search,
         num_hypotheses=num_hypotheses,
-        language_tokens=language_tokens or run_language_tokens(first),
+        language_tokens=language_tokens or run_language_tokens(first), jit_compile=jit_compile,
     )  # fmt: skip
     return translator, length
 

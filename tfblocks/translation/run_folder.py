@@ -35,9 +35,10 @@ touched):
                                  at the end of every run of the folder)
     DIR/logs/                    TensorBoard (train, validation, dev BLEU and chrF)
     DIR/export/1/                the SavedModel (TF Serving's numbered version folder)
-    DIR/xla-cache/KEY/           the XLA programs the commands on this folder compiled,
-                                 loaded by the next command (`tfblocks.translation.xla_cache`;
-                                 KEY: TensorFlow version, CPU features, XLA_FLAGS)
+    DIR/xla-cache/KEY/           the XLA programs tfblocks-translate, -evaluate and -serve
+                                 compiled on this folder, loaded by the next one
+                                 (`tfblocks.translation.xla_cache`; KEY: TensorFlow
+                                 version, CPU features, XLA_FLAGS)
     DIR/run.lock                 held (`fcntl.flock`) by the run using the folder; holds
                                  its process id
 

@@ -5,12 +5,15 @@ XLA compiles a program for each shape of the decoding loop (batch size, source b
 cache length) the first time a process meets it: seconds each, in every fresh process.
 TensorFlow's persistent XLA cache (`--tf_xla_persistent_cache_directory` in
 `TF_XLA_FLAGS`) writes each compiled program to a folder and loads it in a later
-process when the same program (the same HLO, the same signature) is asked for again.
-The console commands point it at their run folder before TensorFlow loads: the
-training fills it with its test translation, export and reload (and its training
-steps), and `tfblocks-translate`, `tfblocks-evaluate` and `tfblocks-serve` read it and
-add the shapes they meet (an imported run's first command fills it: the import
-compiles nothing).
+process that asks for the same program again. `tfblocks-translate`, `tfblocks-evaluate`
+and `tfblocks-serve` point it at their run folder before TensorFlow loads.
+
+TensorFlow's key for a program holds the name it gave the traced function, which ends
+with a count of the functions the process traced before: a program is found again by a
+process that traces the same functions in the same order (the same command on inputs of
+the same shapes; a server restarted with the same warm-up). `tfblocks-train` keeps no
+cache: its test translation comes after its training steps, so a later command never
+asks for those names, and the demo's run would write 114 programs, 213 MB.
 
 - **Keyed** by TensorFlow's version, the machine's CPU features and `XLA_FLAGS`
   (`KEY`): a program compiled for another CPU (AVX-512 code on an AVX2 machine) or by
@@ -36,7 +39,25 @@ import platform
 import sys
 
 CACHE_FOLDER = "xla-cache"
+# `--xla auto`: a job of more lines than this decodes with XLA, a smaller one without
+# (measured on the demo's model, 2 cores, AVX2, `tfblocks-translate` from a fresh
+# process: 200 lines 20.33 s without XLA and 39.37 s with, 2,000 lines 23.43 s and
+# 56.16 s, 10,000 lines 58.34 s and 69.14 s; docs/decoding-and-serving.md, "XLA or not").
+XLA_MIN_LINES = 10000
 _FLAG = "--tf_xla_persistent_cache_directory"
+
+
+def use_xla(xla, lines=None):
+    """Whether a run folder's or preset's decoding is compiled with XLA for `--xla` (`xla`:
+    "on", "off" or "auto") and a job of `lines` lines (None: lines as they come, as
+    `--interactive` reads them). XLA compiles a program per batch shape (seconds each, in
+    every fresh process) and then decodes fastest; without it the decoding is one
+    TensorFlow graph for every shape, traced once: `auto` is on above `XLA_MIN_LINES`."""
+    if xla not in ("auto", "on", "off"):
+        raise ValueError(f"`xla` must be 'auto', 'on' or 'off', got xla={xla!r}.")
+    if xla != "auto":
+        return xla == "on"
+    return lines is not None and lines > XLA_MIN_LINES
 
 
 def cache_key():
