@@ -23,8 +23,9 @@ def _translate(run, source):
            "TF_CPP_VMODULE": "device_executable_persistor=1"}  # fmt: skip
     env.pop("TF_XLA_FLAGS", None)
     script = os.path.join(os.path.dirname(sys.executable), "tfblocks-translate")
-    return subprocess.Popen([script, "--model", str(run), "--input", str(source)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    command = [script, "--model", str(run), "--input", str(source), "--xla", "on"]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
 
 
 def _programs(run):
@@ -34,7 +35,7 @@ def _programs(run):
 
 
 def test_a_second_command_loads_what_the_first_two_compiled_at_once(tmp_path):
-    run = marian_run(tmp_path / "run")
+    run = marian_run(tmp_path / "a run")  # a space in its path: quoted in the flag
     source = tmp_path / "in.txt"
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     # Two processes fill the empty cache at once: both translate, neither fails.
@@ -74,10 +75,13 @@ def test_the_flags_name_the_run_folders_cache(command, monkeypatch):
     folder = xla_cache.use_run_cache(str(run), "tfblocks-translate")
     key = xla_cache.cache_key()
     assert folder == os.path.join(str(run), "xla-cache", key)
-    assert os.environ["TF_XLA_FLAGS"] == f"--tf_xla_persistent_cache_directory={folder}"
+    assert os.environ["TF_XLA_FLAGS"] == (
+        f'--tf_xla_persistent_cache_directory="{folder}" '
+        "--tf_xla_persistent_cache_device_types=CPU"
+    )
     assert not os.path.exists(folder)  # created by TensorFlow when it writes a program
     # The key: TensorFlow's version, the machine, and a hash of the CPU and XLA_FLAGS.
-    assert key.startswith("tf") and len(key.rsplit("-", 1)[1]) == 10
+    assert key.startswith("tf2.") and len(key.rsplit("-", 1)[1]) == 10
     monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_other=1")
     assert xla_cache.cache_key() != key
 
@@ -94,16 +98,24 @@ def test_a_read_only_folder_is_read_or_said_in_one_line(command, monkeypatch, ca
     os.makedirs(run / "xla-cache" / xla_cache.cache_key())
     folder = xla_cache.use_run_cache(str(run), "tfblocks-translate")
     assert os.environ["TF_XLA_FLAGS"] == (
-        f"--tf_xla_persistent_cache_directory={folder} --tf_xla_persistent_cache_read_only=true"
+        f'--tf_xla_persistent_cache_directory="{folder}" '
+        "--tf_xla_persistent_cache_device_types=CPU "
+        "--tf_xla_persistent_cache_read_only=true"
     )
     assert capsys.readouterr().err == ""
 
 
 def test_the_users_own_setting_and_a_loaded_tensorflow_are_left_alone(command, monkeypatch):
     run = command
-    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory=")  # none at all
-    assert xla_cache.use_run_cache(str(run), "tfblocks-translate") is None
-    assert os.environ["TF_XLA_FLAGS"] == "--tf_xla_persistent_cache_directory="
+    for own in ("--tf_xla_persistent_cache_directory=", "/etc/xla-flags.txt"):  # none; a file
+        monkeypatch.setenv("TF_XLA_FLAGS", own)
+        assert xla_cache.use_run_cache(str(run), "tfblocks-translate") is None
+        assert os.environ["TF_XLA_FLAGS"] == own
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=0")  # other flags are kept
+    folder = xla_cache.use_run_cache(str(run), "tfblocks-translate")
+    assert os.environ["TF_XLA_FLAGS"].startswith(
+        f'--tf_xla_auto_jit=0 --tf_xla_persistent_cache_directory="{folder}"'
+    )
     monkeypatch.delenv("TF_XLA_FLAGS")
     monkeypatch.setattr(xla_cache, "_tensorflow_loaded", lambda: True)  # read at its start
     assert xla_cache.use_run_cache(str(run), "tfblocks-translate") is None
@@ -125,7 +137,7 @@ def test_xla_auto_compiles_large_jobs_only_and_both_translate_alike(tmp_path, mo
         assert status == 0, err
         assert ("no XLA)" in err) == (xla != "on"), err  # auto: 3 lines, a small job
     assert got["off"] == got["on"] == got["auto"] and len(got["on"].splitlines()) == 3
-    assert [xla_cache.use_xla("auto", n) for n in (None, 1, 10000, 10001)] == [
+    assert [xla_cache.use_xla("auto", n) for n in (None, 1, 15000, 15001)] == [
         False, False, False, True]  # fmt: skip
     with pytest.raises(ValueError, match=r"`xla` must be 'auto', 'on' or 'off', got xla='yes'"):
         xla_cache.use_xla("yes")

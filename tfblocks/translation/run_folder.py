@@ -69,7 +69,6 @@ import numpy as np
 from tfblocks._checks import short_repr
 from tfblocks._files import clean_stale_files, read_json, replace_file, write_json
 from tfblocks.training.weights import load_weights
-from tfblocks.translation.xla_cache import CACHE_FOLDER as XLA_CACHE
 
 try:
     import fcntl
@@ -353,8 +352,7 @@ def check_output(path):
     if os.path.isfile(absolute):
         raise ValueError(f"`output` must be a directory, got the file output={path!r}.")
     if os.path.isdir(absolute):
-        # a run that just started (its lock, the XLA programs it compiled)
-        entries = set(os.listdir(absolute)) - {LOCK_FILE, XLA_CACHE}
+        entries = set(os.listdir(absolute)) - {LOCK_FILE}  # a run that just started
         if entries and RUN_FILE not in entries:
             raise ValueError(
                 f"`output` is an existing directory that is not a tfblocks run folder (no "

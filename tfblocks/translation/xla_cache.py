@@ -24,8 +24,11 @@ asks for those names, and the demo's run would write 114 programs, 213 MB.
   never read a partial file (a program both compile is written twice, the same).
 - **A read-only run folder** is read (its programs load, new ones are not written); one
   without a cache is used without one, said in one line.
+- **CPU programs only** (`--tf_xla_persistent_cache_device_types=CPU`): a GPU program
+  is built for one GPU, which the key does not name.
 - **Your own setting wins**: a `--tf_xla_persistent_cache_directory` already in
-  `TF_XLA_FLAGS` (an empty one: no cache at all) is left as it is.
+  `TF_XLA_FLAGS` (an empty one: no cache at all), or a `TF_XLA_FLAGS` naming a file of
+  flags, is left as it is.
 - Only a command that has not imported TensorFlow yet can set it (TensorFlow reads the
   flags once); the Python API (`Translator`, `load_translate`) compiles as before.
 
@@ -42,8 +45,10 @@ CACHE_FOLDER = "xla-cache"
 # `--xla auto`: a job of more lines than this decodes with XLA, a smaller one without
 # (measured on the demo's model, 2 cores, AVX2, `tfblocks-translate` from a fresh
 # process: 200 lines 20.33 s without XLA and 39.37 s with, 2,000 lines 23.43 s and
-# 56.16 s, 10,000 lines 58.34 s and 69.14 s; docs/decoding-and-serving.md, "XLA or not").
-XLA_MIN_LINES = 10000
+# 56.16 s, 10,000 lines 58.34 s and 69.14 s; about 4.4 ms a line more without XLA and
+# 1.6 ms with, so XLA pays from about 14,000 lines; docs/decoding-and-serving.md, "XLA
+# or not").
+XLA_MIN_LINES = 15000
 _FLAG = "--tf_xla_persistent_cache_directory"
 
 
@@ -64,13 +69,22 @@ def cache_key():
     """`tf<version>-<machine>-<hash>`: the TensorFlow version, the machine's architecture
     and a hash of its CPU's features and of `XLA_FLAGS` (what changes the code XLA
     writes), e.g. `tf2.21.0-x86_64-3f1c2a9b0d`."""
-    try:
-        version = importlib.metadata.version("tensorflow")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
+    version = _tensorflow_version()
     features = _cpu_features()
     digest = hashlib.sha256(f"{features}\n{os.environ.get('XLA_FLAGS', '')}".encode())
     return f"tf{version}-{platform.machine() or 'cpu'}-{digest.hexdigest()[:10]}"
+
+
+def _tensorflow_version():
+    """The version of the installed distribution that provides `tensorflow` (tensorflow,
+    tensorflow-cpu, tf-nightly, ...), read from its metadata without importing it."""
+    names = importlib.metadata.packages_distributions().get("tensorflow", [])
+    for name in ["tensorflow", *sorted(names)]:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 def _cpu_features():
@@ -100,6 +114,11 @@ def run_folder_of(path):
     return None
 
 
+def _quoted(value):
+    """`value` in double quotes, as TensorFlow's flag parser reads a value with spaces."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _tensorflow_loaded():
     """Whether TensorFlow is imported already (its XLA flags then read or about to be)."""
     return "tensorflow" in sys.modules
@@ -122,10 +141,15 @@ def use_run_cache(run, name):
     `TF_XLA_FLAGS`, or a read-only `run` without a cache (said in one line on standard
     error, `NAME: ...`). A read-only `run` with a cache is read, not written."""
     flags = os.environ.get("TF_XLA_FLAGS", "")
-    if not run or _tensorflow_loaded() or _FLAG in flags:
+    # A value that does not start with "-" names a file of flags (TensorFlow reads it).
+    users = _FLAG in flags or (flags.strip() and not flags.lstrip().startswith("-"))
+    if not run or _tensorflow_loaded() or users:
         return None
     folder = os.path.join(os.path.abspath(run), CACHE_FOLDER, cache_key())
-    options = [f"{_FLAG}={folder}"]
+    # Quoted (a path may hold spaces); CPU programs only: a GPU program is built for one
+    # GPU, which the key does not name.
+    options = [f"{_FLAG}={_quoted(folder)}",
+               "--tf_xla_persistent_cache_device_types=CPU"]  # fmt: skip
     if not _writable(folder):
         if not os.path.isdir(folder):
             print(f"{name}: {run} cannot be written to: the XLA programs compiled now are "
