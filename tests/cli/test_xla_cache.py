@@ -76,8 +76,7 @@ def test_the_flags_name_the_run_folders_cache(command, monkeypatch):
     key = xla_cache.cache_key()
     assert folder == os.path.join(str(run), "xla-cache", key)
     assert os.environ["TF_XLA_FLAGS"] == (
-        f'--tf_xla_persistent_cache_directory="{folder}" '
-        "--tf_xla_persistent_cache_device_types=CPU"
+        f'--tf_xla_persistent_cache_directory="{folder}" --tf_xla_persistent_cache_device_types=CPU'
     )
     assert not os.path.exists(folder)  # created by TensorFlow when it writes a program
     # The key: TensorFlow's version, the machine, and a hash of the CPU and XLA_FLAGS.
