@@ -41,6 +41,8 @@ import os
 import platform
 import sys
 
+from tfblocks._cpu import cpu_flags
+
 CACHE_FOLDER = "xla-cache"
 # `--xla auto`: a job of more lines than this decodes with XLA, a smaller one without
 # (measured on the demo's model, 2 cores, AVX2, `tfblocks-translate` from a fresh
@@ -88,15 +90,12 @@ def _tensorflow_version():
 
 
 def _cpu_features():
-    """The CPU's feature flags (Linux: /proc/cpuinfo's `flags`), or its name elsewhere."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith(("flags", "Features")):
-                    return " ".join(sorted(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return f"{platform.processor()} {platform.machine()}"
+    """The CPU's instruction-set flags (`_cpu.cpu_flags`), or its name where the system
+    does not list them."""
+    flags = cpu_flags()
+    if flags is None:
+        return f"{platform.processor()} {platform.machine()}"
+    return " ".join(sorted(flags))
 
 
 def run_folder_of(path):
