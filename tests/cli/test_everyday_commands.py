@@ -159,12 +159,14 @@ def test_interactive_translates_one_line_at_a_time(tmp_path, monkeypatch, capsys
     status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, "--interactive",
                                   stdin="ab\n\ncaf\u00e9\r\n")  # fmt: skip
     assert status == 0 and out == "AB\n\nCAFÉ\n", err
-    assert batches == [["ab"], [""], ["café"]]  # one line a batch, in the input's order
+    # The warm-up's line (translated while the first is typed, its result dropped), then one
+    # line a batch, in the input's order.
+    assert batches == [["a"], ["ab"], [""], ["café"]]
     # A terminal on standard input: the same without the flag; a pipe: one batch at the end.
     batches.clear()
     monkeypatch.setattr(sys, "stdin", _Terminal(io.BytesIO(b"x\nyy\n"), encoding="utf-8"))
     status, out, err = in_process(translate_cli, monkeypatch, capsys, *model)
-    assert status == 0 and out == "X\nYY\n" and batches == [["x"], ["yy"]], err
+    assert status == 0 and out == "X\nYY\n" and batches == [["a"], ["x"], ["yy"]], err
     batches.clear()
     status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, stdin="x\nyy\n")
     assert status == 0 and out == "X\nYY\n" and batches == [["x", "yy"]], err
@@ -173,7 +175,7 @@ def test_interactive_translates_one_line_at_a_time(tmp_path, monkeypatch, capsys
     batches.clear()
     status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, "--interactive",
                                   "--input", tmp_path / "test.ja")  # fmt: skip
-    assert status == 0 and batches == [["今日は。"], ["私は学生。"]], err
+    assert status == 0 and batches == [["a"], ["今日は。"], ["私は学生。"]], err
     # A line of invalid UTF-8 is named and skipped (an empty line out); the session goes on.
     status, out, err = in_process(translate_cli, monkeypatch, capsys, *model, "--interactive",
                                   stdin=b"ok\ncaf\xe9\nno\n")  # fmt: skip

@@ -226,10 +226,14 @@ def main(argv=None):
         print(f"translating each line as it is read with {what}", file=sys.stderr)
         skipped = lambda error: notice(f"{error_line(error)} The line is skipped.")  # noqa: E731
         lines = read_lines_as_they_come(args.input, args.japanese_spaces, languages[0], skipped)
+        warm = None if sampling(args) else _warm_up(run, tag_lines(["a"], target))
         for index, line in enumerate(lines):
             if line is None:  # not UTF-8: said, an empty line out, and the session goes on
                 _write_out("\n")
                 continue
+            if warm is not None:  # the first line waits for the warm-up, never beside it
+                warm.join()
+                warm = None
             _write_out(_output_lines(args, index, run(tag_lines([line], target))[0]))
         return
     lines = tag_lines(read_input(args.input, args.japanese_spaces, language=languages[0]), target)
@@ -319,6 +323,23 @@ def _write_out(text):
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def _warm_up(run, lines):
+    """A started thread that translates `lines` once with `run` and drops the result, so
+    that the decoding's graph is traced (and a shape compiled) while the first line is
+    being typed; its error, if any, is the first line's to raise. Not with sampling,
+    whose draws it would use up."""
+    import contextlib
+    import threading
+
+    def warm():
+        with contextlib.suppress(Exception):  # the first real line raises it, with its text
+            run(lines)
+
+    thread = threading.Thread(target=warm, name="tfblocks-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def _interactive(args):
