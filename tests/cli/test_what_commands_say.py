@@ -126,7 +126,7 @@ def test_help_shows_the_defaults(monkeypatch):
     for said in ("default 5", "default 4096", "default 1000", "default 4;", "default 0"):
         assert said in " ".join(train.split()), said
     translate = " ".join(parsers["tfblocks-translate"].format_help().split())
-    assert "default tensorflow" in translate and "default: off" in translate
+    assert "default auto" in translate and "default: off" in translate
 
 
 # A stand-in `tensorflow` (no TensorFlow is loaded) that says when it is imported; the

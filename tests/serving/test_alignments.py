@@ -14,7 +14,7 @@ from tests.layers import reference
 from tfblocks.cli import translate as translate_cli
 from tfblocks.decoding import Greedy, alignment
 from tfblocks.text import load_phrasebook, train_tokenizer
-from tfblocks.translation import engines
+from tfblocks.translation import engines, saved_engine
 
 MAX_LENGTH = 32  # no sentence here is cut
 PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")
@@ -164,9 +164,8 @@ def test_translate_command_alignments(parts, tmp_path, monkeypatch, capsys):
     run = str(tmp_path / "run")
     signatures = {"serving_default": translator.serve, "align": translator.serve_align}
     monkeypatch.setattr(engines, "_preset_translator", lambda *a, **k: (translator, MAX_LENGTH))
-    monkeypatch.setattr(
-        engines, "_signatures", lambda saved, path, outputs, *a: [signatures[n] for n in outputs]
-    )
+    found = lambda saved, path, outputs, *a: [signatures[n] for n in outputs]  # noqa: E731
+    monkeypatch.setattr(saved_engine, "signatures", found)
     source = tmp_path / "source.txt"
     source.write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
     want = None

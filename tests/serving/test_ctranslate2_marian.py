@@ -112,8 +112,11 @@ def test_engine_ctranslate2_decodes_an_imported_run_with_its_num_beams(tmp_path)
     (folder / "generation_config.json").write_text(json.dumps({**values, "num_beams": 1}))
     run = importing.import_run(str(folder), str(tmp_path / "run"), ctranslate2=True)
     exported = os.path.join(run, "ctranslate2")
-    want = CTranslate2Translator(exported, beam_size=1)(SOURCES)
-    assert CTranslate2Translator(exported, beam_size=4)(SOURCES) != want
+    # The run's max_length (its model/hparams.json), not CTranslate2Translator's 64.
+    length = json.loads((tmp_path / "run" / "model" / "hparams.json").read_text())["max_length"]
+    want = CTranslate2Translator(exported, beam_size=1, max_length=length)(SOURCES)
+    assert CTranslate2Translator(exported, beam_size=1)(SOURCES) != want  # cut at 64
+    assert CTranslate2Translator(exported, beam_size=4, max_length=length)(SOURCES) != want
     for path in (run, exported):
         translate, what = engines.load_translate(path, engine="ctranslate2")
         assert translate(SOURCES) == want and what.endswith("(beam 1)"), what
@@ -128,7 +131,7 @@ def test_engine_ctranslate2_decodes_an_imported_run_with_its_num_beams(tmp_path)
     assert got == want and len(got) == len(SOURCES)
     imported = import_marian(os.path.join(DATA, "shared"))
     translator = Translator(
-        imported.model, imported.source_tokenizer, imported.target_tokenizer, 64, Greedy()
+        imported.model, imported.source_tokenizer, imported.target_tokenizer, length, Greedy()
     )
     assert got == [t.decode() for t in translator(tf.constant(SOURCES)).numpy()]
 

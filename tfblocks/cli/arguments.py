@@ -56,9 +56,12 @@ def add_decoding_arguments(parser):
         "--batch-size", type=int, default=None, help=f"lines per batch (default {BATCH_SIZE})"
     )
     parser.add_argument(
-        "--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"],
-        help="what translates (default tensorflow; ctranslate2: a model written by "
-        "tfblocks-export ctranslate2, with the ctranslate2 package)",
+        "--engine", default="auto", choices=["auto", "tensorflow", "ctranslate2"],
+        help="what translates (default auto: a run folder's ctranslate2/ export where "
+        "tfblocks-export checked that it translates the run's held-out test as TensorFlow "
+        "does with this decoding and no option needs TensorFlow, else tensorflow; the "
+        "choice and why in the first line; ctranslate2: a model written by tfblocks-export "
+        "ctranslate2, with the ctranslate2 package)",
     )  # fmt: skip
     parser.add_argument(
         "--xla", default="auto", choices=["auto", "on", "off"],

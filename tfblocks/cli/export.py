@@ -9,7 +9,10 @@ and `tfblocks-import` write it, or a preset folder itself) with its tokenizer(s)
 CTranslate2 model directory (`tfblocks.export_ctranslate2`; `pip install
 tfblocks[ctranslate2]`), which `tfblocks-translate --engine ctranslate2` and
 `tfblocks.CTranslate2Translator` run. `--quantization` stores the weights in 8-bit
-integers or 16-bit floats (default: float32). `--output` must not exist: the folder is
+integers or 16-bit floats (default: float32). Written into the run folder itself
+(`--output RUN/ctranslate2`), the export is then checked: the run's held-out test
+translated by both engines, which `--engine auto` reads (docs/command-line.md, "Choosing
+the engine"). `--output` must not exist: the folder is
 written beside it and renamed into place when complete, so a refused or failed export
 leaves nothing behind, and nothing already there is replaced.
 
@@ -163,6 +166,15 @@ def to_ctranslate2(args):
         f"wrote {written}: tfblocks-translate --model {written} --engine ctranslate2",
         file=sys.stderr,
     )
+    from tfblocks.translation.run_folder import CTRANSLATE2_DIR, RUN_FILE
+
+    run = os.path.dirname(os.path.abspath(written))
+    inside = os.path.abspath(os.path.join(args.model, CTRANSLATE2_DIR)) == os.path.abspath(written)
+    if inside and os.path.isfile(os.path.join(run, RUN_FILE)):  # what --engine auto reads
+        from tfblocks.translation.engine_check import check_ctranslate2
+
+        notice = lambda message: print(f"tfblocks-export: {message}", file=sys.stderr)  # noqa: E731
+        check_ctranslate2(run, notice)
     return written
 
 

@@ -381,7 +381,8 @@ class Decoder:
         start_ids, prefix, constraints)` after the encoder and the initial state (compiled
         apart: the search's own loop is not; the prefix and the phrases are in its loop
         state, which shrinks with the batch), or, for one sentence (nothing can leave
-        early), the one compiled loop `run(source_ids, prefix, constraints)`."""
+        early), the one compiled loop `run(source_ids, prefix, constraints)` (without XLA
+        the dropping search for one sentence too: one graph to trace, not two)."""
 
         def initial(source_ids, prefix):
             length = self.decode_length(source_ids, extra_length)
@@ -395,6 +396,8 @@ class Decoder:
             return searcher(state, context, length, start, prefix, constraints)
 
         def one_or_many(source_ids, prefix, constraints):
+            if not self.jit_compile:  # one graph: one sentence leaves the batch as well
+                return dropping(source_ids, prefix, constraints)
             return tf.cond(
                 tf.shape(source_ids)[0] > 1,
                 lambda: dropping(source_ids, prefix, constraints),

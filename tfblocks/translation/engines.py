@@ -16,7 +16,21 @@ SavedModel is said on standard error.
 import os
 import sys
 
-from tfblocks.translation.run_folder import CTRANSLATE2_DIR, run_beam_size, run_language_tokens
+from tfblocks.translation.run_folder import (
+    CTRANSLATE2_DIR,
+    run_beam_size,
+    run_language_tokens,
+    run_pairs,
+)
+from tfblocks.translation.saved_engine import (
+    aligned,
+    check_saved_options,
+    decoded,
+    saved_translate,
+    signature,
+    strings_in,
+    with_inputs,
+)
 from tfblocks.translation.searches import ALPHA
 from tfblocks.translation.xla_cache import use_xla
 
@@ -103,7 +117,26 @@ def load_translate(
     or preset's decoding compiled with XLA or run as one TensorFlow graph for every shape
     (answers first on small jobs); "auto" chooses by the job's `lines` (`use_xla`). A
     SavedModel (it decodes as exported) and CTranslate2 refuse "on" and "off".
+
+    `engine` "auto" (`--engine auto`): a run folder's CTranslate2 export where its check
+    against TensorFlow found the same translations for this decoding and no option needs
+    TensorFlow, TensorFlow otherwise (`engine_choice.choose_engine`); the description
+    ends with the choice and its reason.
     """
+    if engine == "auto":  # one of the two, then said in the description
+        given = {
+            "--max-length": max_length, "--n-best": n_best, "--stop-early": stop_early,
+            "--target-prefix": prefix, "--alignments": alignments, SAMPLING_FLAGS: search,
+            "--replace-unknowns": replace_unknowns, "--constraints": constraints,
+            "--source-lang/--target-lang": language_tokens, f"--xla {xla}": xla in ("on", "off"),
+        }  # fmt: skip
+        engine, why = _auto_engine(path, beam_size, alpha, [f for f, v in given.items() if v])
+        translate, what = load_translate(
+            path, beam_size, alpha, max_length, engine, notice, n_best, stop_early, prefix,
+            alignments, search, replace_unknowns, constraints, language_tokens, loaded, xla,
+            lines,
+        )  # fmt: skip
+        return translate, f"{what}; --engine auto: {why}"
     _check_options(n_best, alignments, constraints, search, replace_unknowns)
     kind, found = _find(path, max_length, engine)
     _check_preset_only(path, kind, search, replace_unknowns, xla)
@@ -137,31 +170,24 @@ def load_translate(
         if replace_unknowns:
             translate = _replacing(translator, n_best is not None)
         if alignments:
-            translate = _aligned(translate, translator.align)
-        return _with_inputs(translate, prefix, constraints), what
-    fixed = [
-        f"{flag}={value}"
-        for flag, value in (
-            ("--beam-size", beam_size),
-            ("--alpha", alpha),
-            ("--stop-early", stop_early or None),
-            ("--max-length", max_length),
-        )
-        if value is not None
-    ]
-    if fixed:
-        raise ValueError(
-            f"--model={path!r} is a SavedModel: its beam size, length penalty, stopping rule "
-            f"and max_length were fixed at export; drop {', '.join(fixed)} or give the run "
-            "folder."
-        )
-    if constraints and prefix:
-        raise ValueError(
-            f"--model={path!r} is a SavedModel: its `constrained` signature takes no target "
-            "prefix; drop --target-prefix or give the run folder."
-        )
+            translate = aligned(translate, translator.align)
+        return with_inputs(translate, prefix, constraints), what
+    check_saved_options(path, beam_size, alpha, stop_early, max_length, prefix, constraints)
     options = (n_best, prefix, alignments, constraints)
-    return _saved_translate(found, path, notice, *options, loaded=loaded)
+    return saved_translate(found, path, notice, *options, loaded=loaded)
+
+
+def _auto_engine(path, beam_size, alpha, tensorflow_only):
+    """`engine_choice.choose_engine`'s `(engine, reason)` for `load_translate`'s arguments
+    (`tensorflow_only`: the flags given that keep TensorFlow); a run of several directions
+    keeps TensorFlow (its tags)."""
+    from tfblocks.translation.engine_choice import choose_engine
+
+    first = path if isinstance(path, str | os.PathLike) else next(iter(path))
+    if run_pairs(first):
+        tensorflow_only = [*tensorflow_only, "several directions"]
+    beam = beam_size or run_beam_size(first)
+    return choose_engine(path, beam, ALPHA, alpha, tuple(tensorflow_only))
 
 
 def _search(beam, alpha, stop_early, search, constraints):
@@ -176,62 +202,6 @@ def _search(beam, alpha, stop_early, search, constraints):
 
         search = ConstrainedBeamSearch(beam, alpha, stop_early)
     return search, decoding
-
-
-def _saved_translate(found, path, notice, n_best, prefix, alignments, constraints=False,
-                     loaded=None):  # fmt: skip
-    """`load_translate`'s `(translate, description)` of the SavedModel `found`, through
-    the signatures its options need (the SavedModel loaded once, or taken from `loaded`)."""
-    from tfblocks.serving import Hypothesis
-    from tfblocks.serving.constraints import phrase_table
-
-    if constraints:
-        main = ("constrained", "translations", "Translator(constrained=True)'s export")
-    elif prefix:
-        main = ("prefix", "translations", "a newer tfblocks")
-    elif n_best is None:
-        main = ("serving_default", "translation", "a tfblocks.Translator export")
-    else:
-        main = ("n_best", "translations", "Translator(num_hypotheses=K)'s export")
-    wanted = {main[0]: main[1:]}
-    if alignments:
-        wanted["align"] = ("alignment", "Translator(alignments=True)'s export")
-    serve, *serve_align = _signatures(found, path, wanted, notice, loaded)
-    if n_best is not None:
-        exported = serve.structured_outputs["translations"].shape[1]
-        if exported is not None and n_best > exported:
-            raise ValueError(
-                f"`--n-best` must be at most the {exported} hypotheses the SavedModel {found} "
-                f"returns, got --n-best={n_best}."
-            )
-
-    def translate(lines, target_prefix=None, constraints=None):
-        texts = _strings_in(lines)
-        if constraints is not None:
-            out = serve(text=texts, constraints=phrase_table(constraints, len(lines)))
-        elif prefix:
-            out = serve(text=texts, target_prefix=_strings_in(target_prefix))
-        else:
-            out = serve(text=texts)
-        if n_best is None:
-            return _decoded(out["translation"])
-        rows = zip(
-            out["translations"].numpy()[:, :n_best], out["scores"].numpy()[:, :n_best], strict=True
-        )
-        return [
-            [Hypothesis(t.decode("utf-8"), float(v)) for t, v in zip(*row, strict=True)]
-            for row in rows
-        ]
-
-    if alignments:
-
-        def align(sources, targets):
-            out = serve_align[0](source=_strings_in(sources), target=_strings_in(targets))
-            return _decoded(out["alignment"])
-
-        translate = _aligned(translate, align)
-    what = f"SavedModel {found}" + ("" if n_best is None else " (n_best)")
-    return _with_inputs(translate, prefix, constraints), what
 
 
 def _check_greedy_options(path, kind, beam, search, constraints, alpha, stop_early):
@@ -281,7 +251,9 @@ def load_score(path, max_length=None, engine="tensorflow", notice=_say, language
     """Returns `(score, description)`: `score(list[(source, target)]) -> list[float]`,
     each target's log-probability given its source (`Translator.score`,
     `CTranslate2Translator.score`, or a SavedModel's `score` signature); an M2M-100 /
-    NLLB run's in the direction of `language_tokens` (as `load_translate`)."""
+    NLLB run's in the direction of `language_tokens` (as `load_translate`). `engine`
+    "auto" scores with TensorFlow (CTranslate2 normalizes over `<pad>` and `<s>` too)."""
+    engine = "tensorflow" if engine == "auto" else engine
     kind, found = _find(path, max_length, engine)
     _check_direction(path, kind, found, language_tokens)
     if kind == "ctranslate2":
@@ -299,10 +271,10 @@ def load_score(path, max_length=None, engine="tensorflow", notice=_say, language
                 f"--model={path!r} is a SavedModel: its max_length was fixed at export; "
                 "drop --max-length or give the run folder."
             )
-        serve = _signature(found, path, "score", "score", notice, "a newer tfblocks")
+        serve = signature(found, path, "score", "score", notice, "a newer tfblocks")
 
         def scorer(sources, targets):
-            return serve(source=_strings_in(sources), target=_strings_in(targets))["score"].numpy()
+            return serve(source=strings_in(sources), target=strings_in(targets))["score"].numpy()
 
         what = f"SavedModel {found}"
 
@@ -336,7 +308,9 @@ def _find(path, max_length, engine):
             return "ctranslate2", inside
         return "ctranslate2", path
     if engine != "tensorflow":
-        raise ValueError(f"`--engine` must be tensorflow or ctranslate2, got --engine={engine!r}.")
+        raise ValueError(
+            f"`--engine` must be auto, tensorflow or ctranslate2, got --engine={engine!r}."
+        )
     import tensorflow_text  # noqa: F401  (SentencePiece ops of a SavedModel)
 
     preset = _preset_dir(path)
@@ -482,14 +456,36 @@ def _ct2_translator(found, beam, alpha, count, loaded=None):
 
     loaded, key = {} if loaded is None else loaded, ("ctranslate2", os.path.abspath(found))
     if key not in loaded:
+        length = _run_max_length(found)  # a run folder's export: as its model decodes
         loaded[key] = ct2.CTranslate2Translator(
-            found, beam_size=beam, length_penalty=alpha, num_hypotheses=count
-        )
+            found, beam_size=beam, length_penalty=alpha, num_hypotheses=count,
+            **({} if length is None else {"max_length": length}),
+        )  # fmt: skip
         return loaded[key]
     translator = copy.copy(loaded[key])  # shares its ctranslate2.Translator
     translator.beam_size, translator.length_penalty = beam, float(alpha)
     translator.num_hypotheses = count
     return translator
+
+
+def _run_max_length(export):
+    """The `max_length` of the run whose `ctranslate2/` folder is `export` (its
+    `model/hparams.json`'s, what its preset decodes with), or None (a CTranslate2 model
+    elsewhere: `CTranslate2Translator`'s default)."""
+    import json
+
+    from tfblocks.models.preset import HPARAMS_FILE
+
+    if os.path.basename(os.path.normpath(export)) != CTRANSLATE2_DIR:
+        return None
+    path = os.path.join(os.path.dirname(os.path.normpath(export)), "model", HPARAMS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            length = json.load(f).get("max_length")
+    except (OSError, ValueError, AttributeError):
+        return None
+    valid = isinstance(length, int) and not isinstance(length, bool) and length >= 2
+    return length if valid else None
 
 
 def _described(preset):
@@ -499,45 +495,6 @@ def _described(preset):
     return f"model {preset}"
 
 
-def _signature(saved, path, name, output, notice, made_by="a tfblocks.Translator export"):
-    """The SavedModel `saved`'s signature `name` (with the output `output`), after
-    `notice` said that the SavedModel runs its own graph; a ValueError when it has none."""
-    return _signatures(saved, path, {name: (output, made_by)}, notice)[0]
-
-
-def _signatures(saved, path, wanted, notice, loaded=None):
-    """`_signature` of each `{name: (output, made_by)}` of `wanted`, a list, the SavedModel
-    loaded once (kept in, or taken from, `loaded`: `load_translate`'s)."""
-    import tensorflow as tf
-
-    loaded, key = {} if loaded is None else loaded, ("saved", os.path.abspath(saved))
-    if key not in loaded:
-        notice(f"loading the SavedModel {saved} (it runs its own graph: use only models you "
-               "trust)")  # fmt: skip
-        loaded[key] = tf.saved_model.load(saved)
-    signatures = loaded[key].signatures
-    found = []
-    for name, (output, made_by) in wanted.items():
-        serve = signatures.get(name)
-        if serve is None or output not in serve.structured_outputs:
-            raise ValueError(
-                f"--model={path!r}: the SavedModel {saved} has no `{name}` signature with a "
-                f"`{output}` output ({made_by} has one)."
-            )
-        found.append(serve)
-    return found
-
-
-def _strings_in(lines):
-    import tensorflow as tf
-
-    return tf.constant(list(lines), tf.string)
-
-
-def _decoded(tensor):
-    return [t.decode("utf-8") for t in tensor.numpy()]
-
-
 def _strings(translator):
     """`translate(list[str], **options) -> list[str]` of a `Translator` (or a
     `CTranslate2Translator`, whose results are lists already); the options are
@@ -545,7 +502,7 @@ def _strings(translator):
 
     def translate(lines, **options):
         out = translator(lines, **options)
-        return out if isinstance(out, list) else _decoded(out)
+        return out if isinstance(out, list) else decoded(out)
 
     return translate
 
@@ -557,35 +514,6 @@ def _replacing(translator, n_best):
     def translate(lines, target_prefix=None):
         if n_best:
             return translator.n_best(lines, target_prefix, replace_unknowns=True)
-        return _decoded(translator(lines, target_prefix, replace_unknowns=True))
+        return decoded(translator(lines, target_prefix, replace_unknowns=True))
 
     return translate
-
-
-def _aligned(translate, align):
-    """`translate(list[str], **options) -> list[(translation, alignment)]` from a
-    `translate` and an `align(sources, targets)` of the same model."""
-
-    def translate_and_align(lines, **options):
-        translations = list(translate(lines, **options))
-        return list(zip(translations, align(list(lines), translations), strict=True))
-
-    return translate_and_align
-
-
-def _with_inputs(translate, prefix, constraints):
-    """`translate(texts, target_prefix=..., constraints=...)` as a function of tuples
-    `(text, target prefix, phrases)` holding the inputs given (`prefix`, `constraints`),
-    in that order, or of texts when neither is."""
-    names = [name for name, given in (("target_prefix", prefix), ("constraints", constraints))
-             if given]  # fmt: skip
-    if not names:
-        return translate
-
-    def translate_tuples(items):
-        texts = [item[0] for item in items]
-        options = {name: [list(item[1 + i]) if name == "constraints" else item[1 + i]
-                          for item in items] for i, name in enumerate(names)}  # fmt: skip
-        return translate(texts, **options)
-
-    return translate_tuples
