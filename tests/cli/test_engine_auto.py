@@ -115,6 +115,7 @@ def test_auto_takes_ctranslate2_only_where_the_check_agreed(run, tmp_path, monke
         (("--beam-size", "1", "--n-best", "1"), "tensorflow: --n-best (TensorFlow's only)"),
         (("--beam-size", "1", "--xla", "off"), "tensorflow: --xla off (TensorFlow's only)"),
         (("--beam-size", "1", "--max-length", "6"), "tensorflow: --max-length (TensorFlow's"),
+        (("--beam-size", "1", "--min-length", "2"), "tensorflow: --min-length (TensorFlow's"),
         (("--beam-size", "3",), "tensorflow: beam 3 was not checked against CTranslate2"),
         (("--beam-size", "2", "--alpha", "1.0"), "tensorflow: beam 2, alpha 1.0 was not checked"),
     ],
@@ -179,3 +180,34 @@ def test_each_reason_to_keep_tensorflow(run, tmp_path, monkeypatch):
             assert engine == "tensorflow" and "has no check against TensorFlow" in why, text
     finally:
         check.write_text(kept)
+
+
+def test_the_controls_reach_both_engines_and_are_refused_where_they_cannot_apply(
+    run, tmp_path, monkeypatch, capsys
+):
+    run, _ = run
+    source = tmp_path / "in.ja"
+    source.write_text("今日のランチはカレーだ。\n私は学生です。\n", encoding="utf-8")
+    controls = ("--min-length", "3", "--disallow-unk", "--beam-size", "1", "--input", source)
+    saved = tmp_path / "export"  # looks like a SavedModel: refused before it loads
+    saved.mkdir()
+    (saved / "saved_model.pb").write_bytes(b"")
+    outputs = []
+    for engine in ("tensorflow", "ctranslate2"):
+        status, out, err = in_process(translate_cli, monkeypatch, capsys, "--model", run,
+                                      "--engine", engine, *controls)  # fmt: skip
+        assert status == 0, err[-3000:]
+        assert "min_length 3, no <unk>)" in _first_line(err), err
+        outputs.append(out)
+    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 2
+    for args, words in [
+        (("--engine", "ctranslate2", "--max-length-ratio", "1.5"),
+         "--max-length-ratio=1.5: CTranslate2 has no maximum length relative to each source"),
+        (("--model", saved, "--min-length", "2"), "were fixed at export; drop --min-length or"),
+        (("--min-length", "-1"), "--min-length must be 0 or more, got --min-length=-1"),
+        (("--max-length-ratio", "nan"), "--max-length-ratio must be a finite number above 0"),
+    ]:  # fmt: skip
+        model = () if "--model" in args else ("--model", run)
+        status, _, err = in_process(translate_cli, monkeypatch, capsys, *model, *args,
+                                    stdin="私は学生です。\n")  # fmt: skip
+        assert status == 2 and words in err.splitlines()[-1], err[-2000:]

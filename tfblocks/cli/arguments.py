@@ -63,6 +63,7 @@ def add_decoding_arguments(parser):
         "choice and why in the first line; ctranslate2: a model written by tfblocks-export "
         "ctranslate2, with the ctranslate2 package)",
     )  # fmt: skip
+    add_control_arguments(parser)
     parser.add_argument(
         "--xla", default="auto", choices=["auto", "on", "off"],
         help="compile a run folder's or preset's decoding with XLA (default auto: on for "
@@ -70,6 +71,40 @@ def add_decoding_arguments(parser):
         "which then answer sooner); not for a SavedModel (decodes as exported) or "
         "CTranslate2",
     )  # fmt: skip
+
+
+def add_control_arguments(parser):
+    """`--min-length`, `--disallow-unk` and `--max-length-ratio`: what every translation
+    must respect (`tfblocks.decoding.Controls`; `decoding_controls.from_arguments`)."""
+    group = parser.add_argument_group(
+        "controls", "rules every translation keeps, whatever the search (not with --score "
+        "or a SavedModel, whose decoding was fixed at export)",
+    )  # fmt: skip
+    group.add_argument(
+        "--min-length", type=int, metavar="N",
+        help="no EOS before N subwords (default 0: none; CTranslate2's min_decoding_length)",
+    )  # fmt: skip
+    group.add_argument(
+        "--disallow-unk", action="store_true",
+        help="never generate <unk> (default: off; CTranslate2's disable_unk)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-length-ratio", type=float, metavar="R",
+        help="at most R × the source's subwords + 10 subwords a translation (default: none, "
+        "only --max-length); not with --engine ctranslate2",
+    )  # fmt: skip
+
+
+def check_control_arguments(parser, args):
+    """Refuses (`parser.error`) a negative `--min-length` and a `--max-length-ratio` that
+    is not a finite number above 0."""
+    if args.min_length is not None and args.min_length < 0:
+        parser.error(f"--min-length must be 0 or more, got --min-length={args.min_length}")
+    ratio = args.max_length_ratio
+    if ratio is not None and not (_checks.is_finite_real(ratio) and ratio > 0):
+        parser.error(
+            f"--max-length-ratio must be a finite number above 0, got --max-length-ratio={ratio}"
+        )
 
 
 def add_model_argument(parser):
@@ -110,6 +145,7 @@ def check_decoding_arguments(parser, args):
             f"--max-length must be 2 (one subword and EOS) to {MAX_LENGTH}, got "
             f"--max-length={args.max_length}"
         )
+    check_control_arguments(parser, args)
 
 
 # The options that sample instead of searching a beam: flag, `Sampling`'s argument, type,
@@ -206,8 +242,14 @@ def sampling_search(args):
 
 
 def search_options(args):
-    """`engines.load_translate`'s `search` (`sampling_search`) and `replace_unknowns`."""
-    return {"search": sampling_search(args), "replace_unknowns": args.replace_unknowns}
+    """`engines.load_translate`'s `search` (`sampling_search`), `replace_unknowns` and
+    `controls`."""
+    from tfblocks.translation.decoding_controls import from_arguments
+
+    return {
+        "search": sampling_search(args), "replace_unknowns": args.replace_unknowns,
+        "controls": from_arguments(args),
+    }  # fmt: skip
 
 
 def add_replace_unknowns_argument(parser):

@@ -168,6 +168,9 @@ def check_output_arguments(parser, args):
                 ("--constraints", args.constraints),
                 ("--replace-unknowns", args.replace_unknowns or None),
                 ("--xla", None if args.xla == "auto" else args.xla),
+                ("--min-length", args.min_length),
+                ("--disallow-unk", args.disallow_unk or None),
+                ("--max-length-ratio", args.max_length_ratio),
             )
             if value is not None
         ]

@@ -32,6 +32,7 @@ __getattr__, __dir__, __all__ = _lazy.public_names(
         "tfblocks.decoding.base": ["Search"],
         "tfblocks.decoding.beam_search": ["BeamSearch", "length_penalty"],
         "tfblocks.decoding.constrained": ["ConstrainedBeamSearch"],
+        "tfblocks.decoding.controls": ["Controls"],
         "tfblocks.decoding.decoder": ["Decoder"],
         "tfblocks.decoding.ensemble": ["Ensemble"],
         "tfblocks.decoding.greedy": ["Greedy"],

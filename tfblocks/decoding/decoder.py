@@ -36,6 +36,7 @@ import tensorflow as tf
 from tfblocks import _backend, _checks
 from tfblocks.decoding.base import NEG_INF, check_prefix_fits, check_search
 from tfblocks.decoding.constrained import ConstrainedBeamSearch, check_phrases
+from tfblocks.decoding.controls import LIMIT_KEY, check_controls
 from tfblocks.ids import BOS_ID, EOS_ID, PAD_ID
 from tfblocks.models.transformer import padding_mask, shift_right
 
@@ -64,6 +65,7 @@ class Decoder:
             False runs one search over the whole batch. The results do not depend on it.
         forced_first: the first token of every `decode`'s (required) `prefix` is given,
             not chosen (NLLB's target language token): it counts 0 in every score.
+        controls: a `tfblocks.decoding.Controls` that every search's steps apply; None: none.
 
     Example:
 
@@ -82,8 +84,9 @@ class Decoder:
     """
 
     def __init__(self, model, max_length, jit_compile=True, cache_lengths="auto",
-                 drop_finished=True, forced_first=False):  # fmt: skip
+                 drop_finished=True, forced_first=False, controls=None):  # fmt: skip
         _backend.require_tensorflow("Decoder")
+        self.controls = check_controls(controls, model.has_input)
         self.model = model
         self.max_length = _checks.check_positive_int("max_length", max_length)
         self.jit_compile = bool(jit_compile)
@@ -162,14 +165,16 @@ class Decoder:
             context["cross"] = [cache["cross"] for cache in caches]
         if self.forced_first and prefix is not None:
             context["forced_first"] = tf.cast(prefix, tf.int32)[:, 0]  # [B]
+        context.update(self.controls.context(source_ids))  # each sentence's length limit
         return [cache["self"] for cache in caches], context
 
     def step(self, ids, index, state, context):
         """One decoding step: `(logits [N, V], state)` for the ids `[N, 1]` of
-        position `index`, PAD and BOS masked."""
+        position `index`, PAD and BOS masked, and the `controls` applied."""
         forced = context.get("forced_first")  # the first step: the forced token only, at 0
-        logits, new_state = self._model_step(ids, index, state, _without_forced(context))
+        logits, new_state = self._model_step(ids, index, state, _model_context(context))
         logits = allowed_logits(logits)
+        logits = self.controls.apply(logits, index, context.get(LIMIT_KEY))  # none: as is
         return logits if forced is None else _forced_first(logits, index, forced), new_state
 
     def _model_step(self, ids, index, state, context):
@@ -381,8 +386,8 @@ class Decoder:
         start_ids, prefix, constraints)` after the encoder and the initial state (compiled
         apart: the search's own loop is not; the prefix and the phrases are in its loop
         state, which shrinks with the batch), or, for one sentence (nothing can leave
-        early), the one compiled loop `run(source_ids, prefix, constraints)` (without XLA
-        the dropping search for one sentence too: one graph to trace, not two)."""
+        early), the one compiled loop `run(source_ids, prefix, constraints)` (not
+        without XLA: one graph to trace, not two)."""
 
         def initial(source_ids, prefix):
             length = self.decode_length(source_ids, extra_length)
@@ -457,9 +462,10 @@ def _check_forced_first(forced_first, prefix):
         )
 
 
-def _without_forced(context):
-    """A step's `context` without `forced_first` (the model's step does not read it)."""
-    return {key: value for key, value in context.items() if key != "forced_first"}
+def _model_context(context):
+    """A step's `context` without `forced_first` and the controls' limits (the model's
+    step reads neither)."""
+    return {key: value for key, value in context.items() if key not in ("forced_first", LIMIT_KEY)}
 
 
 def _forced_first(logits, index, forced):

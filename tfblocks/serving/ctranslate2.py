@@ -72,6 +72,9 @@ class CTranslate2Translator:
         inter_threads: translations run in parallel (CTranslate2 `inter_threads`).
         num_hypotheses: translations per text that `n_best` returns (at most
             `beam_size`; CTranslate2's `num_hypotheses`).
+        min_length: EOS is not generated before this many tokens (CTranslate2's
+            `min_decoding_length`; `tfblocks.decoding.Controls.min_length`).
+        disallow_unk: `<unk>` is never generated (CTranslate2's `disable_unk`).
 
     Like `tfblocks.Translator` it also returns the n best translations (`n_best`) and
     scores given translations (`score`, CTranslate2's `score_batch`).
@@ -107,6 +110,8 @@ class CTranslate2Translator:
         intra_threads=0,
         inter_threads=1,
         num_hypotheses=1,
+        min_length=0,
+        disallow_unk=False,
     ):
         import sentencepiece
 
@@ -130,6 +135,8 @@ class CTranslate2Translator:
                 f"num_hypotheses={num_hypotheses}."
             )
         self.length_penalty = float(length_penalty)
+        self.min_length = _checks.check_non_negative_int("min_length", min_length)
+        self.disallow_unk = _checks.check_bool("disallow_unk", disallow_unk)
         self.max_batch_size = _checks.check_non_negative_int("max_batch_size", max_batch_size)
         if tokenizer is None:
             tokenizer = SubwordTokenizer.load(os.path.join(model_dir, "source.model"))
@@ -195,7 +202,8 @@ class CTranslate2Translator:
             length_penalty=self.length_penalty,
             max_batch_size=self.max_batch_size,
             max_decoding_length=self.max_length,
-            min_decoding_length=0,
+            min_decoding_length=self.min_length,
+            disable_unk=self.disallow_unk,
             suppress_sequences=[[SPECIAL_PIECES[PAD_ID]], [SPECIAL_PIECES[BOS_ID]]],
             return_scores=True,
         )
@@ -317,6 +325,10 @@ class CTranslate2Translator:
 
 
 # Why `constraints` are refused: CTranslate2's decoding has no lexical constraints.
+NO_LENGTH_RATIO = (
+    "CTranslate2 has no maximum length relative to each source (its max_decoding_length is "
+    "one number for the batch): translate with --engine tensorflow."
+)
 NO_CONSTRAINTS = (
     "CTranslate2 has no lexical constraints (its Translator takes no phrases a translation "
     "must hold): translate with constraints with tfblocks.serving.Translator (tfblocks-"

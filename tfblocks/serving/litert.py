@@ -165,6 +165,7 @@ def litert_function(translator, search, target_lang=None):
     decoder = Decoder(
         translator.model, translator.max_length,
         jit_compile=False, cache_lengths=None, drop_finished=False,
+        controls=translator.controls,
     )  # fmt: skip
     vocab_size = translator.target_tokenizer.vocabulary_size
 

@@ -161,6 +161,10 @@ class Translator(TranslatorSignatures):
             also has a `languages` signature, and `translator(texts, source_lang=...,
             target_lang=...)` translates in any direction (M2M-100's codes also as
             plain `de`).
+        controls: a `tfblocks.decoding.Controls`: what every translation must respect
+            (`min_length` tokens at least, no `<unk>` with `disallow_unk`, at most
+            `max_length_ratio` × its source's subwords + 10 tokens), in every signature
+            that decodes; None: none. `score` scores with the model alone.
         name: the module's name.
 
     Besides translating (`translator(texts)`), it returns the n best translations
@@ -215,6 +219,7 @@ class Translator(TranslatorSignatures):
         constrained=False,
         language_tokens=None,
         languages=None,
+        controls=None,
         name=None,
     ):
         _backend.require_tensorflow("Translator")
@@ -223,8 +228,9 @@ class Translator(TranslatorSignatures):
         self._set_decoding(
             model, ("target_tokenizer", target_tokenizer), max_length, search, jit_compile,
             cache_lengths=cache_lengths, drop_finished=drop_finished,
-            forced_first=language_tokens is not None,
+            forced_first=language_tokens is not None, controls=controls,
         )  # fmt: skip
+        self.controls = self._decoder.controls
         self.source_code, self.forced_start = language_tokens_of(language_tokens, model.vocab_size)
         self._language_table = language_table(
             languages, self.source_code, self.forced_start, model.vocab_size

@@ -16,6 +16,7 @@ SavedModel is said on standard error.
 import os
 import sys
 
+from tfblocks.translation.decoding_controls import as_controls, control_flags, described
 from tfblocks.translation.run_folder import (
     CTRANSLATE2_DIR,
     run_beam_size,
@@ -75,6 +76,7 @@ def load_translate(
     loaded=None,
     xla=None,
     lines=None,
+    controls=None,
 ):
     """Returns `(translate, description)`: `translate(list[str]) -> list[str]`, or with
     `n_best=K`, `translate(list[str]) -> list[list[Hypothesis]]` (K per line, best first),
@@ -118,25 +120,18 @@ def load_translate(
     (answers first on small jobs); "auto" chooses by the job's `lines` (`use_xla`). A
     SavedModel (it decodes as exported) and CTranslate2 refuse "on" and "off".
 
+    `controls`, a `tfblocks.decoding.Controls` (`--min-length`, `--disallow-unk`,
+    `--max-length-ratio`): a run folder's or preset's `Translator` applies them;
+    CTranslate2 its own options of the same meaning (`min_decoding_length`,
+    `disable_unk`) and refuses `max_length_ratio`; a SavedModel refuses them.
+
     `engine` "auto" (`--engine auto`): a run folder's CTranslate2 export where its check
     against TensorFlow found the same translations for this decoding and no option needs
     TensorFlow, TensorFlow otherwise (`engine_choice.choose_engine`); the description
     ends with the choice and its reason.
     """
     if engine == "auto":  # one of the two, then said in the description
-        given = {
-            "--max-length": max_length, "--n-best": n_best, "--stop-early": stop_early,
-            "--target-prefix": prefix, "--alignments": alignments, SAMPLING_FLAGS: search,
-            "--replace-unknowns": replace_unknowns, "--constraints": constraints,
-            "--source-lang/--target-lang": language_tokens, f"--xla {xla}": xla in ("on", "off"),
-        }  # fmt: skip
-        engine, why = _auto_engine(path, beam_size, alpha, [f for f, v in given.items() if v])
-        translate, what = load_translate(
-            path, beam_size, alpha, max_length, engine, notice, n_best, stop_early, prefix,
-            alignments, search, replace_unknowns, constraints, language_tokens, loaded, xla,
-            lines,
-        )  # fmt: skip
-        return translate, f"{what}; --engine auto: {why}"
+        return _auto_translate(dict(locals()))
     _check_options(n_best, alignments, constraints, search, replace_unknowns)
     kind, found = _find(path, max_length, engine)
     _check_preset_only(path, kind, search, replace_unknowns, xla)
@@ -157,37 +152,52 @@ def load_translate(
     if kind in ("ctranslate2", "preset"):
         alpha = ALPHA if alpha is None else alpha
         if kind == "ctranslate2":
-            translator = _ct2_translator(found, beam, alpha, count, loaded)
-            what = f"CTranslate2 model {found} (beam {beam})"
+            translator = _ct2_translator(found, beam, alpha, count, loaded, controls)
+            what = f"CTranslate2 model {found} (beam {beam}{described(controls)})"
         else:
             search = _search(beam, alpha, stop_early, search, constraints)
             jit_compile = xla is None or use_xla(xla, lines)
-            args = (found, max_length, search[0], count, language_tokens)
-            translator, length = _preset_translator(*args, loaded=loaded, jit_compile=jit_compile)
+            args = (found, max_length, search[0], count, language_tokens, loaded, jit_compile)
+            translator, length = _preset_translator(*args, controls=controls)
             compiled = "" if jit_compile else ", no XLA"
-            what = f"{_described(found)} ({search[1]}, max_length {length}{compiled})"
+            what = f"{_described(found)} ({search[1]}, max_length {length}{compiled}"
+            what += f"{described(controls)})"
         translate = translator.n_best if n_best is not None else _strings(translator)
         if replace_unknowns:
             translate = _replacing(translator, n_best is not None)
         if alignments:
             translate = aligned(translate, translator.align)
         return with_inputs(translate, prefix, constraints), what
-    check_saved_options(path, beam_size, alpha, stop_early, max_length, prefix, constraints)
+    check_saved_options(path, beam_size, alpha, stop_early, max_length, prefix, constraints,
+                        controls)  # fmt: skip
     options = (n_best, prefix, alignments, constraints)
     return saved_translate(found, path, notice, *options, loaded=loaded)
 
 
-def _auto_engine(path, beam_size, alpha, tensorflow_only):
-    """`engine_choice.choose_engine`'s `(engine, reason)` for `load_translate`'s arguments
-    (`tensorflow_only`: the flags given that keep TensorFlow); a run of several directions
-    keeps TensorFlow (its tags)."""
+def _auto_translate(arguments):
+    """`load_translate(**arguments)` with `engine="auto"`: with the engine
+    `engine_choice.choose_engine` picks (TensorFlow for any option the check did not
+    cover, and for a run of several directions: its tags), the choice and its reason
+    at the end of the description."""
     from tfblocks.translation.engine_choice import choose_engine
 
+    a = arguments
+    given = {
+        "--max-length": a["max_length"], "--n-best": a["n_best"], "--stop-early": a["stop_early"],
+        "--target-prefix": a["prefix"], "--alignments": a["alignments"],
+        SAMPLING_FLAGS: a["search"], "--replace-unknowns": a["replace_unknowns"],
+        "--constraints": a["constraints"], "--source-lang/--target-lang": a["language_tokens"],
+        f"--xla {a['xla']}": a["xla"] in ("on", "off"), **control_flags(a["controls"]),
+    }  # fmt: skip
+    path = a["path"]
     first = path if isinstance(path, str | os.PathLike) else next(iter(path))
+    tensorflow_only = [flag for flag, value in given.items() if value]
     if run_pairs(first):
-        tensorflow_only = [*tensorflow_only, "several directions"]
-    beam = beam_size or run_beam_size(first)
-    return choose_engine(path, beam, ALPHA, alpha, tuple(tensorflow_only))
+        tensorflow_only.append("several directions")
+    beam = a["beam_size"] or run_beam_size(first)
+    engine, why = choose_engine(path, beam, ALPHA, a["alpha"], tuple(tensorflow_only))
+    translate, what = load_translate(**{**arguments, "engine": engine})
+    return translate, f"{what}; --engine auto: {why}"
 
 
 def _search(beam, alpha, stop_early, search, constraints):
@@ -414,7 +424,7 @@ def _check_direction(path, kind, found, language_tokens):
 
 
 def _preset_translator(preset, max_length, search=None, num_hypotheses=1, language_tokens=None,
-                       loaded=None, jit_compile=True):  # fmt: skip
+                       loaded=None, jit_compile=True, controls=None):  # fmt: skip
     """`(Translator, max_length)` of the preset at `preset` (its run's `max_length`
     unless `max_length` is given), or of the `Ensemble` of a list of presets (the
     first one's `max_length`); an M2M-100 / NLLB run's in its own direction, or in
@@ -442,11 +452,12 @@ def _preset_translator(preset, max_length, search=None, num_hypotheses=1, langua
         model, tokenizer, target_tokenizer, length, search=search,
         num_hypotheses=num_hypotheses,
         language_tokens=language_tokens or run_language_tokens(first), jit_compile=jit_compile,
+        controls=controls,
     )  # fmt: skip
     return translator, length
 
 
-def _ct2_translator(found, beam, alpha, count, loaded=None):
+def _ct2_translator(found, beam, alpha, count, loaded=None, controls=None):
     """The `CTranslate2Translator` of the model folder `found` with these search options;
     with `loaded` (`load_translate`'s), a copy of the one kept there (one loaded model:
     the search options are read at each call), kept there the first time."""
@@ -454,17 +465,22 @@ def _ct2_translator(found, beam, alpha, count, loaded=None):
 
     from tfblocks.serving import ctranslate2 as ct2  # the optional extra
 
+    controls = as_controls(controls)
+    if controls.max_length_ratio is not None:
+        raise ValueError(f"--max-length-ratio={controls.max_length_ratio}: {ct2.NO_LENGTH_RATIO}")
+    options = {"min_length": controls.min_length, "disallow_unk": controls.disallow_unk}
     loaded, key = {} if loaded is None else loaded, ("ctranslate2", os.path.abspath(found))
     if key not in loaded:
         length = _run_max_length(found)  # a run folder's export: as its model decodes
         loaded[key] = ct2.CTranslate2Translator(
-            found, beam_size=beam, length_penalty=alpha, num_hypotheses=count,
+            found, beam_size=beam, length_penalty=alpha, num_hypotheses=count, **options,
             **({} if length is None else {"max_length": length}),
         )  # fmt: skip
         return loaded[key]
     translator = copy.copy(loaded[key])  # shares its ctranslate2.Translator
     translator.beam_size, translator.length_penalty = beam, float(alpha)
     translator.num_hypotheses = count
+    translator.min_length, translator.disallow_unk = options.values()
     return translator
 
 

@@ -4,10 +4,14 @@ turns between their string tensors and the commands' lists that the engines shar
 
 import os
 
+from tfblocks.translation.decoding_controls import control_flags
 
-def check_saved_options(path, beam_size, alpha, stop_early, max_length, prefix, constraints):
-    """Refuses (ValueError) what a SavedModel fixed at export, and a target prefix with
-    constraints (its `constrained` signature takes none)."""
+
+def check_saved_options(path, beam_size, alpha, stop_early, max_length, prefix, constraints,
+                        controls=None):  # fmt: skip
+    """Refuses (ValueError) what a SavedModel fixed at export (its search, max_length and
+    decoding controls), and a target prefix with constraints (its `constrained`
+    signature takes none)."""
     fixed = [
         f"{flag}={value}"
         for flag, value in (
@@ -17,12 +21,12 @@ def check_saved_options(path, beam_size, alpha, stop_early, max_length, prefix, 
             ("--max-length", max_length),
         )
         if value is not None
-    ]
+    ] + [flag for flag, given in control_flags(controls).items() if given]
     if fixed:
         raise ValueError(
-            f"--model={path!r} is a SavedModel: its beam size, length penalty, stopping rule "
-            f"and max_length were fixed at export; drop {', '.join(fixed)} or give the run "
-            "folder."
+            f"--model={path!r} is a SavedModel: its beam size, length penalty, stopping rule, "
+            f"max_length and controls were fixed at export; drop {', '.join(fixed)} or give "
+            "the run folder."
         )
     if constraints and prefix:
         raise ValueError(

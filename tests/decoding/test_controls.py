@@ -1,0 +1,142 @@
+"""Decoding controls (`tfblocks.decoding.Controls`): a minimum length, no `<unk>`, a
+maximum length relative to each source, in every search, with and without XLA, and
+CTranslate2's options of the same meaning giving the same greedy ids.
+
+The model is a tiny random Transformer with a final logits bias that makes EOS, then
+`<unk>`, then one ordinary token the likeliest (`_biased`): untouched, it ends every
+translation at once; its biased order makes each rule show, whatever the random weights.
+"""
+
+import numpy as np
+import pytest
+
+from tests.fixtures import tiny_hparams, tiny_model
+from tfblocks.decoding import BeamSearch, ConstrainedBeamSearch, Controls, Decoder, Greedy, Sampling
+from tfblocks.decoding.controls import MAX_LENGTH_EXTRA, ratio_limit
+from tfblocks.ids import EOS_ID, UNK_ID
+
+VOCAB = 40
+MAX_LENGTH = 24
+LOOP = 7  # the ordinary token the bias favours
+# Sources of 2, 5 and 9 subwords (EOS last, 0-padded).
+SOURCES = np.array(
+    [[5, 6, 1, 0, 0, 0, 0, 0, 0, 0], [5, 6, 7, 8, 9, 1, 0, 0, 0, 0],
+     [5, 6, 7, 8, 9, 10, 11, 12, 13, 1]], "int32",
+)  # fmt: skip
+WORDS = [2, 5, 9]
+SEARCHES = {
+    "greedy": Greedy(),
+    "beam": BeamSearch(beam_size=3),
+    "sampling": Sampling(top_k=2, seed=5),
+}
+
+
+def _biased(eos, unk, loop, vocab=VOCAB):
+    """A tiny random model whose logits get `eos`, `unk` and `loop` added at EOS, `<unk>`
+    and `LOOP`."""
+    model = tiny_model(tiny_hparams(vocab_size=vocab, final_logits_bias=True), seed=3)
+    bias = np.zeros([vocab], "float32")
+    bias[[EOS_ID, UNK_ID, LOOP]] = eos, unk, loop
+    model.logits_bias.bias.assign(bias)
+    return model
+
+
+@pytest.fixture(scope="module")
+def ending():
+    """EOS first, then `<unk>`, then `LOOP`: ends at once unless told otherwise."""
+    return _biased(90.0, 60.0, 30.0)
+
+
+@pytest.fixture(scope="module")
+def looping():
+    """`LOOP` first: never ends by itself."""
+    return _biased(0.0, 0.0, 60.0)
+
+
+def _lengths(ids):
+    """Tokens before EOS of each row (all of them when it has none)."""
+    rows = np.asarray(ids).tolist()
+    return [row.index(EOS_ID) if EOS_ID in row else len(row) for row in rows]
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("name", sorted(SEARCHES))
+def test_each_rule_holds_in_every_search(ending, looping, name, jit_compile):
+    search = SEARCHES[name]
+
+    def decode(model, controls):
+        decoder = Decoder(model, MAX_LENGTH, jit_compile=jit_compile, controls=controls)
+        return decoder.decode(search, SOURCES)[0].numpy()
+
+    assert _lengths(decode(ending, None)) == [0, 0, 0]  # the bias ends it at once
+    ids = decode(ending, Controls(min_length=4))
+    assert _lengths(ids) == [4, 4, 4] and (ids[:, :4] == UNK_ID).all()  # <unk>, the next best
+    ids = decode(ending, Controls(min_length=4, disallow_unk=True))
+    assert _lengths(ids) == [4, 4, 4] and (ids[:, :4] == LOOP).all()  # then LOOP
+    assert not (ids == UNK_ID).any()
+    assert _lengths(decode(looping, None)) == [MAX_LENGTH] * 3  # never ends by itself
+    ids = decode(looping, Controls(max_length_ratio=0.5))
+    assert _lengths(ids) == [ratio_limit(0.5, w) for w in WORDS] == [11, 12, 14]
+    assert (ids[np.arange(3), _lengths(ids)] == EOS_ID).all()  # EOS forced there
+    ids = decode(looping, Controls(max_length_ratio=3.0))  # 3 × 9 + 10 > MAX_LENGTH
+    assert _lengths(ids) == [16, MAX_LENGTH, MAX_LENGTH]
+
+
+def test_a_sentences_limit_does_not_depend_on_its_batch_mates(looping):
+    decoder = Decoder(looping, MAX_LENGTH, jit_compile=False,
+                      controls=Controls(max_length_ratio=1.0))  # fmt: skip
+    together = decoder.decode(Greedy(), SOURCES)[0].numpy()
+    for row, source in enumerate(SOURCES):
+        alone = decoder.decode(Greedy(), source[None, : WORDS[row] + 1])[0].numpy()
+        width = alone.shape[1]
+        np.testing.assert_array_equal(alone[0], together[row, :width])
+        assert (together[row, width:] == 0).all()
+
+
+def test_constrained_search_keeps_its_phrases_and_the_rules(ending):
+    decoder = Decoder(ending, MAX_LENGTH, jit_compile=False,
+                      controls=Controls(min_length=5, disallow_unk=True))  # fmt: skip
+    phrases = np.array([[[9, 10]], [[11, 0]], [[0, 0]]], "int32")  # [B, C, T], 0-padded
+    ids = decoder.decode(ConstrainedBeamSearch(beam_size=2), SOURCES, constraints=phrases)[0]
+    rows = ids.numpy().tolist()
+    assert all(length >= 5 for length in _lengths(rows)) and not (ids.numpy() == UNK_ID).any()
+    assert rows[0][rows[0].index(9) + 1] == 10 and 11 in rows[1]
+
+
+def test_controls_are_checked_and_need_a_source_for_a_ratio():
+    for bad, words in [
+        ({"min_length": -1}, "min_length"), ({"min_length": 2.5}, "min_length"),
+        ({"disallow_unk": "yes"}, "disallow_unk"), ({"max_length_ratio": 0}, "max_length_ratio"),
+        ({"max_length_ratio": float("inf")}, "max_length_ratio"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=words):
+            Controls(**bad)
+    from tfblocks.models import build_language_model
+
+    language_model = build_language_model(tiny_hparams(vocab_size=VOCAB, num_encoder_layers=0))
+    with pytest.raises(ValueError, match="decoder-only language model has none"):
+        Decoder(language_model, 8, controls=Controls(max_length_ratio=1.0))
+    with pytest.raises(ValueError, match=r"tfblocks\.decoding\.Controls or None"):
+        Decoder(language_model, 8, controls={"min_length": 2})
+    assert MAX_LENGTH_EXTRA == 10 and ratio_limit(1.5, 3) == 14
+
+
+def test_ctranslate2_applies_min_length_and_disallow_unk_as_tensorflow(tmp_path):
+    pytest.importorskip("ctranslate2")
+    from tfblocks.serving import CTranslate2Translator, Translator, export_ctranslate2
+    from tfblocks.text import load_phrasebook, train_tokenizer
+
+    pairs = load_phrasebook(size=1000)["train"][:200]
+    tokenizer = train_tokenizer([side for pair in pairs for side in pair], vocab_size=250)
+    ending = _biased(90.0, 60.0, 30.0, vocab=tokenizer.vocabulary_size)
+    path = export_ctranslate2(ending, tokenizer, str(tmp_path / "ct2"))
+    texts = ["今日のランチはカレーだ。", "私は学生です。"]
+    for controls in (Controls(), Controls(min_length=3), Controls(min_length=3, disallow_unk=True)):
+        ours = Translator(ending, tokenizer, tokenizer, 12, search=Greedy(), jit_compile=False,
+                          controls=controls)  # fmt: skip
+        theirs = CTranslate2Translator(path, beam_size=1, max_length=12,
+                                       min_length=controls.min_length,
+                                       disallow_unk=controls.disallow_unk)  # fmt: skip
+        got = [text.decode("utf-8") for text in ours(texts).numpy()]
+        assert got == theirs(texts), controls
+        assert (got == ["", ""]) == (controls.min_length == 0), got
