@@ -82,6 +82,39 @@ def test_each_rule_holds_in_every_search(ending, looping, name, jit_compile):
     assert _lengths(ids) == [16, MAX_LENGTH, MAX_LENGTH]
 
 
+def _has_repeat(row, n):
+    """Whether the tokens before EOS of `row` hold an n-gram twice."""
+    tokens = row[: _lengths([row])[0]]
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(grams) != len(set(grams))
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("name", sorted(SEARCHES))
+def test_no_ngram_repeats_and_the_penalty_breaks_a_loop(looping, name, jit_compile):
+    search = SEARCHES[name]
+
+    def decode(controls, cache_lengths="auto"):
+        decoder = Decoder(looping, MAX_LENGTH, jit_compile=jit_compile, controls=controls,
+                          cache_lengths=cache_lengths)  # fmt: skip
+        return decoder.decode(search, SOURCES)[0].numpy().tolist()
+
+    assert all(_has_repeat(row, 2) for row in decode(None))  # LOOP LOOP LOOP ...
+    for n in (1, 2, 3):
+        rows = decode(Controls(no_repeat_ngram_size=n))
+        assert not any(_has_repeat(row, n) for row in rows), (n, rows)
+        assert all(row[0] == LOOP for row in rows)  # the first LOOP is no repeat
+        if n > 1:
+            assert all(row[: n - 1] == [LOOP] * (n - 1) for row in rows), rows
+    # Through the caches' growth (16, then 24 positions) and without it: the same.
+    assert decode(Controls(no_repeat_ngram_size=2), None) == decode(
+        Controls(no_repeat_ngram_size=2)
+    )
+    # A penalty of 1e6 makes any token already there less likely than any other.
+    rows = decode(Controls(repetition_penalty=1e6))
+    assert all(row[0] == LOOP and LOOP not in row[1:] for row in rows), rows
+
+
 def test_a_sentences_limit_does_not_depend_on_its_batch_mates(looping):
     decoder = Decoder(looping, MAX_LENGTH, jit_compile=False,
                       controls=Controls(max_length_ratio=1.0))  # fmt: skip
@@ -108,6 +141,8 @@ def test_controls_are_checked_and_need_a_source_for_a_ratio():
         ({"min_length": -1}, "min_length"), ({"min_length": 2.5}, "min_length"),
         ({"disallow_unk": "yes"}, "disallow_unk"), ({"max_length_ratio": 0}, "max_length_ratio"),
         ({"max_length_ratio": float("inf")}, "max_length_ratio"),
+        ({"no_repeat_ngram_size": -2}, "no_repeat_ngram_size"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty"),
     ]:  # fmt: skip
         with pytest.raises(ValueError, match=words):
             Controls(**bad)
@@ -131,12 +166,19 @@ def test_ctranslate2_applies_min_length_and_disallow_unk_as_tensorflow(tmp_path)
     ending = _biased(90.0, 60.0, 30.0, vocab=tokenizer.vocabulary_size)
     path = export_ctranslate2(ending, tokenizer, str(tmp_path / "ct2"))
     texts = ["今日のランチはカレーだ。", "私は学生です。"]
-    for controls in (Controls(), Controls(min_length=3), Controls(min_length=3, disallow_unk=True)):
+    for controls in (
+        Controls(), Controls(min_length=3), Controls(min_length=3, disallow_unk=True),
+        Controls(min_length=6, no_repeat_ngram_size=2),
+        Controls(min_length=6, repetition_penalty=3.0),
+    ):  # fmt: skip
         ours = Translator(ending, tokenizer, tokenizer, 12, search=Greedy(), jit_compile=False,
                           controls=controls)  # fmt: skip
-        theirs = CTranslate2Translator(path, beam_size=1, max_length=12,
-                                       min_length=controls.min_length,
-                                       disallow_unk=controls.disallow_unk)  # fmt: skip
+        theirs = CTranslate2Translator(path, beam_size=1, max_length=12, **_ct2_options(controls))
         got = [text.decode("utf-8") for text in ours(texts).numpy()]
         assert got == theirs(texts), controls
         assert (got == ["", ""]) == (controls.min_length == 0), got
+
+
+def _ct2_options(controls):
+    names = ("min_length", "disallow_unk", "no_repeat_ngram_size", "repetition_penalty")
+    return {name: getattr(controls, name) for name in names}

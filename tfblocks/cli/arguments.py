@@ -89,6 +89,17 @@ def add_control_arguments(parser):
         help="never generate <unk> (default: off; CTranslate2's disable_unk)",
     )  # fmt: skip
     group.add_argument(
+        "--no-repeat-ngram-size", type=int, metavar="N",
+        help="no n-gram of N subwords twice in a translation (default 0: off; CTranslate2's "
+        "no_repeat_ngram_size)",
+    )  # fmt: skip
+    group.add_argument(
+        "--repetition-penalty", type=float, metavar="P",
+        help="divide the logit of a subword the translation already holds by P (multiply a "
+        "negative one; default 1: off; above 1 discourages repeats; CTranslate2's "
+        "repetition_penalty)",
+    )  # fmt: skip
+    group.add_argument(
         "--max-length-ratio", type=float, metavar="R",
         help="at most R × the source's subwords + 10 subwords a translation (default: none, "
         "only --max-length); not with --engine ctranslate2",
@@ -96,15 +107,16 @@ def add_control_arguments(parser):
 
 
 def check_control_arguments(parser, args):
-    """Refuses (`parser.error`) a negative `--min-length` and a `--max-length-ratio` that
-    is not a finite number above 0."""
-    if args.min_length is not None and args.min_length < 0:
-        parser.error(f"--min-length must be 0 or more, got --min-length={args.min_length}")
-    ratio = args.max_length_ratio
-    if ratio is not None and not (_checks.is_finite_real(ratio) and ratio > 0):
-        parser.error(
-            f"--max-length-ratio must be a finite number above 0, got --max-length-ratio={ratio}"
-        )
+    """Refuses (`parser.error`) a negative `--min-length` or `--no-repeat-ngram-size`, and
+    a `--max-length-ratio` or `--repetition-penalty` that is not a finite number above 0."""
+    for flag in ("--min-length", "--no-repeat-ngram-size"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None and value < 0:
+            parser.error(f"{flag} must be 0 or more, got {flag}={value}")
+    for flag in ("--max-length-ratio", "--repetition-penalty"):
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None and not (_checks.is_finite_real(value) and value > 0):
+            parser.error(f"{flag} must be a finite number above 0, got {flag}={value}")
 
 
 def add_model_argument(parser):

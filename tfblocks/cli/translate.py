@@ -171,6 +171,8 @@ def check_output_arguments(parser, args):
                 ("--min-length", args.min_length),
                 ("--disallow-unk", args.disallow_unk or None),
                 ("--max-length-ratio", args.max_length_ratio),
+                ("--no-repeat-ngram-size", args.no_repeat_ngram_size),
+                ("--repetition-penalty", args.repetition_penalty),
             )
             if value is not None
         ]

@@ -166,15 +166,16 @@ class Decoder:
         if self.forced_first and prefix is not None:
             context["forced_first"] = tf.cast(prefix, tf.int32)[:, 0]  # [B]
         context.update(self.controls.context(source_ids))  # each sentence's length limit
-        return [cache["self"] for cache in caches], context
+        return self.controls.with_history([c["self"] for c in caches], batch, max_length), context
 
     def step(self, ids, index, state, context):
         """One decoding step: `(logits [N, V], state)` for the ids `[N, 1]` of
         position `index`, PAD and BOS masked, and the `controls` applied."""
         forced = context.get("forced_first")  # the first step: the forced token only, at 0
+        state, history = self.controls.split(state, index, ids)  # history: None unless read
         logits, new_state = self._model_step(ids, index, state, _model_context(context))
-        logits = allowed_logits(logits)
-        logits = self.controls.apply(logits, index, context.get(LIMIT_KEY))  # none: as is
+        logits = self.controls.apply(allowed_logits(logits), index, context.get(LIMIT_KEY), history)
+        new_state = new_state if history is None else [*new_state, history]
         return logits if forced is None else _forced_first(logits, index, forced), new_state
 
     def _model_step(self, ids, index, state, context):
@@ -386,8 +387,7 @@ class Decoder:
         start_ids, prefix, constraints)` after the encoder and the initial state (compiled
         apart: the search's own loop is not; the prefix and the phrases are in its loop
         state, which shrinks with the batch), or, for one sentence (nothing can leave
-        early), the one compiled loop `run(source_ids, prefix, constraints)` (not
-        without XLA: one graph to trace, not two)."""
+        early), the one compiled loop `run(source_ids, prefix, constraints)` (with XLA)."""
 
         def initial(source_ids, prefix):
             length = self.decode_length(source_ids, extra_length)

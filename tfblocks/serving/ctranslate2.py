@@ -75,6 +75,8 @@ class CTranslate2Translator:
         min_length: EOS is not generated before this many tokens (CTranslate2's
             `min_decoding_length`; `tfblocks.decoding.Controls.min_length`).
         disallow_unk: `<unk>` is never generated (CTranslate2's `disable_unk`).
+        no_repeat_ngram_size, repetition_penalty: CTranslate2's options of these names
+            (`tfblocks.decoding.Controls`' of the same meaning).
 
     Like `tfblocks.Translator` it also returns the n best translations (`n_best`) and
     scores given translations (`score`, CTranslate2's `score_batch`).
@@ -112,6 +114,8 @@ class CTranslate2Translator:
         num_hypotheses=1,
         min_length=0,
         disallow_unk=False,
+        no_repeat_ngram_size=0,
+        repetition_penalty=1.0,
     ):
         import sentencepiece
 
@@ -137,6 +141,10 @@ class CTranslate2Translator:
         self.length_penalty = float(length_penalty)
         self.min_length = _checks.check_non_negative_int("min_length", min_length)
         self.disallow_unk = _checks.check_bool("disallow_unk", disallow_unk)
+        self.no_repeat_ngram_size = _checks.check_non_negative_int(
+            "no_repeat_ngram_size", no_repeat_ngram_size
+        )
+        self.repetition_penalty = float(repetition_penalty)
         self.max_batch_size = _checks.check_non_negative_int("max_batch_size", max_batch_size)
         if tokenizer is None:
             tokenizer = SubwordTokenizer.load(os.path.join(model_dir, "source.model"))
@@ -204,6 +212,8 @@ class CTranslate2Translator:
             max_decoding_length=self.max_length,
             min_decoding_length=self.min_length,
             disable_unk=self.disallow_unk,
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
+            repetition_penalty=self.repetition_penalty,
             suppress_sequences=[[SPECIAL_PIECES[PAD_ID]], [SPECIAL_PIECES[BOS_ID]]],
             return_scores=True,
         )

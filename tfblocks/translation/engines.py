@@ -121,9 +121,9 @@ def load_translate(
     SavedModel (it decodes as exported) and CTranslate2 refuse "on" and "off".
 
     `controls`, a `tfblocks.decoding.Controls` (`--min-length`, `--disallow-unk`,
-    `--max-length-ratio`): a run folder's or preset's `Translator` applies them;
-    CTranslate2 its own options of the same meaning (`min_decoding_length`,
-    `disable_unk`) and refuses `max_length_ratio`; a SavedModel refuses them.
+    `--max-length-ratio`, `--no-repeat-ngram-size`, `--repetition-penalty`): a run
+    folder's or preset's `Translator` applies them; CTranslate2 its own options of the
+    same meaning and refuses `max_length_ratio`; a SavedModel refuses them.
 
     `engine` "auto" (`--engine auto`): a run folder's CTranslate2 export where its check
     against TensorFlow found the same translations for this decoding and no option needs
@@ -468,7 +468,8 @@ def _ct2_translator(found, beam, alpha, count, loaded=None, controls=None):
     controls = as_controls(controls)
     if controls.max_length_ratio is not None:
         raise ValueError(f"--max-length-ratio={controls.max_length_ratio}: {ct2.NO_LENGTH_RATIO}")
-    options = {"min_length": controls.min_length, "disallow_unk": controls.disallow_unk}
+    names = ("min_length", "disallow_unk", "no_repeat_ngram_size", "repetition_penalty")
+    options = {name: getattr(controls, name) for name in names}  # CTranslate2's too
     loaded, key = {} if loaded is None else loaded, ("ctranslate2", os.path.abspath(found))
     if key not in loaded:
         length = _run_max_length(found)  # a run folder's export: as its model decodes
@@ -480,7 +481,8 @@ def _ct2_translator(found, beam, alpha, count, loaded=None, controls=None):
     translator = copy.copy(loaded[key])  # shares its ctranslate2.Translator
     translator.beam_size, translator.length_penalty = beam, float(alpha)
     translator.num_hypotheses = count
-    translator.min_length, translator.disallow_unk = options.values()
+    for name, value in options.items():
+        setattr(translator, name, value)
     return translator
 
 
