@@ -182,3 +182,22 @@ def test_ctranslate2_applies_min_length_and_disallow_unk_as_tensorflow(tmp_path)
 def _ct2_options(controls):
     names = ("min_length", "disallow_unk", "no_repeat_ngram_size", "repetition_penalty")
     return {name: getattr(controls, name) for name in names}
+
+
+def test_the_savedmodel_keeps_the_controls(tmp_path):
+    import tensorflow as tf
+
+    from tfblocks.serving import Translator
+    from tfblocks.text import load_phrasebook, train_tokenizer
+
+    pairs = load_phrasebook(size=1000)["train"][:200]
+    tokenizer = train_tokenizer([side for pair in pairs for side in pair], vocab_size=250)
+    ending = _biased(90.0, 60.0, 30.0, vocab=tokenizer.vocabulary_size)
+    controls = Controls(min_length=5, no_repeat_ngram_size=2)
+    translator = Translator(ending, tokenizer, tokenizer, 12, search=BeamSearch(beam_size=2),
+                            jit_compile=False, controls=controls)  # fmt: skip
+    texts = tf.constant(["今日のランチはカレーだ。", "私は学生です。"])
+    want = translator(texts).numpy().tolist()
+    assert all(want)  # five tokens at least: no empty translation
+    served = tf.saved_model.load(translator.export(str(tmp_path / "export")))
+    assert served.signatures["serving_default"](text=texts)["translation"].numpy().tolist() == want
