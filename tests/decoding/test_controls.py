@@ -59,29 +59,6 @@ def _lengths(ids):
     return [row.index(EOS_ID) if EOS_ID in row else len(row) for row in rows]
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
-@pytest.mark.parametrize("name", sorted(SEARCHES))
-def test_each_rule_holds_in_every_search(ending, looping, name, jit_compile):
-    search = SEARCHES[name]
-
-    def decode(model, controls):
-        decoder = Decoder(model, MAX_LENGTH, jit_compile=jit_compile, controls=controls)
-        return decoder.decode(search, SOURCES)[0].numpy()
-
-    assert _lengths(decode(ending, None)) == [0, 0, 0]  # the bias ends it at once
-    ids = decode(ending, Controls(min_length=4))
-    assert _lengths(ids) == [4, 4, 4] and (ids[:, :4] == UNK_ID).all()  # <unk>, the next best
-    ids = decode(ending, Controls(min_length=4, disallow_unk=True))
-    assert _lengths(ids) == [4, 4, 4] and (ids[:, :4] == LOOP).all()  # then LOOP
-    assert not (ids == UNK_ID).any()
-    assert _lengths(decode(looping, None)) == [MAX_LENGTH] * 3  # never ends by itself
-    ids = decode(looping, Controls(max_length_ratio=0.5))
-    assert _lengths(ids) == [ratio_limit(0.5, w) for w in WORDS] == [11, 12, 14]
-    assert (ids[np.arange(3), _lengths(ids)] == EOS_ID).all()  # EOS forced there
-    ids = decode(looping, Controls(max_length_ratio=3.0))  # 3 × 9 + 10 > MAX_LENGTH
-    assert _lengths(ids) == [16, MAX_LENGTH, MAX_LENGTH]
-
-
 def _has_repeat(row, n):
     """Whether the tokens before EOS of `row` hold an n-gram twice."""
     tokens = row[: _lengths([row])[0]]
@@ -89,30 +66,46 @@ def _has_repeat(row, n):
     return len(grams) != len(set(grams))
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
-@pytest.mark.parametrize("name", sorted(SEARCHES))
-def test_no_ngram_repeats_and_the_penalty_breaks_a_loop(looping, name, jit_compile):
+# Every search without XLA (one graph for all shapes), and beam search compiled with XLA
+# (static shapes a segment: the history grows with the caches).
+CASES = [("greedy", False), ("sampling", False), ("beam", False), ("beam", True)]
+
+
+@pytest.mark.parametrize(("name", "jit_compile"), CASES, ids=[f"{n}-{j}" for n, j in CASES])
+def test_each_rule_holds_in_every_search(ending, looping, name, jit_compile):
     search = SEARCHES[name]
 
-    def decode(controls, cache_lengths="auto"):
-        decoder = Decoder(looping, MAX_LENGTH, jit_compile=jit_compile, controls=controls,
+    def decode(model, controls, cache_lengths="auto"):
+        decoder = Decoder(model, MAX_LENGTH, jit_compile=jit_compile, controls=controls,
                           cache_lengths=cache_lengths)  # fmt: skip
-        return decoder.decode(search, SOURCES)[0].numpy().tolist()
+        return decoder.decode(search, SOURCES)[0].numpy()
 
-    assert all(_has_repeat(row, 2) for row in decode(None))  # LOOP LOOP LOOP ...
-    for n in (1, 2, 3):
-        rows = decode(Controls(no_repeat_ngram_size=n))
+    if jit_compile:  # the rules together: two programs to compile, not eight
+        ids = decode(ending, Controls(min_length=4, disallow_unk=True))
+        assert _lengths(ids) == [4, 4, 4] and (ids[:, :4] == LOOP).all()
+        rows = decode(looping, Controls(max_length_ratio=2.0, no_repeat_ngram_size=3)).tolist()
+        assert _lengths(rows) == [14, 20, 24] and not any(_has_repeat(row, 3) for row in rows)
+        return
+    assert _lengths(decode(ending, None)) == [0, 0, 0]  # the bias ends it at once
+    ids = decode(ending, Controls(min_length=4))
+    assert _lengths(ids) == [4, 4, 4] and (ids[:, :4] == UNK_ID).all()  # <unk>, the next best
+    ids = decode(ending, Controls(min_length=4, disallow_unk=True))
+    assert _lengths(ids) == [4, 4, 4] and (ids[:, :4] == LOOP).all()  # then LOOP
+    assert not (ids == UNK_ID).any()
+    rows = decode(looping, None).tolist()
+    assert _lengths(rows) == [MAX_LENGTH] * 3 and all(_has_repeat(row, 2) for row in rows)
+    ids = decode(looping, Controls(max_length_ratio=2.0))  # the last: 2 × 9 + 10 > 24
+    assert _lengths(ids) == [ratio_limit(2.0, w) for w in WORDS[:2]] + [MAX_LENGTH] == [14, 20, 24]
+    assert (ids[np.arange(2), _lengths(ids)[:2]] == EOS_ID).all()  # EOS forced there
+    for n in (1, 3):
+        rows = decode(looping, Controls(no_repeat_ngram_size=n)).tolist()
         assert not any(_has_repeat(row, n) for row in rows), (n, rows)
-        assert all(row[0] == LOOP for row in rows)  # the first LOOP is no repeat
-        if n > 1:
-            assert all(row[: n - 1] == [LOOP] * (n - 1) for row in rows), rows
-    # Through the caches' growth (16, then 24 positions) and without it: the same.
-    assert decode(Controls(no_repeat_ngram_size=2), None) == decode(
-        Controls(no_repeat_ngram_size=2)
-    )
+        assert all(row[:n] == [LOOP] * n for row in rows), rows  # up to the first repeat
     # A penalty of 1e6 makes any token already there less likely than any other.
-    rows = decode(Controls(repetition_penalty=1e6))
+    rows = decode(looping, Controls(repetition_penalty=1e6)).tolist()
     assert all(row[0] == LOOP and LOOP not in row[1:] for row in rows), rows
+    trigrams = Controls(no_repeat_ngram_size=3)  # through the caches' growth and without it
+    assert (decode(looping, trigrams, None) == decode(looping, trigrams)).all()
 
 
 def test_a_sentences_limit_does_not_depend_on_its_batch_mates(looping):
@@ -156,7 +149,7 @@ def test_controls_are_checked_and_need_a_source_for_a_ratio():
     assert MAX_LENGTH_EXTRA == 10 and ratio_limit(1.5, 3) == 14
 
 
-def test_ctranslate2_applies_min_length_and_disallow_unk_as_tensorflow(tmp_path):
+def test_ctranslate2_applies_the_same_rules_as_tensorflow(tmp_path):
     pytest.importorskip("ctranslate2")
     from tfblocks.serving import CTranslate2Translator, Translator, export_ctranslate2
     from tfblocks.text import load_phrasebook, train_tokenizer
