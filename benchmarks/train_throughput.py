@@ -157,9 +157,14 @@ def compile_keras_hub_transformer(model, hp):
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
         metrics=[keras.metrics.SparseCategoricalAccuracy()],
-        jit_compile=True,
+        jit_compile=XLA[0],
     )
     return model
+
+
+# Whether both models train with XLA: [True]; --quick, a smoke run of one step a model,
+# sets [False] (the step would spend most of its time compiling).
+XLA = [True]
 
 
 def compile_layers_only(model):
@@ -167,7 +172,7 @@ def compile_layers_only(model):
     model.compile(
         optimizer=keras.optimizers.Adam(LAYERS_LEARNING_RATE),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=PAD_ID),
-        jit_compile=True,
+        jit_compile=XLA[0],
     )
     return model
 
@@ -181,7 +186,7 @@ def build_models(hp, length, recipe):
             "keras-hub": compile_layers_only(build_keras_hub_transformer(hp, length)),
         }
     return {
-        "tfblocks": compile_transformer(build_transformer(hp), hp, jit_compile=True),
+        "tfblocks": compile_transformer(build_transformer(hp), hp, jit_compile=XLA[0]),
         "keras-hub": compile_keras_hub_transformer(build_keras_hub_transformer(hp, length), hp),
     }
 
@@ -367,7 +372,7 @@ def parse_args(argv=None):
         "--quick",
         action="store_true",
         help="smoke run: shape quick (vocab 32, d 16, 1+1 layers, batch 2 × 8), 1 round of "
-        "1 step after 1 warm-up step, a 64² matmul probe",
+        "1 step after 1 warm-up step, a 64² matmul probe, no XLA",
     )
     args = parser.parse_args(argv)
     for name in ("rounds", "steps", "warmup", "matmul_size"):
@@ -376,6 +381,7 @@ def parse_args(argv=None):
     if args.quick:
         args.shapes, args.rounds, args.steps, args.warmup = ["quick"], 1, 1, 1
         args.matmul_size = 64
+        XLA[0] = False
     return args
 
 
@@ -387,7 +393,8 @@ def main(argv=None):
     print(
         f"TensorFlow {tf.__version__}, Keras {keras.__version__}, keras-hub "
         f"{keras_hub.__version__}, {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs, {policy}, XLA (jit_compile=True)"
+        f"{os.cpu_count()} CPUs, {policy}, "
+        + ("XLA (jit_compile=True)" if XLA[0] else "no XLA (--quick)")
     )
     print(f"start {load()}")
     probe = matmul_probe(args.matmul_size, tf.as_dtype(compute_dtype))

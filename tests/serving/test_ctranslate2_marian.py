@@ -99,7 +99,7 @@ def test_stored_position_table_and_untied_softmax_are_exported(tmp_path):
     check_agreement(imported, tmp_path)
 
 
-def test_engine_ctranslate2_decodes_an_imported_run_with_its_num_beams(tmp_path):
+def test_engine_ctranslate2_decodes_an_imported_run_with_its_num_beams(tmp_path, monkeypatch):
     """Without a beam size, CTranslate2 decodes an imported run (its folder or its
     ctranslate2/, through the library or `tfblocks-translate --engine ctranslate2`) with
     the folder's `num_beams`, the run's one beam size: here 1, greedy, as the model's own
@@ -110,6 +110,8 @@ def test_engine_ctranslate2_decodes_an_imported_run_with_its_num_beams(tmp_path)
     shutil.copytree(os.path.join(DATA, "shared"), folder)
     values = json.loads((folder / "generation_config.json").read_text())
     (folder / "generation_config.json").write_text(json.dumps({**values, "num_beams": 1}))
+    # Not its SavedModel (export/1: tests/cli/test_import.py), which nothing here reads.
+    monkeypatch.setattr(Translator, "export", lambda self, path: path)
     run = importing.import_run(str(folder), str(tmp_path / "run"), ctranslate2=True)
     exported = os.path.join(run, "ctranslate2")
     # The run's max_length (its model/hparams.json), not CTranslate2Translator's 64.
