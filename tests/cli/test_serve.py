@@ -330,10 +330,11 @@ def test_an_imported_nllb_run_translates_each_request_in_its_direction(nllb_run,
     from tests.cli.test_import_m2m100 import _hugging_face_greedy
     from tfblocks.translation.run_folder import run_language_codes
 
-    server = Server(nllb_run)
+    server = Server(nllb_run, "--xla", "off")  # directions, not XLA: compiles nothing
     try:
         codes, _ = run_language_codes(nllb_run)
         listed = request(server.ready().url + "/languages")[1]
+        assert "no XLA)" in server.log(), server.log()[-2000:]  # the ready line says it
         assert [language["code"] for language in listed] == sorted(codes) and len(codes) == 202
         english = next(language for language in listed if language["code"] == "eng_Latn")
         assert english["targets"] == sorted(set(codes) - {"eng_Latn"})
@@ -388,3 +389,17 @@ def test_an_imported_nllb_run_translates_each_request_in_its_direction(nllb_run,
             assert '<option value="jpn_Jpan">jpn_Jpan</option>' in dom, dom[-2000:]
     finally:
         assert server.stop() == 0, server.log()[-3000:]
+
+
+def test_bounds_and_engines_that_cannot_work_are_refused_in_one_line(capsys):
+    from tfblocks.cli import serve
+
+    for args, words in [
+        (("--engine", "ctranslate2", "--xla", "off"), "--xla off: CTranslate2 compiles nothing"),
+        (("--port", "70000"), "--port must be 0 to 65535, got --port=70000"),
+        (("--max-queue", "0"), "--max-queue must be 1 or more, got --max-queue=0"),
+    ]:  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            serve.parse_args(["--model", "run", *args])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and words in err.splitlines()[-1], err

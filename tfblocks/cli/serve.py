@@ -62,6 +62,11 @@ def parse_args(argv=None):
                         "`listening on` line names)")  # fmt: skip
     parser.add_argument("--engine", default="tensorflow", choices=["tensorflow", "ctranslate2"],
                         help="what translates (default tensorflow)")  # fmt: skip
+    parser.add_argument("--xla", default="on", choices=["on", "off"],
+                        help="compile a run folder's or preset's decoding with XLA (default "
+                        "on: fastest once each batch size is compiled; off: one TensorFlow "
+                        "graph for every shape, no compiling, slower per batch); not for a "
+                        "SavedModel or CTranslate2")  # fmt: skip
     parser.add_argument("--beam-size", type=int, default=None,
                         help="the beam size, and the widest a request may ask for (default: "
                         "the run's, 4 unless its run.json records another; a SavedModel's "
@@ -103,6 +108,8 @@ def check_arguments(parser, args):
         parser.error("--api-key must not be empty (leave it out for a server without a key)")
     if args.engine == "ctranslate2" and len(args.model) > 1:
         parser.error(f"--engine ctranslate2 takes one --model, got {len(args.model)}")
+    if args.engine == "ctranslate2" and args.xla == "off":
+        parser.error("--xla off: CTranslate2 compiles nothing; drop it or use --engine tensorflow")
 
 
 def main(argv=None):
@@ -216,7 +223,7 @@ class _Engine:
             self.loaded.move_to_end(options)
             return self.loaded[options]
         translate = self._load(options)
-        if self.args.engine == "tensorflow":  # XLA: a program per batch size
+        if self.args.engine == "tensorflow" and self.args.xla == "on":  # a program a size
             translate = _padded(translate)
         self.loaded[options] = translate
         if len(self.loaded) > MAX_LOADED:
@@ -244,6 +251,7 @@ class _Engine:
                 search=search,
                 prefix=options.prefix, constraints=options.constraints,
                 language_tokens=options.direction, loaded=self.models,
+                xla="off" if args.xla == "off" else None,
             )  # fmt: skip
 
         try:
